@@ -1,0 +1,17 @@
+"""flydsl: a Python DSL and JIT compiler for GPU kernels on MLIR."""
+from .errors import (
+    CompilationError,
+    DSLError,
+    FlydslError,
+    FlydslRuntimeError,
+    InvalidBackend,
+    LaunchError,
+)
+from .compiler.backends import get_backend, list_backends, register_backend
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompilationError", "DSLError", "FlydslError", "FlydslRuntimeError", "InvalidBackend",
+    "LaunchError", "get_backend", "list_backends", "register_backend", "__version__",
+]

