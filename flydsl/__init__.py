@@ -8,10 +8,12 @@ from .errors import (
     LaunchError,
 )
 from .compiler.backends import get_backend, list_backends, register_backend
+from .jit import CompiledProgram, compile, jit
+from .kernel import KernelFunction, kernel
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CompilationError", "DSLError", "FlydslError", "FlydslRuntimeError", "InvalidBackend",
-    "LaunchError", "get_backend", "list_backends", "register_backend", "__version__",
+    "LaunchError", "CompiledProgram", "KernelFunction", "compile", "jit", "kernel", "get_backend", "list_backends", "register_backend", "__version__",
 ]

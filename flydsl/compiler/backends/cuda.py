@@ -1,0 +1,246 @@
+"""The CUDA backend: NVVM lowering, PTX from MLIR's NVPTX target, cubin from ``ptxas``.
+
+The ``gpu.module`` is lowered to the LLVM/NVVM dialects, then
+``gpu-module-to-binary{format=isa}`` emits PTX (MLIR's NVVM target links the
+libdevice it embeds, so ``math`` ops lowered to ``__nv_*`` calls need no CUDA
+toolkit). ``ptxas`` assembles the PTX into a cubin when it is installed;
+without it the artifact's binary is the PTX, which the CUDA driver JIT-compiles.
+
+Kernel ABI: every ``memref`` parameter is passed as its expanded descriptor
+(allocated pointer, aligned pointer, offset, sizes..., strides...), ``index``
+is 64-bit.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import tempfile
+from typing import Optional
+
+from ...errors import CompilationError, ToolchainError
+from ..options import CompileOptions
+from ..toolchain import find_ptxas, ptxas_version
+from .base import BaseBackend, GPUTarget
+
+CUDA_WARP_SIZE = 32
+#: ``sm_<major><minor>`` with the optional arch-specific (``a``) or family (``f``) suffix.
+_ARCH_RE = re.compile(r"sm_[1-9][0-9]{1,2}[af]?")
+_VALID_FORMS = "sm_<NN> or sm_<NNN>, optionally suffixed 'a' or 'f' (e.g. sm_80, sm_90, sm_90a, sm_100)"
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+_TRIPLE_ATTR = "llvm.target_triple"
+#: Diagnostics notes dump whole operations; keep the first lines of each.
+_NOTE_LINES = 8
+
+
+class CudaBackend(BaseBackend):
+    """Compiles ``gpu.module`` kernels for NVIDIA GPUs (PTX, and cubin with ``ptxas``)."""
+
+    name = "cuda"
+    binary_stage = "cubin"
+
+    # -- target --------------------------------------------------------
+    @classmethod
+    def supports_target(cls, target: GPUTarget) -> bool:
+        """True for ``GPUTarget("cuda", "sm_XY[a|f]", 32)``."""
+        return (isinstance(target, GPUTarget) and target.backend == "cuda"
+                and isinstance(target.arch, str) and _ARCH_RE.fullmatch(target.arch) is not None
+                and target.warp_size == CUDA_WARP_SIZE)
+
+    @classmethod
+    def make_target(cls, arch: str) -> GPUTarget:
+        """The target for ``arch`` (e.g. ``"sm_90"``); ValueError naming the valid forms otherwise."""
+        if not isinstance(arch, str) or _ARCH_RE.fullmatch(arch) is None:
+            raise ValueError(f"cuda backend: invalid arch {arch!r}; expected {_VALID_FORMS}")
+        return GPUTarget("cuda", arch, CUDA_WARP_SIZE)
+
+    @classmethod
+    def detect_target(cls) -> Optional[GPUTarget]:
+        """Target of CUDA device 0 via ``cuda.bindings.driver``; None without driver or device."""
+        return _detect_target()
+
+    @classmethod
+    def default_arch(cls) -> str:
+        """``sm_90``: compiling needs no GPU, so a missing device is not an error."""
+        return "sm_90"
+
+    # -- compilation ---------------------------------------------------
+    def pipeline_fragments(self, options: CompileOptions) -> list:
+        """Lower the ``gpu.module`` to the LLVM and NVVM dialects (no user-provided text)."""
+        return [
+            # Strided/sub-view memref metadata -> affine.apply -> arith; then structured
+            # control flow -> cf, so that the NVVM conversion sees only flat CFGs.
+            "gpu.module(expand-strided-metadata,lower-affine,convert-scf-to-cf)",
+            # gpu/arith/math/memref/index -> llvm+nvvm; math becomes libdevice __nv_* calls.
+            "gpu.module(convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse)",
+            "reconcile-unrealized-casts",
+        ]
+
+    def gpu_module_targets(self) -> list[str]:
+        """``#nvvm.target`` for the arch (validated in the constructor, safe to interpolate)."""
+        return [f'#nvvm.target<chip = "{self.target.arch}", O = 3>']
+
+    def toolchain_versions(self) -> dict[str, str]:
+        """MLIR/LLVM and ``ptxas`` (path and version): a new ptxas means a new cubin."""
+        versions = super().toolchain_versions()
+        ptxas = find_ptxas()
+        versions["ptxas"] = f"{ptxas}: {ptxas_version(ptxas)}" if ptxas else "none"
+        return versions
+
+    def finalize(self, module, artifact, options: CompileOptions) -> None:
+        """Store ``llir`` and ``ptx`` text and, when ``ptxas`` is found, the ``cubin`` bytes.
+
+        Without ``ptxas`` the artifact's ``binary_stage`` becomes ``ptx``.
+        """
+        kernel = ",".join(artifact.kernel_names)
+        gpu_module = _single_gpu_module(module, kernel)
+        _check_lowered(gpu_module, kernel)
+        artifact.asm["llir"] = _llvm_ir(gpu_module, kernel)
+        ptx = _emit_ptx(module, kernel)
+        artifact.asm["ptx"] = ptx
+        if not artifact.kernel_names:  # finalize called outside MlirCompiler
+            artifact.kernel_names = re.findall(r"\.entry\s+([\w$.]+)", ptx)
+
+        ptxas = find_ptxas()
+        if ptxas is None:
+            artifact.binary_stage = "ptx"  # the driver JIT-compiles PTX
+            return
+        artifact.asm["cubin"] = _run_ptxas(ptxas, ptx, self.target.arch, options, kernel)
+
+
+@functools.cache
+def _detect_target() -> Optional[GPUTarget]:
+    """Query device 0 once per process; any missing piece or driver error means None."""
+    try:
+        from cuda.bindings import driver as cu  # type: ignore
+    except Exception:  # ImportError, or a broken install
+        return None
+    try:
+        ok = cu.CUresult.CUDA_SUCCESS
+        (err,) = cu.cuInit(0)
+        if err != ok:
+            return None
+        err, count = cu.cuDeviceGetCount()
+        if err != ok or count <= 0:
+            return None
+        err, dev = cu.cuDeviceGet(0)
+        if err != ok:
+            return None
+        attr = cu.CUdevice_attribute
+        err, major = cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        if err != ok:
+            return None
+        err, minor = cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        if err != ok:
+            return None
+        arch = f"sm_{int(major)}{int(minor)}"
+    except Exception:
+        return None
+    if _ARCH_RE.fullmatch(arch) is None:
+        return None
+    return GPUTarget("cuda", arch, CUDA_WARP_SIZE)
+
+
+def _single_gpu_module(module, kernel: str):
+    found = [op for op in module.body.operations if op.operation.name == "gpu.module"]
+    if len(found) != 1:
+        raise CompilationError(
+            f"the cuda backend compiles exactly one gpu.module per module, found {len(found)}",
+            stage="finalize", kernel=kernel)
+    return found[0]
+
+
+def _check_lowered(gpu_module, kernel: str) -> None:
+    """Name the ops the NVVM conversion left behind (it is a partial conversion, so they
+    would otherwise surface as an opaque LLVM translation failure)."""
+    import mlir.ir as ir
+
+    leftovers: list = []
+
+    def visit(op):
+        dialect = op.name.split(".", 1)[0]
+        if dialect not in ("llvm", "nvvm") and op.name != "gpu.module":
+            leftovers.append(op)
+        return ir.WalkResult.ADVANCE
+
+    gpu_module.operation.walk(visit)
+    if not leftovers:
+        return
+    # Casts only remain around a real culprit; report it first.
+    real = [op for op in leftovers if op.name != "builtin.unrealized_conversion_cast"]
+    shown = (real or leftovers)[:10]
+    lines = [f"{op.location}: '{op.name}' was not lowered to the LLVM/NVVM dialects"
+             for op in shown]
+    raise CompilationError("ops left after NVVM lowering", stage="convert-gpu-to-nvvm",
+                           diagnostics="\n".join(lines), kernel=kernel)
+
+
+def _llvm_ir(gpu_module, kernel: str) -> str:
+    """LLVM IR text of the lowered gpu.module, before libdevice linking and optimization."""
+    import mlir.ir as ir
+    from ..llvm_ir import gpu_module_to_llvm_ir
+
+    # The triple makes the text usable with llc/opt; the NVVM target sets its own
+    # when serializing, so the attribute is only there while translating.
+    attrs = gpu_module.operation.attributes
+    attrs[_TRIPLE_ATTR] = ir.StringAttr.get(NVPTX_TRIPLE)
+    try:
+        return gpu_module_to_llvm_ir(gpu_module)
+    except ValueError as e:
+        raise CompilationError(str(e), stage="llir", kernel=kernel) from None
+    finally:
+        del attrs[_TRIPLE_ATTR]
+
+
+def _emit_ptx(module, kernel: str) -> str:
+    """Serialize the gpu.module to PTX; the text is the ``gpu.binary``'s ``#gpu.object``."""
+    import mlir.ir as ir
+    from mlir.dialects.gpu import ObjectAttr
+    from mlir.passmanager import PassManager
+
+    try:
+        PassManager.parse("builtin.module(gpu-module-to-binary{format=isa})").run(module.operation)
+    except ir.MLIRError as e:
+        raise CompilationError("PTX generation failed", stage="gpu-module-to-binary",
+                               diagnostics=_diagnostics(e), kernel=kernel) from None
+    for op in module.body.operations:
+        if op.operation.name == "gpu.binary":
+            objects = op.operation.attributes["objects"]
+            return ObjectAttr(objects[0]).object.decode()
+    raise CompilationError("gpu-module-to-binary produced no gpu.binary",
+                           stage="gpu-module-to-binary", kernel=kernel)
+
+
+def _run_ptxas(ptxas: str, ptx: str, arch: str, options: CompileOptions, kernel: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="flydsl-ptxas-") as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        out = os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [ptxas, f"-arch={arch}", f"-O{options.opt_level}", src, "-o", out]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise ToolchainError(f"could not run ptxas: {e}", stage="ptxas",
+                                 kernel=kernel) from None
+        if proc.returncode != 0 or not os.path.exists(out):
+            raise ToolchainError(f"ptxas failed (exit {proc.returncode}): {' '.join(cmd)}",
+                                 stage="ptxas", diagnostics=(proc.stderr or proc.stdout).strip(),
+                                 kernel=kernel)
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _diagnostics(err) -> str:
+    """MLIR's error diagnostics, with the (often huge) operation dumps in notes cut short."""
+    lines = []
+    for diag in getattr(err, "error_diagnostics", None) or []:
+        lines.append(f"{diag.location}: {diag.message}")
+        for note in diag.notes:
+            text = str(note.message).splitlines()
+            more = " ..." if len(text) > _NOTE_LINES else ""
+            lines.append(f"  note: {note.location}: " + "\n    ".join(text[:_NOTE_LINES]) + more)
+    return "\n".join(lines) or str(err)

@@ -1,0 +1,137 @@
+"""The ROCm backend: HSACO code objects for AMD GPUs, built without a ROCm install.
+
+Pipeline: MLIR lowers each ``gpu.module`` to the ROCDL/LLVM dialect
+(``convert-gpu-to-rocdl``), Python passes (:mod:`flydsl.compiler.rocdl_passes`)
+remove every dependence on the ROCm device libraries, MLIR translates the
+module to LLVM IR, llvmlite's AMDGPU target emits the ``amdgcn`` assembly and
+object, and ``ld.lld -shared`` links the HSACO (:mod:`flydsl.compiler.hsaco`).
+
+Stages on the artifact: ``mlir``, ``llvm-mlir``, ``llir``, ``amdgcn``, ``hsaco``.
+Kernel arguments follow MLIR's default (expanded memref descriptor) calling
+convention, with ``index`` as i64.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+from ...errors import CompilationError
+from ..options import CompileOptions
+from .base import BaseBackend, GPUTarget, PythonPass
+
+#: Supported arches and their wavefront size (CDNA: 64, RDNA: wave32).
+ARCH_WARP_SIZE = {"gfx90a": 64, "gfx942": 64, "gfx950": 64, "gfx1100": 32, "gfx1201": 32}
+DEFAULT_ARCH = "gfx942"
+
+
+def _base_arch(arch: str) -> str:
+    """``gfx942:sramecc+:xnack-`` (HIP's gcnArchName) -> ``gfx942``."""
+    return arch.split(":", 1)[0].strip().lower()
+
+
+class RocmBackend(BaseBackend):
+    """AMD GPUs through HIP; see the module docstring for the pipeline."""
+
+    name = "rocm"
+    binary_stage = "hsaco"
+
+    # -- target --------------------------------------------------------
+    @classmethod
+    def supports_target(cls, target: GPUTarget) -> bool:
+        return (isinstance(target, GPUTarget) and target.backend == cls.name
+                and ARCH_WARP_SIZE.get(target.arch) == target.warp_size)
+
+    @classmethod
+    def make_target(cls, arch: str) -> GPUTarget:
+        base = _base_arch(arch) if isinstance(arch, str) else ""
+        if base not in ARCH_WARP_SIZE:
+            raise ValueError(f"rocm backend does not support arch {arch!r}; "
+                             f"supported: {', '.join(ARCH_WARP_SIZE)}")
+        return GPUTarget(cls.name, base, ARCH_WARP_SIZE[base])
+
+    @classmethod
+    def detect_target(cls) -> Optional[GPUTarget]:
+        return _detect_target()
+
+    @classmethod
+    def default_arch(cls) -> str:
+        return DEFAULT_ARCH
+
+    # -- compilation ---------------------------------------------------
+    def gpu_module_targets(self) -> list[str]:
+        return [f'#rocdl.target<chip = "{self.target.arch}", O = 3>']
+
+    def pipeline_fragments(self, options: CompileOptions) -> list:
+        from .. import rocdl_passes as rp
+        arch = self.target.arch
+        if arch not in ARCH_WARP_SIZE:  # validated again: it goes into pass options
+            raise ValueError(f"unsupported rocm arch {arch!r}")
+        return [
+            PythonPass("rocm-expand-tanh", rp.expand_tanh, rp.FINGERPRINT),
+            # bf16 math runs in f32; f16 math stays native.
+            "gpu.module(math-extend-to-supported-types{extra-types=f16 target-type=f32},"
+            "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
+            f"convert-gpu-to-rocdl{{chipset={arch} index-bitwidth=64 runtime=HIP}},"
+            "canonicalize,cse)",
+            "reconcile-unrealized-casts",
+            PythonPass("rocm-lower-device-calls", rp.lower_device_calls, rp.FINGERPRINT),
+            PythonPass("rocm-hsa-abi", rp.hsa_abi, rp.FINGERPRINT),
+            PythonPass("rocm-check-device-libs", rp.check_device_libs, rp.FINGERPRINT),
+        ]
+
+    def features(self) -> str:
+        """LLVM target features: RDNA arches are compiled for wave32."""
+        return "+wavefrontsize32" if self.target.warp_size == 32 else ""
+
+    def toolchain_versions(self) -> dict[str, str]:
+        from ..hsaco import llvmlite_version
+        from ..toolchain import find_lld, lld_version, mlir_version
+        return {"mlir": mlir_version(), "llvmlite": llvmlite_version(),
+                "lld": lld_version(find_lld())}
+
+    def finalize(self, module, artifact, options: CompileOptions) -> None:
+        """Store ``llir``, ``amdgcn`` and ``hsaco`` on ``artifact``.
+
+        Without a usable ``ld.lld`` a ToolchainError is raised whose
+        ``artifact`` attribute still carries the ``llir`` and ``amdgcn`` stages.
+        """
+        from ..hsaco import emit_amdgcn, link_hsaco
+        from ..llvm_ir import gpu_module_to_llvm_ir
+        gpu_modules = [op for op in module.body.operations if op.operation.name == "gpu.module"]
+        if not gpu_modules:
+            raise CompilationError("the module has no gpu.module to compile", stage="llir")
+        try:
+            llir = [gpu_module_to_llvm_ir(op) for op in gpu_modules]
+        except ValueError as e:
+            raise CompilationError(str(e), stage="llir") from None
+        artifact.asm["llir"] = "\n".join(llir)
+        asm, obj = emit_amdgcn(llir, self.target.arch, opt_level=options.opt_level,
+                               features=self.features())
+        artifact.asm["amdgcn"] = asm
+        try:
+            artifact.asm["hsaco"] = link_hsaco(obj)
+        except CompilationError as err:
+            err.artifact = artifact  # the assembly is still useful without a linker
+            raise
+
+
+@functools.cache
+def _detect_target() -> Optional[GPUTarget]:
+    """The first HIP device's target via hip-python, or None (no device, no hip-python, any error)."""
+    try:
+        from hip import hip  # type: ignore
+
+        err, count = hip.hipGetDeviceCount()
+        if int(err) != 0 or count < 1:
+            return None
+        err, props = hip.hipGetDeviceProperties(0)
+        if int(err) != 0:
+            return None
+        name = props.gcnArchName
+        arch = _base_arch(name.decode() if isinstance(name, bytes) else str(name))
+        return RocmBackend.make_target(arch)  # an unsupported GPU counts as none
+    except Exception:  # noqa: BLE001 - detection must never raise
+        return None
+
+
+__all__ = ["ARCH_WARP_SIZE", "DEFAULT_ARCH", "RocmBackend"]

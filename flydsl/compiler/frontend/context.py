@@ -1,0 +1,49 @@
+"""The trace in progress: which kernel, which target, where ops go."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ...errors import DSLError
+
+_local = threading.local()
+
+
+@dataclass
+class TraceContext:
+    kernel_name: str
+    target: Any                 # GPUTarget
+    options: Any                # CompileOptions
+    func_op: Any = None         # the gpu.func being built
+    shared_count: int = 0
+    #: Python-source position of the statement being traced, for errors.
+    filename: str = ""
+    lineno: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def current() -> TraceContext:
+    ctx = getattr(_local, "trace", None)
+    if ctx is None:
+        raise DSLError("this flydsl.expr function can only be used inside a @flydsl.kernel body")
+    return ctx
+
+
+def active() -> Optional[TraceContext]:
+    return getattr(_local, "trace", None)
+
+
+class tracing:
+    """Context manager installing a TraceContext for the current thread."""
+
+    def __init__(self, ctx: TraceContext):
+        self.ctx = ctx
+
+    def __enter__(self) -> TraceContext:
+        self.prev = getattr(_local, "trace", None)
+        _local.trace = self.ctx
+        return self.ctx
+
+    def __exit__(self, *exc) -> None:
+        _local.trace = self.prev

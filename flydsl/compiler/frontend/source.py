@@ -1,0 +1,58 @@
+"""Parsing a Python function's source for tracing, with file/line mapping."""
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import linecache
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+from ...errors import DSLError
+
+
+@dataclass(frozen=True)
+class FunctionSource:
+    fn: Callable
+    node: ast.FunctionDef
+    filename: str
+    first_line: int
+    text: str
+
+    def file_line(self, node: ast.AST) -> int:
+        return self.first_line + getattr(node, "lineno", 1) - 1
+
+    def source_line(self, node: ast.AST) -> str:
+        return linecache.getline(self.filename, self.file_line(node)).rstrip("\n")
+
+
+@functools.lru_cache(maxsize=None)
+def function_source(fn: Callable) -> FunctionSource:
+    """The AST of ``fn`` (decorators stripped), cached per function object."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise DSLError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r}: {e}; "
+                       "flydsl kernels must be defined in a file") from None
+    text = textwrap.dedent("".join(lines))
+    tree = ast.parse(text)
+    node = tree.body[0]
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise DSLError(f"{fn!r} is not a plain function")
+    node.decorator_list = []
+    filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
+    return FunctionSource(fn, node, filename, first, text)
+
+
+def closure_vars(fn: Callable) -> dict:
+    """Free variables of ``fn`` bound in enclosing scopes."""
+    names = fn.__code__.co_freevars
+    cells = fn.__closure__ or ()
+    out = {}
+    for name, cell in zip(names, cells):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:  # cell not yet filled
+            pass
+    return out

@@ -1,0 +1,124 @@
+"""Tensor arguments and shared arrays inside a kernel: memrefs with loads and stores."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import mlir.ir as ir
+from mlir.dialects import arith, memref
+
+from ...errors import DSLTypeError
+from ...expr import dtypes as dt
+from ...expr.dtypes import DType
+from .values import Value, as_value, cast, to_index
+
+
+def storage_type(dtype: DType) -> ir.Type:
+    """Element type in memory: bools are bytes (as in numpy and torch)."""
+    return ir.IntegerType.get_signless(8) if dtype.kind == "bool" else dtype.mlir_type()
+
+
+def tensor_memref_type(dtype: DType, rank: int, inner_contiguous: bool) -> ir.MemRefType:
+    """``memref<?x..xT, strided<[?,..], offset: ?>>``; a unit innermost stride is
+    specialized (it lets LLVM vectorize and GPUs coalesce)."""
+    dyn = ir.ShapedType.get_dynamic_size()
+    strides = [dyn] * rank
+    if rank and inner_contiguous:
+        strides[-1] = 1
+    layout = ir.StridedLayoutAttr.get(dyn, strides)
+    return ir.MemRefType.get([dyn] * rank, storage_type(dtype), layout=layout)
+
+
+class ShapeView:
+    """``t.shape``: ``t.shape[k]`` is an Int32 value (a Python int for shared arrays)."""
+
+    def __init__(self, tensor: "TensorValue"):
+        self._t = tensor
+
+    def __getitem__(self, k):
+        return self._t.dim(k)
+
+    def __len__(self) -> int:
+        return self._t.rank
+
+    def __iter__(self):
+        return (self._t.dim(k) for k in range(self._t.rank))
+
+
+class TensorValue:
+    """A tensor (or shared array) inside a kernel: ``t[i]``, ``t[i, j] = v``, ``t.shape[k]``."""
+
+    def __init__(self, mem: ir.Value, dtype: DType, rank: int, name: str = "",
+                 static_shape: Optional[Sequence[int]] = None):
+        self.mem = mem
+        self.dtype = dtype
+        self.rank = rank
+        self.name = name
+        self.static_shape = tuple(static_shape) if static_shape is not None else None
+
+    def __repr__(self) -> str:
+        return f"<flydsl tensor {self.name} {self.dtype.name} rank {self.rank}>"
+
+    @property
+    def shape(self) -> ShapeView:
+        return ShapeView(self)
+
+    @property
+    def ndim(self) -> int:
+        return self.rank
+
+    def dim(self, k):
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise DSLTypeError(f"{self._label()}.shape[k] needs a constant int k, got {k!r}")
+        if not -self.rank <= k < self.rank:
+            raise DSLTypeError(f"{self._label()} has rank {self.rank}; shape[{k}] is out of range")
+        k %= self.rank
+        if self.static_shape is not None:
+            return self.static_shape[k]
+        d = memref.dim(self.mem, arith.constant(ir.IndexType.get(), k))
+        return Value(arith.index_cast(dt.Int32.mlir_type(), d), dt.Int32)
+
+    def _indices(self, idx) -> list:
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if len(idx) != self.rank:
+            raise DSLTypeError(f"{self._label()} has rank {self.rank} but was indexed with "
+                               f"{len(idx)} index{'es' if len(idx) != 1 else ''}")
+        for i in idx:
+            if isinstance(i, slice):
+                raise DSLTypeError(f"slicing {self._label()} is not supported; index elements")
+        return [to_index(i) for i in idx]
+
+    def __getitem__(self, idx) -> Value:
+        raw = memref.load(self.mem, self._indices(idx))
+        if self.dtype.kind == "bool":
+            zero = arith.constant(ir.IntegerType.get_signless(8), 0)
+            return Value(arith.cmpi(arith.CmpIPredicate.ne, raw, zero), dt.Bool)
+        return Value(raw, self.dtype)
+
+    def __setitem__(self, idx, value) -> None:
+        v = coerce_for_store(value, self.dtype, self._label())
+        raw = v.v
+        if self.dtype.kind == "bool":
+            raw = arith.extui(ir.IntegerType.get_signless(8), raw)
+        memref.store(raw, self.mem, self._indices(idx))
+
+    def _label(self) -> str:
+        return f"tensor {self.name!r}" if self.name else "tensor"
+
+    def __bool__(self):
+        raise DSLTypeError(f"{self._label()} cannot be used as a bool")
+
+
+def coerce_for_store(value, dtype: DType, what: str) -> Value:
+    """Implicit conversion on store: literals and same-kind values; int<->float needs fx.cast."""
+    if not isinstance(value, Value):
+        if isinstance(value, (bool, int, float)):
+            return as_value(value, dtype)
+        raise DSLTypeError(f"cannot store {type(value).__name__} {value!r} into {what}")
+    src = value.dtype
+    if src is dtype:
+        return value
+    if src.kind == dtype.kind or src.kind == "bool" or (src.kind == "int" and dtype.kind == "float"):
+        return cast(value, dtype)
+    raise DSLTypeError(f"cannot store a {src.name} value into {what} of {dtype.name}; "
+                       f"convert it explicitly with fx.cast(x, fx.{dtype.name})")

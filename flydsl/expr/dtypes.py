@@ -1,0 +1,118 @@
+"""Scalar types and parameter annotations of the DSL (no MLIR import here)."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+
+class DType:
+    """A DSL scalar type such as ``fx.Float32``.
+
+    Used as a parameter annotation (``n: fx.Int32``), as a cast target
+    (``fx.cast(x, fx.Float16)``) and, inside kernels, as a constructor:
+    ``fx.Float64(0)`` is a Float64 constant, ``fx.Float32(i)`` a cast.
+    """
+
+    def __init__(self, name: str, kind: str, bits: int, mlir: str, np_dtype: Optional[str]):
+        self.name = name
+        self.kind = kind          # "int", "float" or "bool"
+        self.bits = bits
+        self.mlir = mlir          # MLIR type spelling: i32, f16, bf16, i1, ...
+        self.np_dtype = np.dtype(np_dtype) if np_dtype else None
+
+    def __repr__(self) -> str:
+        return f"fx.{self.name}"
+
+    def __reduce__(self):
+        return (_dtype_by_name, (self.name,))
+
+    def __call__(self, value: Any):
+        from ..compiler.frontend import ops
+        return ops.cast(value, self)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+    def mlir_type(self):
+        import mlir.ir as ir
+        return ir.Type.parse(self.mlir)
+
+
+Bool = DType("Bool", "bool", 1, "i1", "bool")
+Int8 = DType("Int8", "int", 8, "i8", "int8")
+Int16 = DType("Int16", "int", 16, "i16", "int16")
+Int32 = DType("Int32", "int", 32, "i32", "int32")
+Int64 = DType("Int64", "int", 64, "i64", "int64")
+Float16 = DType("Float16", "float", 16, "f16", "float16")
+BFloat16 = DType("BFloat16", "float", 16, "bf16", None)  # numpy has no bfloat16
+Float32 = DType("Float32", "float", 32, "f32", "float32")
+Float64 = DType("Float64", "float", 64, "f64", "float64")
+
+ALL_DTYPES = (Bool, Int8, Int16, Int32, Int64, Float16, BFloat16, Float32, Float64)
+_BY_NAME = {t.name: t for t in ALL_DTYPES}
+_BY_NUMPY = {t.np_dtype: t for t in ALL_DTYPES if t.np_dtype is not None}
+
+
+def _dtype_by_name(name: str) -> DType:
+    return _BY_NAME[name]
+
+
+def dtype_from_numpy(np_dtype) -> Optional[DType]:
+    return _BY_NUMPY.get(np.dtype(np_dtype))
+
+
+def dtype_from_torch(torch_dtype) -> Optional[DType]:
+    name = str(torch_dtype).replace("torch.", "")
+    return {"bool": Bool, "int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64,
+            "float16": Float16, "bfloat16": BFloat16, "float32": Float32,
+            "float64": Float64}.get(name)
+
+
+class ConstexprAnnotation:
+    """``fx.Constexpr[T]``: a trace-time constant, part of the specialization key."""
+
+    def __init__(self, py_type: Any = None):
+        self.py_type = py_type
+
+    def __repr__(self) -> str:
+        return f"fx.Constexpr[{getattr(self.py_type, '__name__', self.py_type)}]"
+
+
+class Constexpr:
+    """Annotate a parameter as a compile-time constant: ``BLOCK: fx.Constexpr[int]``."""
+
+    def __class_getitem__(cls, py_type: Any) -> ConstexprAnnotation:
+        return ConstexprAnnotation(py_type)
+
+
+class TensorAnnotation:
+    """``fx.Tensor`` or ``fx.Tensor[fx.Float32]`` (element type checked at launch)."""
+
+    def __init__(self, dtype: Optional[DType] = None, rank: Optional[int] = None):
+        self.dtype = dtype
+        self.rank = rank
+
+    def __getitem__(self, params) -> "TensorAnnotation":
+        if not isinstance(params, tuple):
+            params = (params,)
+        dtype = params[0] if params else None
+        rank = params[1] if len(params) > 1 else None
+        if dtype is not None and not isinstance(dtype, DType):
+            raise TypeError(f"fx.Tensor[...] takes a flydsl dtype such as fx.Float32, got {dtype!r}")
+        if rank is not None and (not isinstance(rank, int) or rank < 0):
+            raise TypeError(f"fx.Tensor[dtype, rank]: rank must be a non-negative int, got {rank!r}")
+        return TensorAnnotation(dtype, rank)
+
+    def __repr__(self) -> str:
+        if self.dtype is None:
+            return "fx.Tensor"
+        return f"fx.Tensor[{self.dtype!r}" + (f", {self.rank}]" if self.rank is not None else "]")
+
+
+Tensor = TensorAnnotation()

@@ -1,0 +1,1 @@
+"""Runtime glue: argument classification and packing, and per-backend launchers."""
