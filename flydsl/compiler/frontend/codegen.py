@@ -90,8 +90,8 @@ def may_return(stmts) -> bool:
 def _is_user_function(fn) -> bool:
     """Plain Python helpers written by the user are traced (inlined), not called."""
     import types
-    if not isinstance(fn, types.FunctionType):
-        return False
+    if not isinstance(fn, types.FunctionType) or fn.__name__ == "<lambda>":
+        return False  # lambdas are single expressions: calling them traces them
     module = getattr(fn, "__module__", "") or ""
     return not (module == "flydsl" or module.startswith("flydsl.") or module.startswith("numpy")
                 or module.startswith("torch") or module == "builtins")

@@ -1,0 +1,28 @@
+"""Shared test setup: the CPU backend by default, examples importable."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, HERE)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_backend_by_default(monkeypatch):
+    """Tests run kernels on the CPU backend unless they choose another."""
+    monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", os.environ.get("FLYDSL_TEST_BACKEND", "cpu"))
+    monkeypatch.delenv("FLYDSL_GPU_ARCH", raising=False)
+
+
+def gpu_available(backend: str) -> bool:
+    from flydsl.compiler.backends import lookup_backend_class
+    return lookup_backend_class(backend).device_present()
+
+
+requires_cuda = pytest.mark.skipif(not gpu_available("cuda"),
+                                   reason="needs an NVIDIA GPU with a CUDA driver")
+requires_rocm = pytest.mark.skipif(not gpu_available("rocm"),
+                                   reason="needs an AMD GPU with a HIP runtime")

@@ -1,0 +1,192 @@
+"""Python control flow in kernels: dynamic -> scf ops, constexpr -> folded at trace time."""
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import DSLError, UnsupportedConstructError
+
+
+@flydsl.kernel
+def branches(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    i = fx.thread_idx.x
+    if i >= n:
+        return
+    v = x[i]
+    if v < -1.0:
+        r = -1
+    elif v < 0.0:
+        r = 0
+    elif v < 1.0:
+        r = 1
+    else:
+        r = 2
+    y[i] = r
+
+
+def test_if_elif_else_and_early_return():
+    x = np.array([-3, -0.5, 0.5, 4, 9, 9], np.float32)
+    y = np.full(6, 7, np.int32)
+    branches[1, 6](x, y, 4)
+    np.testing.assert_array_equal(y, [-1, 0, 1, 2, 7, 7])
+
+
+@flydsl.kernel
+def loops(out: fx.Tensor, n: fx.Int32):
+    i = fx.thread_idx.x
+    acc = 0                      # literal int, loop-carried
+    for k in range(n):
+        acc += k * i
+    s = 0.0                      # reverse range with a constant negative step
+    for k in range(n, 0, -2):
+        s = s + k
+    j = 0
+    w = 1
+    while j < n:                 # dynamic while with two carried values
+        j += 1
+        w = w * 2
+    t = 0
+    for k in range(3, n, 2):     # start/stop/step
+        t += 1
+    out[i, 0] = acc
+    out[i, 1] = s
+    out[i, 2] = w
+    out[i, 3] = t
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 8])
+def test_dynamic_loops(n):
+    out = np.zeros((4, 4), np.float64)
+    loops[1, 4](out, n)
+    for i in range(4):
+        assert out[i, 0] == sum(k * i for k in range(n))
+        assert out[i, 1] == sum(range(n, 0, -2))
+        assert out[i, 2] == 2 ** n
+        assert out[i, 3] == len(range(3, n, 2))
+
+
+@flydsl.kernel
+def constexpr_folding(out: fx.Tensor, MODE: fx.Constexpr[str], N: fx.Constexpr[int]):
+    total = 0
+    for k in range(N):           # unrolled
+        if k % 2 == 0:           # folded
+            total += k
+    if MODE == "double":
+        total = total * 2
+    out[0] = total
+
+
+def test_constexpr_branches_are_folded_and_loops_unrolled():
+    out = np.zeros(1, np.int32)
+    constexpr_folding[1, 1](out, "double", 6)
+    assert out[0] == 2 * (0 + 2 + 4)
+    constexpr_folding[1, 1](out, "single", 5)
+    assert out[0] == 0 + 2 + 4
+    prog = flydsl.compile(constexpr_folding, out, "single", 5)
+    ir_text = prog.asm["mlir"]
+    assert "scf.if" not in ir_text and "scf.for" not in ir_text
+
+
+@flydsl.kernel
+def runtime_range(out: fx.Tensor, N: fx.Constexpr[int]):
+    total = 0
+    for k in fx.range(N):        # a real loop even with a constant bound
+        total += k
+    out[0] = total
+
+
+def test_fx_range_keeps_the_loop():
+    out = np.zeros(1, np.int32)
+    runtime_range[1, 1](out, 10)
+    assert out[0] == 45
+    assert "scf.for" in flydsl.compile(runtime_range, out, 10).asm["mlir"]
+
+
+@flydsl.kernel
+def short_circuit(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    i = fx.thread_idx.x
+    # `and` must not evaluate x[i] when i >= n (it would read out of bounds)
+    if i < n and x[i] > 0.0:
+        y[i] = 1
+    v = 1 if i < 2 or i > 5 else 0     # conditional expression on a dynamic value
+    y[i + 8] = v
+
+
+def test_short_circuit_and_ifexp():
+    x = np.array([1, -1, 1, -1], np.float32)
+    y = np.zeros(16, np.int32)
+    short_circuit[1, 8](x, y, 4)
+    np.testing.assert_array_equal(y[:8], [1, 0, 1, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(y[8:], [1, 1, 0, 0, 0, 0, 1, 1])
+
+
+def clamp(v, lo, hi):
+    if v < lo:
+        return lo
+    if v > hi:
+        return hi
+    return v
+
+
+@flydsl.kernel
+def uses_helper(x: fx.Tensor, y: fx.Tensor):
+    i = fx.thread_idx.x
+    y[i] = clamp(x[i], -1.0, 1.0)
+
+
+def test_plain_python_helpers_are_traced_inline():
+    x = np.array([-5, -0.5, 0.25, 3], np.float32)
+    y = np.zeros(4, np.float32)
+    uses_helper[1, 4](x, y)
+    np.testing.assert_array_equal(y, np.clip(x, -1, 1))
+
+
+@flydsl.kernel
+def typed_accumulator(x: fx.Tensor, out: fx.Tensor, n: fx.Int32):
+    acc = fx.Float64(0)
+    for k in range(n):
+        acc += x[k]
+    out[0] = acc
+
+
+def test_literal_and_typed_loop_carried_values():
+    x = np.arange(10, dtype=np.float64) / 3
+    out = np.zeros(1, np.float64)
+    typed_accumulator[1, 1](x, out, 10)
+    assert out[0] == pytest.approx(x.sum(), rel=1e-15)
+
+
+@flydsl.kernel
+def bad_construct(x: fx.Tensor):
+    with open("f"):
+        x[0] = 1
+
+
+def test_unsupported_construct_names_kernel_and_line():
+    with pytest.raises(UnsupportedConstructError) as e:
+        bad_construct[1, 1](np.zeros(1, np.float32))
+    msg = str(e.value)
+    assert "bad_construct" in msg and "test_control_flow.py" in msg and 'open("f")' in msg
+    assert e.value.lineno > 0
+
+
+@flydsl.kernel
+def undefined_name(x: fx.Tensor):
+    x[0] = not_defined_anywhere  # noqa: F821
+
+
+def test_undefined_name():
+    with pytest.raises(DSLError, match="not_defined_anywhere"):
+        undefined_name[1, 1](np.zeros(1, np.float32))
+
+
+@flydsl.kernel
+def branch_only_name(x: fx.Tensor):
+    if fx.thread_idx.x == 0:
+        only_here = 1.0
+    x[0] = only_here  # noqa: F821
+
+
+def test_name_defined_in_one_branch_is_an_error():
+    with pytest.raises(DSLError, match="only_here"):
+        branch_only_name[1, 1](np.zeros(1, np.float32))
