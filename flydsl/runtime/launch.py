@@ -15,7 +15,7 @@ class _CheckedLauncher:
     def __init__(self, compiled, impl):
         self.compiled = compiled
         self.impl = impl
-        self.backend = compiled.backend.name
+        self.backend = compiled.backend.driver or compiled.backend.name
         self.kernel = compiled.kernel.name
 
     def check_and_launch(self, runtime: Sequence, grid: tuple, block: tuple, smem: int,
@@ -34,7 +34,7 @@ class _CheckedLauncher:
 
 def launcher_for(compiled) -> _CheckedLauncher:
     name = compiled.backend.name
-    if name == "cpu":
+    if compiled.backend.driver == "cpu":
         from .cpu_launcher import CpuLauncher
         layout = [("tensor", s.rank) if s.kind == "tensor" else ("scalar", s.dtype)
                   for s in compiled.specs if s.kind != "constexpr"]

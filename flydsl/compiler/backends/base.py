@@ -52,6 +52,8 @@ class BaseBackend(ABC):
     tags: ClassVar[tuple[str, ...]] = ()
     #: Stage whose output is the loadable binary (``cubin``, ``hsaco``, ...).
     binary_stage: ClassVar[str] = ""
+    #: Which runtime driver launches this backend's binaries (``cpu``, ``cuda``, ``hip``).
+    driver: ClassVar[str] = ""
 
     def __init__(self, target: GPUTarget):
         if not isinstance(target, GPUTarget):

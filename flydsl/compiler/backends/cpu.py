@@ -24,6 +24,7 @@ def host_arch() -> str:
 class CpuBackend(BaseBackend):
     name = "cpu"
     binary_stage = "llir"
+    driver = "cpu"
 
     @classmethod
     def supports_target(cls, target: GPUTarget) -> bool:

@@ -39,6 +39,7 @@ class CudaBackend(BaseBackend):
 
     name = "cuda"
     binary_stage = "cubin"
+    driver = "cuda"
 
     # -- target --------------------------------------------------------
     @classmethod
