@@ -32,11 +32,31 @@ def _capsule_pointer(capsule, name: bytes) -> int:
     return get(capsule, name)
 
 
+#: Dialects whose ops MLIR can translate to LLVM IR (anything else crashes the C API).
+_TRANSLATABLE = ("builtin.", "llvm.", "nvvm.", "rocdl.")
+
+
+def _check_translatable(op) -> None:
+    """Raise ValueError naming the first op that would make translation crash."""
+    stack = [op.operation]
+    while stack:
+        cur = stack.pop()
+        for region in cur.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    name = inner.operation.name
+                    if not name.startswith(_TRANSLATABLE):
+                        raise ValueError(f"op {name!r} at {inner.operation.location} was not "
+                                         "lowered to the LLVM dialect")
+                    stack.append(inner.operation)
+
+
 def translate_to_llvm_ir(op) -> str:
     """LLVM IR text of ``op``, a ``builtin.module`` holding only LLVM-dialect ops.
 
     Raises ValueError if MLIR cannot translate it.
     """
+    _check_translatable(op)
     lib = _capi()
     ctx_ptr = _capsule_pointer(op.context._CAPIPtr, b"mlir.ir.Context._CAPIPtr")
     op_ptr = _capsule_pointer(op._CAPIPtr, b"mlir.ir.Operation._CAPIPtr")

@@ -86,7 +86,12 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
             except ValueError as e:  # e.g. unknown pass name in PassManager.parse
                 raise CompilationError(str(e), stage=name, kernel=kernel) from None
         artifact.asm["llvm-mlir"] = str(work)
-        backend.finalize(work, artifact, options)
+        try:
+            backend.finalize(work, artifact, options)
+        except CompilationError:
+            raise
+        except (ValueError, RuntimeError, ir.MLIRError) as e:
+            raise CompilationError(str(e), stage="finalize", kernel=kernel) from None
     return artifact
 
 

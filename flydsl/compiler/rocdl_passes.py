@@ -12,7 +12,9 @@ replace the ones the DSL emits and reject the rest with a clear error:
   ``rocdl.grid.dim.*`` (``__ockl_get_local_size``/``__ockl_get_num_groups``)
   read the HSA kernel dispatch packet; ``__ocml_*`` calls that have an LLVM
   intrinsic the AMDGPU backend expands (f32/f16 ``sin``, ``cos``, ``exp2``,
-  ``log2``, ``floor``, ...) become that intrinsic.
+  ``log2``, ``floor``, ...) become that intrinsic. Note f32 ``sin``/``cos`` are
+  then the hardware ``v_sin``/``v_cos`` (no extra range reduction: accurate for
+  |x| up to a few hundred radians, unlike ocml).
 * :func:`hsa_abi`: target triple, code object version, and a 1024-thread
   work-group limit for kernels without a known block size (MLIR's default is 256).
 * :func:`check_device_libs` (last): any remaining external function, or an
@@ -130,18 +132,20 @@ def _tanh(x):
     narrow = x.type if x.type != ty else None
     if narrow:
         x = arith.extf(ty, x)
+    # tanh is odd: work on |x| and restore the sign (and -0) at the end.
     a = math.absf(x)
     # |x| < 0.5: odd polynomial, accurate down to the tiniest x.
-    u = arith.mulf(x, x)
+    u = arith.mulf(a, a)
     p = const(TANH_COEFFS[-1])
     for c in reversed(TANH_COEFFS[:-1]):
         p = math.fma(p, u, const(c))
-    small = math.fma(arith.mulf(x, u), p, x)
-    # Otherwise sign(x) * (1 - 2 / (exp(2|x|) + 1)): no cancellation, saturates to +-1.
+    small = math.fma(arith.mulf(a, u), p, a)
+    # Otherwise 1 - 2 / (exp(2|x|) + 1): no cancellation, saturates to 1.
     one = const(1.0)
     e = math.exp(arith.addf(a, a))
-    big = math.copysign(arith.subf(one, arith.divf(const(2.0), arith.addf(e, one))), x)
-    result = arith.select(arith.cmpf(arith.CmpFPredicate.OLT, a, const(TANH_SMALL)), small, big)
+    big = arith.subf(one, arith.divf(const(2.0), arith.addf(e, one)))
+    result = math.copysign(
+        arith.select(arith.cmpf(arith.CmpFPredicate.OLT, a, const(TANH_SMALL)), small, big), x)
     return arith.truncf(narrow, result) if narrow else result
 
 
@@ -150,6 +154,7 @@ def _tanh(x):
 def lower_device_calls(module, target=None, options=None) -> None:
     """Replace ockl work-group/grid sizes and mappable ocml calls (see the module docstring)."""
     import mlir.ir as ir
+    from mlir.dialects import llvm
     for gpu_module in _gpu_modules(module):
         for op in _walk(gpu_module, ("rocdl.workgroup.dim.", "rocdl.grid.dim.")):
             with ir.InsertionPoint(op), op.location:
@@ -162,7 +167,6 @@ def lower_device_calls(module, target=None, options=None) -> None:
             intrinsic = m and OCML_INTRINSICS.get(m.group(1))
             if intrinsic and len(op.results) == 1 and _lowerable(intrinsic, int(m.group(2))):
                 with ir.InsertionPoint(op), op.location:
-                    from mlir.dialects import llvm
                     value = llvm.call_intrinsic(op.results[0].type, f"llvm.{intrinsic}",
                                                 list(op.operands), [], [])
                 _replace(op, value)
@@ -170,7 +174,7 @@ def lower_device_calls(module, target=None, options=None) -> None:
 
 
 def _dispatch_dim(op):
-    """Block (``workgroup.dim``) or grid (``grid.dim``, in blocks) size read from the dispatch packet."""
+    """Block (``workgroup.dim``) or grid (``grid.dim``, in blocks) size from the dispatch packet."""
     import mlir.ir as ir
     from mlir.dialects import llvm
     dim = "xyz".index(op.name[-1])

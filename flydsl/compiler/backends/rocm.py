@@ -34,6 +34,7 @@ class RocmBackend(BaseBackend):
 
     name = "rocm"
     binary_stage = "hsaco"
+    driver = "hip"
 
     # -- target --------------------------------------------------------
     @classmethod
@@ -92,8 +93,8 @@ class RocmBackend(BaseBackend):
     def finalize(self, module, artifact, options: CompileOptions) -> None:
         """Store ``llir``, ``amdgcn`` and ``hsaco`` on ``artifact``.
 
-        Without a usable ``ld.lld`` a ToolchainError is raised whose
-        ``artifact`` attribute still carries the ``llir`` and ``amdgcn`` stages.
+        Errors carry the partial artifact as ``err.artifact``: without a usable
+        ``ld.lld`` the ToolchainError still has the ``llir`` and ``amdgcn`` stages.
         """
         from ..hsaco import emit_amdgcn, link_hsaco
         from ..llvm_ir import gpu_module_to_llvm_ir
@@ -105,30 +106,35 @@ class RocmBackend(BaseBackend):
         except ValueError as e:
             raise CompilationError(str(e), stage="llir") from None
         artifact.asm["llir"] = "\n".join(llir)
-        asm, obj = emit_amdgcn(llir, self.target.arch, opt_level=options.opt_level,
-                               features=self.features())
-        artifact.asm["amdgcn"] = asm
         try:
+            asm, obj = emit_amdgcn(llir, self.target.arch, opt_level=options.opt_level,
+                                   features=self.features())
+            artifact.asm["amdgcn"] = asm
             artifact.asm["hsaco"] = link_hsaco(obj)
         except CompilationError as err:
-            err.artifact = artifact  # the assembly is still useful without a linker
+            err.artifact = artifact  # the stages so far stay inspectable (e.g. with no linker)
             raise
 
 
 @functools.cache
 def _detect_target() -> Optional[GPUTarget]:
-    """The first HIP device's target via hip-python, or None (no device, no hip-python, any error)."""
+    """The first HIP device's target via hip-python; None without device, hip-python, or on error."""
     try:
         from hip import hip  # type: ignore
 
-        err, count = hip.hipGetDeviceCount()
-        if int(err) != 0 or count < 1:
+        def check(result):  # hip-python returns (err, *values)
+            result = result if isinstance(result, tuple) else (result,)
+            if result[0] != hip.hipError_t.hipSuccess:
+                raise RuntimeError(result[0])
+            return result[1:]
+
+        count, = check(hip.hipGetDeviceCount())
+        if count < 1:
             return None
-        err, props = hip.hipGetDeviceProperties(0)
-        if int(err) != 0:
-            return None
+        props = hip.hipDeviceProp_t()
+        check(hip.hipGetDeviceProperties(props, 0))
         name = props.gcnArchName
-        arch = _base_arch(name.decode() if isinstance(name, bytes) else str(name))
+        arch = name.decode() if isinstance(name, bytes) else str(name)
         return RocmBackend.make_target(arch)  # an unsupported GPU counts as none
     except Exception:  # noqa: BLE001 - detection must never raise
         return None
