@@ -75,7 +75,7 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
             name = stage_name(fragment)
             try:
                 if isinstance(fragment, PythonPass):
-                    fragment.run(work, backend.target, options)
+                    fragment.resolve()(work, backend.target, options)
                 else:
                     PassManager.parse(f"builtin.module({fragment})").run(work.operation)
             except ir.MLIRError as e:

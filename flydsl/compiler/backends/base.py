@@ -32,12 +32,24 @@ PipelineFragment = Union[str, "PythonPass"]
 
 @dataclass(frozen=True)
 class PythonPass:
-    """A pipeline stage implemented in Python over the MLIR Python API."""
+    """A pipeline stage implemented in Python over the MLIR Python API.
+
+    ``run`` is the callable ``(module, target, options) -> None`` or a lazy
+    ``"module:function"`` reference, so that describing a pipeline (for the
+    cache key) never imports the MLIR bindings.
+    """
 
     name: str
-    run: Callable  # (module: ir.Module, target: GPUTarget, options: CompileOptions) -> None
-    #: Anything about the pass that changes its output; hashed into the cache key.
+    run: Union[Callable, str]
+    #: Anything about the pass that changes its output beyond flydsl's own sources.
     fingerprint: str = ""
+
+    def resolve(self) -> Callable:
+        if callable(self.run):
+            return self.run
+        import importlib
+        module, _, attr = self.run.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
 
 class BaseBackend(ABC):

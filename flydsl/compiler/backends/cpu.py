@@ -46,9 +46,8 @@ class CpuBackend(BaseBackend):
         return False  # FLYDSL_GPU_ARCH names a GPU; the host is the only CPU target
 
     def pipeline_fragments(self, options: CompileOptions) -> list:
-        from flydsl.passes import simt_to_cpu
         return [
-            PythonPass("simt-to-cpu", simt_to_cpu.run, simt_to_cpu.FINGERPRINT),
+            PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
             "canonicalize,cse",
             "convert-scf-to-cf,expand-strided-metadata,lower-affine",
             "convert-math-to-llvm,convert-math-to-libm",

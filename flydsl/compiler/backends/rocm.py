@@ -63,21 +63,21 @@ class RocmBackend(BaseBackend):
         return [f'#rocdl.target<chip = "{self.target.arch}", O = 3>']
 
     def pipeline_fragments(self, options: CompileOptions) -> list:
-        from .. import rocdl_passes as rp
+        rp = "flydsl.compiler.rocdl_passes:"
         arch = self.target.arch
         if arch not in ARCH_WARP_SIZE:  # validated again: it goes into pass options
             raise ValueError(f"unsupported rocm arch {arch!r}")
         return [
-            PythonPass("rocm-expand-tanh", rp.expand_tanh, rp.FINGERPRINT),
+            PythonPass("rocm-expand-tanh", rp + "expand_tanh"),
             # bf16 math runs in f32; f16 math stays native.
             "gpu.module(math-extend-to-supported-types{extra-types=f16 target-type=f32},"
             "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
             f"convert-gpu-to-rocdl{{chipset={arch} index-bitwidth=64 runtime=HIP}},"
             "canonicalize,cse)",
             "reconcile-unrealized-casts",
-            PythonPass("rocm-lower-device-calls", rp.lower_device_calls, rp.FINGERPRINT),
-            PythonPass("rocm-hsa-abi", rp.hsa_abi, rp.FINGERPRINT),
-            PythonPass("rocm-check-device-libs", rp.check_device_libs, rp.FINGERPRINT),
+            PythonPass("rocm-lower-device-calls", rp + "lower_device_calls"),
+            PythonPass("rocm-hsa-abi", rp + "hsa_abi"),
+            PythonPass("rocm-check-device-libs", rp + "check_device_libs"),
         ]
 
     def features(self) -> str:
@@ -85,7 +85,7 @@ class RocmBackend(BaseBackend):
         return "+wavefrontsize32" if self.target.warp_size == 32 else ""
 
     def toolchain_versions(self) -> dict[str, str]:
-        from ..hsaco import llvmlite_version
+        from ..llvm_codegen import llvmlite_version
         from ..toolchain import find_lld, lld_version, mlir_version
         return {"mlir": mlir_version(), "llvmlite": llvmlite_version(),
                 "lld": lld_version(find_lld())}
