@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from .errors import DSLTypeError, LaunchError
-from .expr.dtypes import ConstexprAnnotation, DType, TensorAnnotation
+from .expr.dtypes import TensorAnnotation
 from .runtime.args import annotation_kind, as_host_tensor, check_scalar, scalar_dtype_of
+from .runtime.dispatch import arg_key, dim3, env_token
 
 _override = threading.local()
 
@@ -19,24 +21,6 @@ class _Param:
     kind: str            # "tensor" | "scalar" | "constexpr" | "infer"
     annotation: Any
     default: Any
-
-
-def _dim3(value, what: str, kernel: str) -> tuple:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,)
-    try:
-        dims = tuple(int(v) if not isinstance(v, bool) else None for v in value)
-    except (TypeError, ValueError):
-        raise LaunchError(f"kernel {kernel!r}: {what} must be an int or a tuple of up to 3 "
-                          f"ints, got {value!r}") from None
-    if not 1 <= len(dims) <= 3 or any(d is None for d in dims) or \
-            any(d != v for d, v in zip(dims, value)):
-        raise LaunchError(f"kernel {kernel!r}: {what} must be an int or a tuple of up to 3 "
-                          f"ints, got {value!r}")
-    dims = dims + (1,) * (3 - len(dims))
-    if any(d <= 0 for d in dims):
-        raise LaunchError(f"kernel {kernel!r}: every {what} dimension must be > 0, got {dims}")
-    return dims
 
 
 class KernelFunction:
@@ -65,7 +49,9 @@ class KernelFunction:
             kind = annotation_kind(ann) if ann is not inspect.Parameter.empty else "infer"
             params.append(_Param(p.name, kind, ann, p.default))
         self.params = tuple(params)
-        self._compiled: dict = {}
+        self._constexpr_pos = tuple(i for i, p in enumerate(params) if p.kind == "constexpr")
+        self._compiled: dict = {}     # full specialization key -> CompiledKernel
+        self._dispatch: dict = {}     # fast key -> (CompiledKernel, launch, runtime getter)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -82,11 +68,79 @@ class KernelFunction:
         grid, block, *rest = config
         smem = rest[0] if rest else 0
         stream = rest[1] if len(rest) > 1 else None
+        launch = self.launch
 
-        def launch(*args, **kwargs):
-            return KernelCall(self, args, kwargs).launch(grid=grid, block=block, smem=smem,
-                                                         stream=stream)
-        return launch
+        def launcher(*args, **kwargs):
+            return launch(args, kwargs, grid, block, smem, stream)
+        return launcher
+
+    def launch(self, args: tuple, kwargs: dict, grid, block, smem: int = 0, stream=None) -> None:
+        """Launch with positional ``args``/``kwargs``; compiles on the first call of a
+        specialization. Warm calls take the fast path (no binding, no classification)."""
+        grid3 = dim3(grid, "grid", self.name)
+        block3 = dim3(block, "block", self.name)
+        if not kwargs and getattr(_override, "backend", None) is None:
+            try:
+                key = (env_token(), self._constexpr_values(args), *map(arg_key, args))
+                hit = self._dispatch.get(key)
+            except TypeError:   # an unhashable argument: take the slow path
+                hit = key = None
+            if hit is not None:
+                hit(args, grid3, block3, smem, stream)
+                return None
+        else:
+            key = None
+        return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key)
+
+    def _constexpr_values(self, args: tuple) -> tuple:
+        """Constexpr arguments by value: they are part of the specialization."""
+        pos = self._constexpr_pos
+        n = len(args)
+        return tuple(args[i] for i in pos if i < n) if pos else ()
+
+    def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key) -> None:
+        from .runtime.launch import bind_launch, check_block
+        if not isinstance(smem, int) or smem < 0:
+            raise LaunchError(f"kernel {self.name!r}: smem must be a non-negative int, "
+                              f"got {smem!r}")
+        values = self.bind(args, kwargs)
+        specs, runtime = self.specialize(values)
+        backend, options = _resolve_backend_and_options()
+        compiled = self.compiled_for(specs, backend, options)
+        sink = getattr(_override, "sink", None)
+        if sink is not None:  # flydsl.compile(): record instead of running
+            sink.append(compiled)
+            return None
+        check_block(self.name, compiled.driver, block3)
+        run = bind_launch(compiled, runtime)
+        run(runtime, grid3, block3, smem, stream)
+        if fast_key is not None:
+            self._install_fast_path(fast_key, compiled, run, len(args))
+        return None
+
+    def _install_fast_path(self, key, compiled, run, nargs: int) -> None:
+        runtime_pos = [i for i, p in enumerate(self.params) if p.kind != "constexpr"]
+        tail = [self.params[i].default for i in runtime_pos if i >= nargs]
+        present = [i for i in runtime_pos if i < nargs]
+        if len(present) == 1:
+            one = operator.itemgetter(present[0])
+            pick = lambda args: (one(args), *tail)  # noqa: E731
+        elif present:
+            many = operator.itemgetter(*present)
+            pick = (lambda args: (*many(args), *tail)) if tail else many
+        else:
+            pick = lambda args: tuple(tail)  # noqa: E731
+        driver, name = compiled.driver, self.name
+
+        def fast(args, grid3, block3, smem, stream):
+            if block3[0] * block3[1] * block3[2] > 1024:
+                from .runtime.launch import check_block
+                check_block(name, driver, block3)
+            run(pick(args), grid3, block3, smem, stream)
+        with self._lock:
+            if len(self._dispatch) > 1024:
+                self._dispatch.clear()
+            self._dispatch[key] = fast
 
     # -- specialization ------------------------------------------------
     def bind(self, args: Sequence, kwargs: dict) -> list:
@@ -100,11 +154,17 @@ class KernelFunction:
 
     def specialize(self, values: list) -> tuple:
         """(ParamSpec per parameter, runtime argument per runtime parameter)."""
-        from .compiler.frontend.builder import ParamSpec
+        from .compiler.frontend.params import ParamSpec
         specs, runtime = [], []
         for p, v in zip(self.params, values):
             kind = p.kind
             if kind == "constexpr":
+                try:
+                    hash(v)
+                except TypeError:
+                    raise DSLTypeError(f"kernel {self.name!r}: constexpr argument {p.name!r} "
+                                       f"must be hashable, got {type(v).__name__}",
+                                       kernel=self.name) from None
                 specs.append(ParamSpec(p.name, "constexpr", value=v))
                 continue
             try:
@@ -125,7 +185,7 @@ class KernelFunction:
                                        f"rank {ann.rank}, got {t.rank}", kernel=self.name)
                 specs.append(ParamSpec(p.name, "tensor", dtype=t.dtype, rank=t.rank,
                                        inner_contiguous=t.inner_contiguous))
-                runtime.append(t)
+                runtime.append(v)
                 continue
             if t is not None:
                 raise DSLTypeError(f"kernel {self.name!r}: argument {p.name!r} is declared "
@@ -143,8 +203,9 @@ class KernelFunction:
             runtime.append(v)
         return tuple(specs), runtime
 
-    def compiled_for(self, specs: tuple, backend, options) -> "CompiledKernel":
-        """The compiled kernel for a specialization (traced and compiled once)."""
+    def compiled_for(self, specs: tuple, backend, options):
+        """The compiled kernel for a specialization (from memory, the disk cache, or built)."""
+        from .compiler.kernel_compiler import compile_specialization
         key = (tuple(s.key() for s in specs), backend.name, backend.target, options.key())
         hit = self._compiled.get(key)
         if hit is not None:
@@ -152,9 +213,15 @@ class KernelFunction:
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None:
-                hit = compile_kernel(self, specs, backend, options)
+                hit = compile_specialization(self, specs, backend, options)
                 self._compiled[key] = hit
         return hit
+
+    def cache_clear(self) -> None:
+        """Forget this kernel's in-memory compiled specializations."""
+        with self._lock:
+            self._compiled.clear()
+            self._dispatch.clear()
 
 
 def _resolve_string_annotation(fn, text: str):
@@ -167,6 +234,8 @@ def _resolve_string_annotation(fn, text: str):
 class KernelCall:
     """A kernel bound to its arguments, waiting for ``.launch(grid=, block=)``."""
 
+    __slots__ = ("kernel", "args", "kwargs")
+
     def __init__(self, kernel: KernelFunction, args: tuple, kwargs: dict):
         self.kernel = kernel
         self.args = args
@@ -174,24 +243,10 @@ class KernelCall:
 
     def launch(self, grid=(1, 1, 1), block=(1, 1, 1), smem: int = 0, stream=None) -> None:
         """Compile (once per specialization) and run the kernel."""
-        k = self.kernel
-        grid3 = _dim3(grid, "grid", k.name)
-        block3 = _dim3(block, "block", k.name)
-        if not isinstance(smem, int) or smem < 0:
-            raise LaunchError(f"kernel {k.name!r}: smem must be a non-negative int, got {smem!r}")
-        values = k.bind(self.args, self.kwargs)
-        specs, runtime = k.specialize(values)
-        backend, options = _resolve_backend_and_options(runtime)
-        compiled = k.compiled_for(specs, backend, options)
-        sink = getattr(_override, "sink", None)
-        if sink is not None:  # flydsl.compile(): record instead of running
-            sink.append(compiled)
-            return None
-        compiled.launch(runtime, grid3, block3, smem, stream)
-        return None
+        return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
 
 
-def _resolve_backend_and_options(runtime: list):
+def _resolve_backend_and_options():
     from .compiler.backends.registry import get_backend
     from .compiler.options import CompileOptions
     forced = getattr(_override, "backend", None)
@@ -200,40 +255,8 @@ def _resolve_backend_and_options(runtime: list):
     return get_backend(), CompileOptions.from_env()
 
 
-class CompiledKernel:
-    """One specialization of a kernel: its artifact (``.asm``) and its launcher."""
-
-    def __init__(self, kernel: KernelFunction, specs: tuple, artifact, traced, backend):
-        self.kernel = kernel
-        self.specs = specs
-        self.artifact = artifact
-        self.backend = backend
-        self.shared_bytes = traced.shared_bytes
-        self.name = traced.name
-        self._launcher = None
-
-    @property
-    def asm(self) -> dict:
-        return self.artifact.asm
-
-    def launch(self, runtime: list, grid: tuple, block: tuple, smem: int = 0, stream=None):
-        from .runtime.launch import launcher_for
-        if self._launcher is None:
-            self._launcher = launcher_for(self)
-        self._launcher.check_and_launch(runtime, grid, block, smem, stream)
-
-
-def compile_kernel(kernel: KernelFunction, specs: tuple, backend, options) -> CompiledKernel:
-    from .compiler.frontend.builder import trace_kernel
-    from .compiler.mlir_compiler import MlirCompiler
-    traced = trace_kernel(kernel.fn, kernel.name, specs, backend.target, options)
-    artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
-                                    func_name=kernel.name)
-    return CompiledKernel(kernel, specs, artifact, traced, backend)
-
-
 def kernel(fn: Optional[Callable] = None) -> Any:
-    """Decorator marking a SIMT kernel (see the DESIGN's user API)."""
+    """Decorator marking a SIMT kernel (see the README's "Writing kernels")."""
     if fn is None:
         return kernel
     return KernelFunction(fn)

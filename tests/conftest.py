@@ -10,11 +10,21 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
 
+@pytest.fixture(scope="session")
+def session_cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("flydsl-cache"))
+
+
 @pytest.fixture(autouse=True)
-def _cpu_backend_by_default(monkeypatch):
-    """Tests run kernels on the CPU backend unless they choose another."""
+def _cpu_backend_by_default(monkeypatch, session_cache_dir):
+    """Tests run kernels on the CPU backend unless they choose another, and never
+    touch the user's compile cache."""
     monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", os.environ.get("FLYDSL_TEST_BACKEND", "cpu"))
     monkeypatch.delenv("FLYDSL_GPU_ARCH", raising=False)
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", session_cache_dir)
+    for name in ("FLYDSL_CACHE_DISABLE", "FLYDSL_CACHE_MAX_BYTES", "FLYDSL_DEBUG",
+                 "FLYDSL_OPT_LEVEL", "FLYDSL_FAST_MATH"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def gpu_available(backend: str) -> bool:

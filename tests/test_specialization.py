@@ -14,7 +14,7 @@ def axpy(x: fx.Tensor, y: fx.Tensor, a: fx.Float32, n: fx.Int32, UNROLL: fx.Cons
 
 
 def test_new_int32_value_does_not_recompile():
-    axpy._compiled.clear()
+    axpy.cache_clear()
     x = np.ones(8, np.float32)
     y = np.zeros(8, np.float32)
     axpy[1, 8](x, y, 2.0, 8, 1)
@@ -25,7 +25,7 @@ def test_new_int32_value_does_not_recompile():
 
 
 def test_new_constexpr_value_recompiles():
-    axpy._compiled.clear()
+    axpy.cache_clear()
     x = np.ones(4, np.float32)
     y = np.zeros(4, np.float32)
     axpy[1, 4](x, y, 1.0, 4, 1)
@@ -35,7 +35,7 @@ def test_new_constexpr_value_recompiles():
 
 
 def test_dtype_rank_and_contiguity_are_in_the_key():
-    axpy._compiled.clear()
+    axpy.cache_clear()
     axpy[1, 4](np.ones(4, np.float32), np.zeros(4, np.float32), 1.0, 4, 1)
     axpy[1, 4](np.ones(4, np.float64), np.zeros(4, np.float64), 1.0, 4, 1)
     axpy[1, 4](np.ones(8, np.float32)[::2], np.zeros(4, np.float32), 1.0, 4, 1)
@@ -43,7 +43,7 @@ def test_dtype_rank_and_contiguity_are_in_the_key():
 
 
 def test_backend_and_arch_are_in_the_key(monkeypatch):
-    axpy._compiled.clear()
+    axpy.cache_clear()
     x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
     a = flydsl.compile(axpy, x, y, 1.0, 4, 1, backend="cuda", arch="sm_80")
     b = flydsl.compile(axpy, x, y, 1.0, 4, 1, backend="cuda", arch="sm_90")

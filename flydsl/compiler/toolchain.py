@@ -36,6 +36,11 @@ def _cached_version(argv: tuple[str, ...]) -> str:
     return _tool_version(list(argv))
 
 
+def tool_version(argv: list[str]) -> str:
+    """Last line of ``argv --version`` (cached per process); "" if it cannot run."""
+    return _cached_version(tuple(argv))
+
+
 def find_ptxas() -> Optional[str]:
     """``ptxas`` from ``FLYDSL_PTXAS``, ``CUDA_HOME``/``CUDA_PATH``, PATH, or pip's nvidia-cuda-nvcc."""
     explicit = os.environ.get("FLYDSL_PTXAS")

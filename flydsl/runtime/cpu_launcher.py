@@ -2,24 +2,23 @@
 
 ``flydsl.passes.simt_to_cpu`` gives each kernel the host ABI
 ``k(args..., grid_x, grid_y, grid_z, block_x, block_y, block_z, begin, end)``
-running linear blocks [begin, end); ExecutionEngine exposes it as a packed
-``void(void**)`` function. Arguments are written into a preallocated slot
-array whose pointer table never changes, so a launch only stores numbers.
+running linear blocks [begin, end); the CPU backend links a packed entry
+``_flydsl_packed_k(void **args)`` into the kernel's shared object. Arguments
+are written into a preallocated slot array whose pointer table never
+changes, so a launch only stores numbers.
 """
 from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-import numpy as np
+from .packing import scalar_packer, tensor_packer, tensor_slot_count
+from .shared_object import load_shared_object
 
-from ..expr.dtypes import DType
-
-_PACKED = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+PACKED_PREFIX = "_flydsl_packed_"
 _POOL = None
 _POOL_LOCK = threading.Lock()
 #: Below this many threads in the whole grid, one host thread runs everything.
@@ -41,25 +40,6 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _POOL
 
 
-def scalar_bits(dtype: DType) -> Callable[[object], int]:
-    """Converter from a Python number to the integer bit pattern stored in a slot."""
-    if dtype.kind == "bool":
-        return lambda v: 1 if v else 0
-    if dtype.kind == "int":
-        return int
-    if dtype.mlir == "f32":
-        return lambda v: struct.unpack("<I", struct.pack("<f", float(v)))[0]
-    if dtype.mlir == "f64":
-        return lambda v: struct.unpack("<q", struct.pack("<d", float(v)))[0]
-    if dtype.mlir == "f16":
-        return lambda v: int(np.array(float(v), np.float16).view(np.uint16))
-
-    def bf16(v) -> int:  # round-to-nearest-even from the float32 pattern
-        bits = struct.unpack("<I", struct.pack("<f", float(v)))[0]
-        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-    return bf16
-
-
 class _Slots:
     """One packed-argument buffer: int64 slots and the void* table pointing at them."""
 
@@ -71,22 +51,25 @@ class _Slots:
 
 
 class CpuLauncher:
-    """Calls one compiled CPU kernel. ``layout`` lists runtime params as
-    ("tensor", rank) or ("scalar", dtype)."""
+    """Calls one compiled CPU kernel.
 
-    def __init__(self, engine, kernel_name: str, layout: Sequence[tuple]):
-        self.engine = engine  # keep the JIT alive as long as the launcher
-        addr = engine.raw_lookup(kernel_name)
-        if not addr:
-            raise RuntimeError(f"compiled CPU module has no function {kernel_name!r}")
-        self.fn = _PACKED(addr)
+    ``layout`` lists the runtime params as ("tensor", rank) or ("scalar", dtype).
+    """
+
+    def __init__(self, shared_object: bytes, kernel_name: str, layout: Sequence[tuple]):
+        self.lib = load_shared_object(shared_object, kernel_name)
+        fn = getattr(self.lib, PACKED_PREFIX + kernel_name)
+        fn.argtypes = [ctypes.c_void_p]
+        fn.restype = None
+        self.fn = fn
         self.layout = tuple(layout)
-        n = 8
+        offsets, n = [], 0
         for kind, info in self.layout:
-            n += 3 + 2 * info if kind == "tensor" else 1
-        self.nslots = n
-        self.converters = [None if kind == "tensor" else scalar_bits(info)
-                           for kind, info in self.layout]
+            offsets.append(n)
+            n += tensor_slot_count(info) if kind == "tensor" else 1
+        self.offsets = offsets
+        self.dims_at = n
+        self.nslots = n + 8
         self._local = threading.local()
 
     def _slots(self, count: int) -> list:
@@ -96,53 +79,49 @@ class CpuLauncher:
             self._local.slots = have
         return have
 
-    def launch(self, args: Sequence, grid: tuple, block: tuple) -> None:
-        """``args``: HostTensor or Python number per runtime param, in order."""
-        nblocks = grid[0] * grid[1] * grid[2]
-        if nblocks == 0:
-            return
-        threads = nblocks * block[0] * block[1] * block[2]
-        workers = min(cpu_workers(), nblocks) if threads >= _PARALLEL_MIN_THREADS else 1
-        slots = self._slots(workers)
-        first = slots[0].values
-        i = 0
-        for (kind, info), conv, a in zip(self.layout, self.converters, args):
-            if kind == "tensor":
-                first[i] = a.ptr
-                first[i + 1] = a.ptr
-                first[i + 2] = 0
-                i += 3
-                for s in a.shape:
-                    first[i] = s
-                    i += 1
-                for s in a.strides:
-                    first[i] = s
-                    i += 1
+    def bind(self, samples: Sequence) -> Callable:
+        """A launch function ``run(args, grid, block)`` specialized to the samples' types."""
+        packers = [tensor_packer(off, info, a) if kind == "tensor" else scalar_packer(off, info)
+                   for (kind, info), off, a in zip(self.layout, self.offsets, samples)]
+        pairs = packers
+        d = self.dims_at
+        fn = self.fn
+
+        def run(args: Sequence, grid: tuple, block: tuple) -> None:
+            slots = self._slots(1)[0]
+            vals = slots.values
+            for pack, a in zip(pairs, args):
+                pack(vals, a)
+            nblocks = grid[0] * grid[1] * grid[2]
+            vals[d:d + 8] = (*grid, *block, 0, nblocks)
+            if nblocks * block[0] * block[1] * block[2] < _PARALLEL_MIN_THREADS or nblocks == 1:
+                fn(slots.table_ptr)
             else:
-                first[i] = conv(a)
-                i += 1
-        first[i:i + 6] = (*grid, *block)
-        if workers == 1:
-            first[i + 6] = 0
-            first[i + 7] = nblocks
-            self.fn(slots[0].table_ptr)
-            return
+                self._run_parallel(slots, nblocks)
+        return run
+
+    def _run_parallel(self, first: _Slots, nblocks: int) -> None:
+        workers = min(cpu_workers(), nblocks)
+        slots = self._slots(workers)
         chunk = -(-nblocks // workers)
         size = 8 * self.nslots
-        for w in range(1, workers):
-            ctypes.memmove(slots[w].values, first, size)
+        d = self.dims_at
         futures = []
         pool = _pool(cpu_workers())
+        begin = 0
         for w in range(workers):
-            begin = w * chunk
             end = min(nblocks, begin + chunk)
             if begin >= end:
                 break
-            slots[w].values[i + 6] = begin
-            slots[w].values[i + 7] = end
-            if w == workers - 1 or end == nblocks:
-                self.fn(slots[w].table_ptr)  # the calling thread takes the last chunk
+            s = slots[w]
+            if s is not first:
+                ctypes.memmove(s.values, first.values, size)
+            s.values[d + 6] = begin
+            s.values[d + 7] = end
+            if end == nblocks:
+                self.fn(s.table_ptr)  # the calling thread takes the last chunk
             else:
-                futures.append(pool.submit(self.fn, slots[w].table_ptr))
+                futures.append(pool.submit(self.fn, s.table_ptr))
+            begin = end
         for f in futures:
             f.result()

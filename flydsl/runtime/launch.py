@@ -1,55 +1,73 @@
-"""Choosing and checking a launcher for a compiled kernel."""
+"""Launchers for compiled kernels, chosen by the backend's driver, and launch checks."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
 
 #: Threads per block every backend accepts (CUDA, HIP and the CPU emulation).
 MAX_BLOCK_THREADS = 1024
-#: Static shared memory a block may use without opt-in, per backend.
-MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 48 * 1024, "rocm": 64 * 1024}
+#: Static + dynamic shared memory a block may use, per driver.
+MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 48 * 1024, "hip": 64 * 1024}
 
 
-class _CheckedLauncher:
-    def __init__(self, compiled, impl):
-        self.compiled = compiled
-        self.impl = impl
-        self.backend = compiled.backend.driver or compiled.backend.name
-        self.kernel = compiled.kernel.name
-
-    def check_and_launch(self, runtime: Sequence, grid: tuple, block: tuple, smem: int,
-                         stream) -> None:
-        threads = block[0] * block[1] * block[2]
-        if threads > MAX_BLOCK_THREADS:
-            raise LaunchError(f"kernel {self.kernel!r}: block {block} has {threads} threads; "
-                              f"the {self.backend} backend allows at most {MAX_BLOCK_THREADS}")
-        limit = MAX_SHARED_BYTES.get(self.backend)
-        total_smem = self.compiled.shared_bytes + smem
-        if limit is not None and total_smem > limit:
-            raise LaunchError(f"kernel {self.kernel!r} uses {total_smem} bytes of shared "
-                              f"memory; the {self.backend} backend allows {limit}")
-        self.impl(runtime, grid, block, smem, stream)
+def check_block(kernel: str, driver: str, block: tuple) -> None:
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_BLOCK_THREADS:
+        raise LaunchError(f"kernel {kernel!r}: block {block} has {threads} threads; "
+                          f"the {driver} backend allows at most {MAX_BLOCK_THREADS}")
 
 
-def launcher_for(compiled) -> _CheckedLauncher:
-    name = compiled.backend.name
-    if compiled.backend.driver == "cpu":
+def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None:
+    limit = MAX_SHARED_BYTES.get(driver)
+    if limit is not None and static_bytes + smem > limit:
+        raise LaunchError(f"kernel {kernel!r} uses {static_bytes + smem} bytes of shared "
+                          f"memory; the {driver} backend allows {limit}")
+
+
+def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence) -> None:
+    """Every tensor must live where the driver runs: host memory for the CPU."""
+    from .args import as_host_tensor
+    for name, a in zip(names, args):
+        t = as_host_tensor(a)
+        if t is None:
+            continue
+        if driver == "cpu" and t.device != "cpu":
+            raise LaunchError(f"kernel {kernel!r}: argument {name!r} is on {t.device}, "
+                              "but the cpu backend needs host memory")
+
+
+def make_launcher(compiled) -> object:
+    """The driver-specific launcher of ``compiled`` (has ``bind(samples) -> run``)."""
+    driver = compiled.driver
+    layout = [("tensor", s.rank) if s.kind == "tensor" else ("scalar", s.dtype)
+              for s in compiled.specs if s.kind != "constexpr"]
+    if driver == "cpu":
         from .cpu_launcher import CpuLauncher
-        layout = [("tensor", s.rank) if s.kind == "tensor" else ("scalar", s.dtype)
-                  for s in compiled.specs if s.kind != "constexpr"]
-        cpu = CpuLauncher(compiled.artifact.engine, compiled.name, layout)
-        kernel = compiled.kernel.name
-
-        def run(runtime, grid, block, smem, stream):
-            for spec, arg in zip((s for s in compiled.specs if s.kind == "tensor"),
-                                 (a for a in runtime if hasattr(a, "device"))):
-                if arg.device != "cpu":
-                    raise LaunchError(f"kernel {kernel!r}: argument {spec.name!r} is on "
-                                      f"{arg.device}, but the cpu backend needs host memory")
-            cpu.launch(runtime, grid, block)
-        return _CheckedLauncher(compiled, run)
+        return CpuLauncher(compiled.binary, compiled.name, layout)
     raise FlydslRuntimeError(
-        f"kernel {compiled.kernel.name!r}: launching on the {name} backend needs its device "
-        "driver, which is not available here; compile-only still works "
+        f"kernel {compiled.kernel_name!r}: launching on the {compiled.backend_name} backend "
+        "needs its device driver, which is not available here; compile-only still works "
         "(flydsl.compile(fn, *args, backend=...))")
+
+
+def bind_launch(compiled, samples: Sequence) -> Callable:
+    """Check a first launch's arguments and return ``run(args, grid, block, smem, stream)``."""
+    runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
+    check_devices(compiled.kernel_name, compiled.driver, runtime_names, samples)
+    launcher = compiled.launcher()
+    run = launcher.bind(samples)
+    driver, name, static = compiled.driver, compiled.kernel_name, compiled.shared_bytes
+
+    if driver == "cpu":
+        def launch(args, grid, block, smem, stream):
+            if smem:
+                check_shared(name, driver, static, smem)
+            run(args, grid, block)
+    else:
+        def launch(args, grid, block, smem, stream):
+            if smem:
+                check_shared(name, driver, static, smem)
+            run(args, grid, block, smem, stream)
+    check_shared(name, driver, static, 0)
+    return launch

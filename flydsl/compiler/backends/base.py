@@ -155,6 +155,8 @@ class BaseBackend(ABC):
         h.update(self.pipeline_text(options).encode())
         h.update(repr(self.gpu_module_targets()).encode())
         h.update(repr(sorted(self.toolchain_versions().items())).encode())
+        from ..fingerprint import flydsl_sources_hash
+        h.update(flydsl_sources_hash().encode())  # Python passes shape the binary too
         return h.hexdigest()
 
     def __repr__(self) -> str:

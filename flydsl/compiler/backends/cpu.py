@@ -2,8 +2,9 @@
 
 ``flydsl.passes.simt_to_cpu`` turns every ``gpu.func`` kernel into a host
 function that loops over a range of blocks and, inside each block, over its
-threads (with barrier fission); the result is lowered to LLVM and JIT-compiled
-by MLIR's ExecutionEngine.
+threads (with barrier fission); the result is lowered to LLVM and compiled
+with llvmlite into a shared object the runtime loads with ctypes (so a disk
+cache hit needs neither MLIR nor a JIT).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def host_arch() -> str:
 
 class CpuBackend(BaseBackend):
     name = "cpu"
-    binary_stage = "llir"
+    binary_stage = "so"
     driver = "cpu"
 
     @classmethod
@@ -54,9 +55,49 @@ class CpuBackend(BaseBackend):
             "convert-to-llvm,reconcile-unrealized-casts",
         ]
 
+    def toolchain_versions(self) -> dict[str, str]:
+        from ..host_object import linker_version
+        from ..llvm_codegen import llvmlite_version
+        from ..toolchain import mlir_version
+        cpu, features = _host_cpu()
+        return {"mlir": mlir_version(), "llvmlite": llvmlite_version(), "cpu": cpu,
+                "features": features, "linker": linker_version()}
+
     def finalize(self, module, artifact, options: CompileOptions) -> None:
-        from mlir.execution_engine import ExecutionEngine
+        """``llir`` (with a packed entry per kernel), then the shared object ``so``."""
+        import llvmlite.binding as llvm
+        from .. import llvm_codegen
+        from ..host_object import link_shared_object, packed_wrappers
         from ..llvm_ir import translate_to_llvm_ir
-        artifact.asm["llir"] = translate_to_llvm_ir(module.operation)
-        artifact.engine = ExecutionEngine(module, opt_level=options.opt_level,
-                                          shared_libs=self.runtime_libs())
+        llir = translate_to_llvm_ir(module.operation)
+        llir += "\n" + packed_wrappers(llir, artifact.kernel_names)
+        artifact.asm["llir"] = llir
+        triple = llvm.get_process_triple()
+        cpu, features = _host_cpu()
+        tm = llvm_codegen.target_machine(triple, cpu, features, options.opt_level)
+        _, obj = llvm_codegen.optimize_and_emit(llir, tm, triple, options.opt_level,
+                                                stage="obj", want_asm=False)
+        artifact.asm["so"] = link_shared_object(obj)
+        artifact.engine = HostLibrary(artifact.asm["so"])
+
+
+def _host_cpu() -> tuple[str, str]:
+    """This machine's CPU name and features: the code is tuned for (only) them."""
+    import llvmlite.binding as llvm
+    from .. import llvm_codegen
+    llvm_codegen.initialize()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+class HostLibrary:
+    """A loaded CPU kernel library. ``raw_lookup(name)`` gives the address of the
+    kernel's packed entry ``void(void **args)``, like MLIR's ExecutionEngine."""
+
+    def __init__(self, so: bytes):
+        from ...runtime.shared_object import load_shared_object
+        self.lib = load_shared_object(so)
+
+    def raw_lookup(self, name: str) -> int:
+        import ctypes
+        from ...runtime.cpu_launcher import PACKED_PREFIX
+        return ctypes.cast(getattr(self.lib, PACKED_PREFIX + name), ctypes.c_void_p).value or 0

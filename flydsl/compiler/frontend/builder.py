@@ -15,29 +15,6 @@ from .tensors import TensorValue, tensor_memref_type
 from .values import Value
 
 
-@dataclass(frozen=True)
-class ParamSpec:
-    """How one kernel parameter is specialized.
-
-    kind: "tensor" (dtype, rank, inner_contiguous), "scalar" (dtype) or
-    "constexpr" (value).
-    """
-
-    name: str
-    kind: str
-    dtype: Any = None
-    rank: int = 0
-    inner_contiguous: bool = False
-    value: Any = None
-
-    def key(self) -> tuple:
-        if self.kind == "tensor":
-            return ("T", self.dtype.name, self.rank, self.inner_contiguous)
-        if self.kind == "scalar":
-            return ("S", self.dtype.name)
-        return ("C", type(self.value).__name__, repr(self.value))
-
-
 @dataclass
 class TracedKernel:
     module: Any                  # ir.Module

@@ -1,0 +1,120 @@
+"""Compiling one kernel specialization, through the disk cache.
+
+A disk hit rebuilds the :class:`CompiledKernel` from the entry alone (binary
+and launch metadata), without tracing and without importing MLIR.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from . import cache as disk_cache
+from .backends.base import GPUTarget
+from .fingerprint import cache_key
+
+ENTRY_VERSION = 1
+
+
+class CompiledKernel:
+    """One specialization of a kernel: its stages (``.asm``), binary and launcher."""
+
+    def __init__(self, *, kernel_name: str, name: str, specs: tuple, asm: dict,
+                 binary_stage: str, backend_name: str, driver: str, target: GPUTarget,
+                 shared_bytes: int, cache_key: str = "", from_cache: bool = False):
+        self.kernel_name = kernel_name
+        self.name = name
+        self.specs = specs
+        self.asm = asm
+        self.binary_stage = binary_stage
+        self.backend_name = backend_name
+        self.driver = driver
+        self.target = target
+        self.shared_bytes = shared_bytes
+        self.cache_key = cache_key
+        self.from_cache = from_cache
+        self._launcher = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"<CompiledKernel {self.kernel_name} {self.backend_name}/{self.target.arch} "
+                f"{'(disk cache)' if self.from_cache else ''}>")
+
+    @property
+    def binary(self):
+        return self.asm.get(self.binary_stage)
+
+    def launcher(self):
+        """The driver launcher, created (binary loaded) on first use."""
+        if self._launcher is None:
+            with self._lock:
+                if self._launcher is None:
+                    from ..runtime.launch import make_launcher
+                    self._launcher = make_launcher(self)
+        return self._launcher
+
+    # -- cache entries ---------------------------------------------------
+    def to_entry(self) -> disk_cache.CacheEntry:
+        text = {k: v for k, v in self.asm.items() if isinstance(v, str)}
+        meta = {"version": ENTRY_VERSION, "kernel": self.kernel_name, "name": self.name,
+                "backend": self.backend_name, "driver": self.driver,
+                "target": [self.target.backend, self.target.arch, self.target.warp_size],
+                "binary_stage": self.binary_stage, "shared_bytes": self.shared_bytes,
+                "stages": list(self.asm), "text_stages": sorted(text)}
+        blobs = {k: (v.encode() if isinstance(v, str) else bytes(v)) for k, v in self.asm.items()}
+        return disk_cache.CacheEntry(meta, blobs)
+
+    @classmethod
+    def from_entry(cls, entry: disk_cache.CacheEntry, specs: tuple, key: str) -> "CompiledKernel":
+        m = entry.meta
+        if m.get("version") != ENTRY_VERSION:
+            raise ValueError("cache entry version mismatch")
+        text = set(m["text_stages"])
+        asm = {k: (entry.blobs[k].decode() if k in text else entry.blobs[k]) for k in m["stages"]}
+        return cls(kernel_name=m["kernel"], name=m["name"], specs=specs, asm=asm,
+                   binary_stage=m["binary_stage"], backend_name=m["backend"],
+                   driver=m["driver"], target=GPUTarget(*m["target"]),
+                   shared_bytes=m["shared_bytes"], cache_key=key, from_cache=True)
+
+
+def compile_specialization(kernel, specs: tuple, backend, options) -> CompiledKernel:
+    """Disk cache hit, or trace + compile (once across processes) and store."""
+    spec_key = tuple(s.key() for s in specs)
+    use_disk = disk_cache.enabled()
+    key = cache_key(kernel.fn, spec_key, backend, options) if use_disk else ""
+    if not use_disk:
+        return _compile(kernel, specs, backend, options, key)
+    store = disk_cache.DiskCache()
+    hit = _load(store, key, specs)
+    if hit is not None:
+        return hit
+    with store.lock(key):
+        hit = _load(store, key, specs)   # another process may have just built it
+        if hit is not None:
+            return hit
+        compiled = _compile(kernel, specs, backend, options, key)
+        store.put(key, compiled.to_entry())
+        return compiled
+
+
+def _load(store, key: str, specs: tuple) -> Optional[CompiledKernel]:
+    entry = store.get(key)
+    if entry is None:
+        return None
+    try:
+        return CompiledKernel.from_entry(entry, specs, key)
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def _compile(kernel, specs: tuple, backend, options, key: str) -> CompiledKernel:
+    from .frontend.builder import trace_kernel
+    from .mlir_compiler import MlirCompiler
+    disk_cache.stats["compiles"] += 1
+    traced = trace_kernel(kernel.fn, kernel.name, specs, backend.target, options)
+    artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
+                                    func_name=kernel.name)
+    return CompiledKernel(kernel_name=kernel.name, name=traced.name, specs=specs,
+                          asm=artifact.asm, binary_stage=artifact.binary_stage,
+                          backend_name=backend.name, driver=backend.driver or backend.name,
+                          target=backend.target, shared_bytes=traced.shared_bytes,
+                          cache_key=key)

@@ -1,0 +1,80 @@
+"""The warm-launch fast path: cheap keys for arguments, env and launch dims.
+
+A warm launch must not bind signatures, build strings or classify tensors.
+It hashes a tuple made of: the codegen-relevant environment, each
+argument's *type signature* (type, dtype, rank, innermost contiguity, device;
+for ints whether they fit in 32 bits) and the values of the constexpr
+arguments. That tuple picks a launch function prepared on the first call.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import LaunchError
+
+#: Environment variables that change what gets compiled or where it runs.
+ENV_KEYS = ("FLYDSL_COMPILE_BACKEND", "FLYDSL_GPU_ARCH", "FLYDSL_OPT_LEVEL", "FLYDSL_DEBUG",
+            "FLYDSL_FAST_MATH")
+
+_ENV_DATA = getattr(os.environ, "_data", None)   # CPython's raw dict: ~40x faster lookups
+if _ENV_DATA is not None and os.environ.encodekey("X") == b"X":
+    _ENV_BYTES = tuple(os.environ.encodekey(k) for k in ENV_KEYS)
+
+    def env_token() -> tuple:
+        return tuple(map(_ENV_DATA.get, _ENV_BYTES))
+else:  # pragma: no cover - other platforms
+    def env_token() -> tuple:
+        return tuple(map(os.environ.get, ENV_KEYS))
+
+_ndarray = np.ndarray
+
+
+def arg_key(a) -> object:
+    """What about ``a`` decides its specialization (values excluded, except constexprs)."""
+    t = type(a)
+    if t is _ndarray:
+        nd = a.ndim
+        return (t, a.dtype.num, nd, nd == 0 or a.strides[-1] == a.itemsize or a.shape[-1] == 1)
+    if t is int:
+        return (t, -2147483648 <= a < 2147483648)
+    if t is float or t is bool:
+        return t
+    if t.__module__ == "torch" and hasattr(a, "data_ptr"):
+        nd = a.dim()
+        return (t, a.dtype, nd, nd == 0 or a.stride(-1) == 1 or a.shape[-1] == 1,
+                a.device)
+    return (t, a)  # anything else (constexpr values, numpy scalars): keyed by value
+
+
+_DIMS: dict = {}
+
+
+def dim3(value, what: str, kernel: str) -> tuple:
+    """``value`` (int or up to 3 ints) as a validated 3-tuple; memoized for warm launches."""
+    try:
+        hit = _DIMS.get(value)
+    except TypeError:   # a list: unhashable, validate without memo
+        return _dim3(value, what, kernel)
+    if hit is not None:
+        return hit
+    dims = _dim3(value, what, kernel)
+    if len(_DIMS) > 4096:
+        _DIMS.clear()
+    _DIMS[value] = dims
+    return dims
+
+
+def _dim3(value, what: str, kernel: str) -> tuple:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,)
+    ok = isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)
+    if not ok:
+        raise LaunchError(f"kernel {kernel!r}: {what} must be an int or a tuple of up to 3 "
+                          f"ints, got {value!r}")
+    dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
+    if any(d <= 0 for d in dims):
+        raise LaunchError(f"kernel {kernel!r}: every {what} dimension must be > 0, got {dims}")
+    return dims

@@ -1,0 +1,91 @@
+"""Per-argument packers: write a launch argument into int64 slots.
+
+A packer is chosen once per specialization from a sample argument's Python
+type, so a warm launch does no type dispatch: it only reads the pointer,
+sizes and strides and stores them. Tensors use MLIR's expanded memref
+layout: allocated ptr, aligned ptr, offset, sizes..., strides... (in
+elements).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Callable
+
+import numpy as np
+
+from ..expr.dtypes import DType
+from .args import as_host_tensor
+
+Packer = Callable[[object, object], None]   # (slots, arg) -> None
+
+
+def tensor_slot_count(rank: int) -> int:
+    return 3 + 2 * rank
+
+
+def scalar_bits(dtype: DType) -> Callable[[object], int]:
+    """Converter from a Python number to the integer bit pattern stored in a slot."""
+    if dtype.kind == "bool":
+        return lambda v: 1 if v else 0
+    if dtype.kind == "int":
+        return int
+    if dtype.mlir == "f32":
+        pack, unpack = struct.Struct("<f").pack, struct.Struct("<I").unpack
+        return lambda v: unpack(pack(v))[0]
+    if dtype.mlir == "f64":
+        pack, unpack = struct.Struct("<d").pack, struct.Struct("<q").unpack
+        return lambda v: unpack(pack(v))[0]
+    if dtype.mlir == "f16":
+        return lambda v: int(np.array(float(v), np.float16).view(np.uint16))
+
+    def bf16(v) -> int:  # round-to-nearest-even from the float32 pattern
+        bits = struct.unpack("<I", struct.pack("<f", float(v)))[0]
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    return bf16
+
+
+def tensor_packer(offset: int, rank: int, sample) -> Packer:
+    """A packer for tensors of ``sample``'s type (numpy, torch, or anything DLPack)."""
+    sizes = slice(offset + 3, offset + 3 + rank)
+    strides = slice(offset + 3 + rank, offset + 3 + 2 * rank)
+    if type(sample) is np.ndarray:
+        item = sample.itemsize
+
+        def pack_numpy(slots, a) -> None:
+            ptr = a.ctypes.data
+            slots[offset] = ptr
+            slots[offset + 1] = ptr
+            if rank:
+                slots[sizes] = a.shape
+                slots[strides] = [s // item for s in a.strides]
+        return pack_numpy
+    if type(sample).__module__.startswith("torch"):
+        def pack_torch(slots, t) -> None:
+            ptr = t.data_ptr()
+            slots[offset] = ptr
+            slots[offset + 1] = ptr
+            if rank:
+                slots[sizes] = t.shape
+                slots[strides] = t.stride()
+        return pack_torch
+
+    def pack_generic(slots, a) -> None:
+        t = as_host_tensor(a)
+        slots[offset] = t.ptr
+        slots[offset + 1] = t.ptr
+        if rank:
+            slots[sizes] = t.shape
+            slots[strides] = t.strides
+    return pack_generic
+
+
+def scalar_packer(offset: int, dtype: DType) -> Packer:
+    conv = scalar_bits(dtype)
+    if conv is int:
+        def pack_int(slots, v) -> None:
+            slots[offset] = v
+        return pack_int
+
+    def pack(slots, v) -> None:
+        slots[offset] = conv(v)
+    return pack
