@@ -140,3 +140,19 @@ def test_numpy_like_promotion_and_python_int_semantics():
     out = np.zeros(6, np.float64)
     promotion[1, 1](np.array([5, 2], np.int32), np.array([1.5], np.float16), out)
     np.testing.assert_array_equal(out, [6, 2.5, 3.0, 1.25, -7 // 2, -7 % 2])
+
+
+@flydsl.kernel
+def divergent_barrier(x: fx.Tensor):
+    if fx.thread_idx.x < 4:
+        fx.barrier()
+    x[0] = 1
+
+
+def test_barrier_in_divergent_code_is_an_error_at_the_user_line():
+    from flydsl.errors import UnsupportedConstructError
+    with pytest.raises(UnsupportedConstructError) as e:
+        divergent_barrier[1, 8](np.zeros(1, np.float32))
+    assert e.value.filename.endswith("test_block_features.py")
+    assert e.value.source_line.strip() == "fx.barrier()"
+    assert "divergent_barrier" in str(e.value)

@@ -229,13 +229,18 @@ class DiskCache:
                 removed += 1
         return removed
 
-    def remove_stale_temp_files(self) -> int:
+    def remove_stale_temp_files(self, min_age_s: float = 3600.0) -> int:
+        """Remove temp files a crashed writer left behind (older than ``min_age_s``:
+        a younger one may be a write in progress)."""
+        import time
         root = os.path.join(self.dir, "entries")
         removed = 0
+        now = time.time()
         for dirpath, _, files in os.walk(root):
             for name in files:
-                if name.startswith(".tmp-"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(os.path.join(dirpath, name))
+                path = os.path.join(dirpath, name)
+                with contextlib.suppress(OSError):
+                    if name.startswith(".tmp-") and now - os.stat(path).st_mtime >= min_age_s:
+                        os.unlink(path)
                         removed += 1
         return removed

@@ -13,6 +13,8 @@ from .backends.base import GPUTarget
 from .fingerprint import cache_key
 
 ENTRY_VERSION = 1
+#: Cache keys this process compiled (not loaded), in order: for tests and diagnostics.
+compiled_keys: list[str] = []
 
 
 class CompiledKernel:
@@ -110,6 +112,7 @@ def _compile(kernel, specs: tuple, backend, options, key: str) -> CompiledKernel
     from .frontend.builder import trace_kernel
     from .mlir_compiler import MlirCompiler
     disk_cache.stats["compiles"] += 1
+    compiled_keys.append(key)
     traced = trace_kernel(kernel.fn, kernel.name, specs, backend.target, options)
     artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
                                     func_name=kernel.name)

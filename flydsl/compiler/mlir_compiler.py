@@ -68,7 +68,8 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
             raise CompilationError("input module does not verify", stage="verify",
                                    diagnostics=_diagnostics(e), kernel=kernel) from None
         artifact.asm["mlir"] = str(module)
-        work = ir.Module.parse(artifact.asm["mlir"])
+        # Work on a copy that keeps source locations: passes report errors at user lines.
+        work = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
         artifact.kernel_names = _kernel_names(work)
         _attach_targets(work, backend.gpu_module_targets())
         for fragment in backend.pipeline_fragments(options):

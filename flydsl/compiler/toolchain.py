@@ -28,7 +28,7 @@ def _tool_version(argv: list[str]) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[-1] if text else ""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 @functools.cache
@@ -37,7 +37,7 @@ def _cached_version(argv: tuple[str, ...]) -> str:
 
 
 def tool_version(argv: list[str]) -> str:
-    """Last line of ``argv --version`` (cached per process); "" if it cannot run."""
+    """``argv --version`` output on one line (cached per process); "" if it cannot run."""
     return _cached_version(tuple(argv))
 
 

@@ -1,0 +1,271 @@
+"""The ``flydsl`` command: backends, ahead-of-time compiles, and the compile cache."""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "bool": "bool"}
+_EMIT = ("mlir", "llvm-mlir", "llir", "ptx", "cubin", "amdgcn", "hsaco", "so", "asm")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except Exception as e:  # noqa: BLE001 - a CLI reports errors, it does not trace back
+        from .errors import FlydslError
+        if not isinstance(e, (FlydslError, ValueError, TypeError, OSError, KeyError)):
+            raise
+        print(f"flydsl: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flydsl", description="flydsl GPU kernel DSL tools")
+    sub = p.add_subparsers(title="commands")
+
+    b = sub.add_parser("backends", help="list compile backends and what this machine has")
+    b.add_argument("--all", action="store_true", help="include experimental backends")
+    b.set_defaults(func=_cmd_backends)
+
+    c = sub.add_parser("compile", help="compile a kernel ahead of time (no GPU needed)",
+                       description="Compile FILE.py::NAME (a @flydsl.kernel or @flydsl.jit "
+                                   "function) and write one stage to OUT.")
+    c.add_argument("target", metavar="FILE.py::NAME")
+    c.add_argument("--backend", default=None, help="cpu, cuda, rocm, ... (default: auto)")
+    c.add_argument("--arch", default=None, help="sm_90, gfx942, ... (default: resolved)")
+    c.add_argument("--emit", default="asm", choices=_EMIT,
+                   help="stage to write (asm = the backend's assembly)")
+    c.add_argument("--signature", default=None,
+                   help="arguments in parameter order, comma separated: a tensor as DTYPE[RANK] "
+                        "(f32[1], bf16[2]), a scalar as a dtype (i32, f32), a constexpr as "
+                        "=VALUE (=256, ='mode'); e.g. 'f32[1],f32[1],f32[1],i32'")
+    c.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    c.set_defaults(func=_cmd_compile)
+
+    k = sub.add_parser("cache", help="inspect or clean the compile cache")
+    ksub = k.add_subparsers(title="cache commands")
+    for name, helptext in (("info", "directory, entries and bytes"),
+                           ("list", "one line per entry"),
+                           ("clear", "remove every entry"),
+                           ("prune", "drop stale temp files and evict down to the size cap")):
+        sp = ksub.add_parser(name, help=helptext)
+        if name == "prune":
+            sp.add_argument("--max-bytes", type=int, default=None,
+                            help="size to evict down to (default: FLYDSL_CACHE_MAX_BYTES)")
+        sp.set_defaults(func=globals()[f"_cmd_cache_{name}"])
+    k.set_defaults(func=lambda a: (k.print_help(), 2)[1])
+    return p
+
+
+# -- backends --------------------------------------------------------------
+def _cmd_backends(args) -> int:
+    from .compiler.backends import backend_tags, list_backends, lookup_backend_class
+    from .compiler.backends.registry import resolve_target
+    rows = [("name", "tags", "arch", "device", "toolchain")]
+    for name in list_backends(exclude_tags=() if args.all else ("experimental",)):
+        cls = lookup_backend_class(name)
+        try:
+            target = resolve_target(name)
+            arch = target.arch
+        except Exception as e:  # noqa: BLE001 - listing must not fail on one backend
+            arch = f"? ({e})"
+        device = "yes" if cls.device_present() else "no"
+        rows.append((name, ",".join(backend_tags(name)) or "-", arch, device, _toolchain(name)))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _toolchain(name: str) -> str:
+    from .compiler import toolchain
+    if name == "cuda":
+        path = toolchain.find_ptxas()
+        return f"ptxas: {path}" if path else "PTX only (no ptxas: set CUDA_HOME or FLYDSL_PTXAS)"
+    if name == "rocm":
+        lld = toolchain.find_lld()
+        return f"ld.lld: {' '.join(lld)}" if lld else "no ld.lld >= 17 (apt-get install lld-19)"
+    if name == "cpu":
+        from .compiler.host_object import linker_version
+        return f"linker: {linker_version().split(' | ')[0] or '?'}"
+    return "-"
+
+
+# -- compile ---------------------------------------------------------------
+def _load_target(spec: str):
+    path, sep, name = spec.rpartition("::")
+    if not sep or not path or not name:
+        raise ValueError(f"expected FILE.py::NAME, got {spec!r}")
+    if not os.path.exists(path):
+        raise OSError(f"no such file: {path}")
+    mod_name = "_flydsl_cli_" + os.path.splitext(os.path.basename(path))[0]
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, name):
+        raise KeyError(f"{path} has no {name!r}")
+    return getattr(module, name)
+
+
+def parse_signature(text: str) -> list:
+    """Host stand-ins for a signature string (see ``flydsl compile --help``)."""
+    out = []
+    for item in _split_top(text):
+        item = item.strip()
+        if item.startswith("="):
+            out.append(ast.literal_eval(item[1:]))
+            continue
+        if "[" in item:
+            dtype, _, rest = item.partition("[")
+            rank = int(rest.rstrip("]") or 0)
+            out.append(_stand_in(dtype.strip(), rank))
+            continue
+        if item not in _DTYPES:
+            raise ValueError(f"unknown signature item {item!r}; use e.g. f32[1], i32 or =256")
+        np_name = _DTYPES[item]
+        out.append(np.dtype(np_name).type(1) if np_name not in ("bfloat16",)
+                   else 1.0)
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return parts
+
+
+def _stand_in(dtype: str, rank: int):
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+    if dtype == "bf16":
+        import torch  # numpy has no bfloat16
+        return torch.zeros((1,) * rank, dtype=torch.bfloat16)
+    return np.zeros((1,) * rank, dtype=_DTYPES[dtype])
+
+
+def _cmd_compile(args) -> int:
+    import flydsl
+    fn = _load_target(args.target)
+    if args.signature is None:
+        raise ValueError("--signature is needed to know the argument dtypes and ranks "
+                         "(e.g. --signature 'f32[1],f32[1],f32[1],i32')")
+    call_args = parse_signature(args.signature)
+    prog = flydsl.compile(fn, *call_args, backend=args.backend, arch=args.arch)
+    if not prog.kernels:
+        raise ValueError(f"{args.target} launched no kernel")
+    stage = args.emit
+    asm = prog.asm
+    if stage == "asm":
+        stage = {"cuda": "ptx", "rocm": "amdgcn"}.get(prog.backend.name, "asm")
+        if stage == "asm":
+            data = _host_assembly(asm["llir"])
+        else:
+            data = asm[stage]
+    elif stage not in asm:
+        raise KeyError(f"the {prog.backend.name} backend produced no {stage!r} stage; "
+                       f"available: {', '.join(asm)}")
+    else:
+        data = asm[stage]
+    _write(args.output, data)
+    return 0
+
+
+def _host_assembly(llir: str) -> str:
+    import llvmlite.binding as llvm
+    from .compiler import llvm_codegen
+    from .compiler.backends.cpu import _host_cpu
+    triple = llvm.get_process_triple()
+    cpu, features = _host_cpu()
+    tm = llvm_codegen.target_machine(triple, cpu, features, 3)
+    asm, _ = llvm_codegen.optimize_and_emit(llir, tm, triple, 3, stage="asm")
+    return asm
+
+
+def _write(path: str, data) -> None:
+    if path == "-":
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data)
+        return
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(path, mode) as f:
+        f.write(data)
+
+
+# -- cache -----------------------------------------------------------------
+def _store():
+    from .compiler.cache import DiskCache
+    return DiskCache()
+
+
+def _cmd_cache_info(args) -> int:
+    from .compiler.cache import enabled, max_bytes
+    store = _store()
+    entries = store.entries()
+    print(f"directory: {store.dir}")
+    print(f"enabled:   {'yes' if enabled() else 'no (FLYDSL_CACHE_DISABLE)'}")
+    print(f"entries:   {len(entries)}")
+    print(f"bytes:     {sum(size for _, size, _ in entries)}")
+    cap = max_bytes()
+    print(f"max bytes: {cap if cap is not None else 'unlimited'}")
+    return 0
+
+
+def _cmd_cache_list(args) -> int:
+    import time
+    from .compiler.cache import CacheEntry
+    for path, size, mtime in _store().entries():
+        try:
+            with open(path, "rb") as f:
+                meta = CacheEntry.decode(f.read()).meta
+            what = f"{meta.get('kernel')} {meta.get('backend')}/{meta.get('target', ['', '?'])[1]}"
+        except Exception:  # noqa: BLE001
+            what = "(corrupt)"
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime))
+        print(f"{os.path.basename(path)[:16]}  {size:>9}  {stamp}  {what}")
+    return 0
+
+
+def _cmd_cache_clear(args) -> int:
+    print(f"removed {_store().clear()} entries")
+    return 0
+
+
+def _cmd_cache_prune(args) -> int:
+    from .compiler.cache import max_bytes
+    store = _store()
+    temps = store.remove_stale_temp_files()
+    cap = args.max_bytes if args.max_bytes is not None else max_bytes()
+    evicted = store.prune(cap) if cap is not None else 0
+    print(f"removed {temps} stale temp files, evicted {evicted} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Small MLIR helpers shared by the SIMT-to-CPU pass (:mod:`.simt_to_cpu`).
+
+Everything here works on ``ir.Operation`` objects (``opview.operation``);
+``OpView.name`` is the symbol name for some ops, so names are always read
+from the ``Operation``.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+from typing import Optional, Tuple
+
+import mlir.ir as ir
+
+# -- op classification ------------------------------------------------------
+
+#: Dialects whose every op is side-effect free (no memory effects, no traps
+#: that a hoist could introduce at a block-uniform program point).
+PURE_DIALECTS = frozenset({"arith", "math", "index", "complex", "ub"})
+
+#: Individually whitelisted side-effect-free ops.
+PURE_OPS = frozenset({
+    "memref.dim", "memref.rank", "memref.extract_strided_metadata", "memref.cast",
+    "memref.subview", "memref.reinterpret_cast", "memref.collapse_shape",
+    "memref.expand_shape", "memref.view", "memref.extract_aligned_pointer_as_index",
+    "affine.apply", "affine.min", "affine.max",
+    "llvm.mlir.constant", "llvm.mlir.undef", "llvm.mlir.poison", "llvm.mlir.zero",
+    "builtin.unrealized_conversion_cast",
+    "vector.broadcast", "vector.splat", "vector.extract", "vector.insert",
+    "vector.shape_cast", "vector.bitcast", "vector.shuffle", "vector.from_elements",
+    "vector.fma", "vector.reduction", "vector.step",
+})
+
+#: Pure ops that may trap (integer division): never executed speculatively.
+TRAPPING_OPS = frozenset({
+    "arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.ceildivsi",
+    "arith.ceildivui", "arith.floordivsi",
+    "index.divs", "index.divu", "index.rems", "index.remu", "index.ceildivs",
+    "index.ceildivu", "index.floordivs",
+})
+
+#: Ops producing barriers once shuffles are rewritten (synchronising ops).
+SYNC_OPS = frozenset({"gpu.barrier", "gpu.shuffle"})
+
+
+def may_trap(op: ir.Operation) -> bool:
+    """Integer division whose divisor is not a constant known to be safe."""
+    if op.name not in TRAPPING_OPS:
+        return False
+    divisor = defining_op(op.operands[1])
+    if divisor is None or divisor.name not in ("arith.constant", "index.constant"):
+        return True
+    try:
+        value = ir.IntegerAttr(divisor.attributes["value"]).value
+    except (ValueError, TypeError, KeyError):
+        return True
+    unsigned = op.name.endswith("ui") or op.name.endswith("u")
+    return value == 0 or (not unsigned and value == -1)
+
+
+def op_of(x) -> ir.Operation:
+    """The ``ir.Operation`` behind an OpView / Operation."""
+    return x.operation if not isinstance(x, ir.Operation) else x
+
+
+def is_pure(op: ir.Operation) -> bool:
+    """Side-effect-free op without regions."""
+    if len(op.regions):
+        return False
+    name = op.name
+    return name in PURE_OPS or name.split(".", 1)[0] in PURE_DIALECTS
+
+
+# -- blocks and ops ---------------------------------------------------------
+
+def terminator(block: ir.Block) -> ir.Operation:
+    ops = block.operations
+    return op_of(ops[len(ops) - 1])
+
+
+def block_ops(block: ir.Block, with_terminator: bool = False) -> list:
+    """The block's ops (``ir.Operation``), by default without its terminator."""
+    ops = [op_of(o) for o in block.operations]
+    return ops if with_terminator else ops[:-1]
+
+
+def walk(op: ir.Operation, pred=None) -> list:
+    """Every op nested in (and including) ``op`` for which ``pred`` holds."""
+    found = []
+
+    def cb(o):
+        if pred is None or pred(o):
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(cb, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def defining_op(value) -> Optional[ir.Operation]:
+    if isinstance(value, ir.OpResult):
+        return op_of(value.owner)
+    return None
+
+
+def value_parent_op(value) -> ir.Operation:
+    """The op whose region holds ``value``'s definition (or the def itself)."""
+    if isinstance(value, ir.BlockArgument):
+        return op_of(value.owner.owner)
+    return op_of(value.owner)
+
+
+def is_ancestor(anc: ir.Operation, op: ir.Operation) -> bool:
+    p = op
+    while p is not None:
+        if p == anc:
+            return True
+        p = p.parent
+    return False
+
+
+# -- types ------------------------------------------------------------------
+
+def strip_memory_space(t: ir.Type) -> ir.Type:
+    """``t`` without a (gpu) memory space, if it is a memref type."""
+    if not isinstance(t, ir.MemRefType):
+        return t
+    mt = ir.MemRefType(t)
+    if mt.memory_space is None:
+        return t
+    return ir.MemRefType.get(mt.shape, mt.element_type, mt.layout)
+
+
+# -- locations --------------------------------------------------------------
+
+_LOC_RE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+
+
+def source_location(op: ir.Operation) -> Tuple[str, int, str]:
+    """(filename, line, source line) of the first file location in ``op``'s location."""
+    m = _LOC_RE.search(str(op.location))
+    if not m or m.group(1) in ("-", ""):  # "-": a position in parsed MLIR text, not user code
+        return "", 0, ""
+    filename = m.group(1).replace('\\"', '"').replace("\\\\", "\\")
+    lineno = int(m.group(2))
+    return filename, lineno, linecache.getline(filename, lineno).rstrip("\n")

@@ -1,0 +1,913 @@
+"""SIMT-to-CPU: turn every ``gpu.func`` kernel into a host function.
+
+For a kernel ``@k(a0, ..., an)`` the module afterwards holds::
+
+    func.func @k(a0, ..., an,
+                 %grid_x, %grid_y, %grid_z,        // index
+                 %block_x, %block_y, %block_z,     // index
+                 %block_begin, %block_end)         // index
+
+which runs the blocks with linear id ``bx + grid_x * (by + grid_y * bz)`` in
+``[block_begin, block_end)`` one after the other and, inside each block, all
+``block_x * block_y * block_z`` threads as loop nests (``tz``/``ty``/``tx``,
+``tx`` innermost).  The ``gpu.module``s and the ``gpu.container_module``
+attribute are removed; no ``gpu`` op is left.  The host may call ``@k``
+concurrently on disjoint block ranges: all scratch memory (workgroup memory,
+per-thread slots, shuffle buffers) is ``memref.alloca``'d at function entry,
+once per call, in the default memory space.
+
+How a kernel body (a single block of structured ops) is lowered:
+
+1. ``gpu.block_id/block_dim/grid_dim`` become function values; ``gpu.thread_id``
+   ops stay as *placeholders* until the thread loops exist.
+2. ``gpu.shuffle`` becomes a store to a per-call exchange buffer, a barrier, a
+   load from the partner lane, and a barrier.
+3. Uniformity analysis (:mod:`._simt_uniformity`); a barrier under divergent
+   control flow is an :class:`~flydsl.errors.UnsupportedConstructError`.
+4. Per-thread iter_args / results of barrier-containing ``scf.for``/``scf.if``
+   are demoted to per-thread slots (``memref<?xT>`` indexed by the linear
+   thread id).
+5. Every *block level* (the body and the bodies of barrier-containing
+   uniform ``scf.for``/``scf.if``) is cut at barriers into segments; each
+   segment's per-thread ops go into a thread loop nest, uniform ops stay
+   outside, barriers disappear.
+6. Per-thread ``memref.alloca``s (and private attributions) move to the
+   function entry (one per thread if they live across a barrier).
+7. Per-thread values used in a later thread loop are rematerialised when
+   cheap (thread-id arithmetic), else spilled to a per-thread slot.
+8. Thread-id placeholders become the loop induction variables.
+9. With ``CompileOptions.debug``, every user memref access is bounds-checked
+   (:mod:`._simt_bounds`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import mlir.ir as ir
+from mlir.dialects import arith, func, memref, scf
+
+from flydsl.errors import UnsupportedConstructError
+
+from ._simt_bounds import insert_bounds_checks
+from ._simt_ir import (SYNC_OPS, block_ops, is_pure, may_trap, op_of,
+                       source_location, strip_memory_space, terminator, walk)
+from ._simt_uniformity import Uniformity
+
+#: Bump whenever the generated IR changes (part of the compile-cache key).
+FINGERPRINT = "simt-to-cpu-v1"
+
+_DIMS = ("x", "y", "z")
+#: Rematerialising a cross-barrier value costs at most this many ops per use loop.
+_REMAT_LIMIT = 12
+_INF = 1 << 30
+
+DIVERGENT_BARRIER_MSG = "barrier in divergent control flow is not supported on the CPU backend"
+
+
+def run(module: ir.Module, target=None, options=None) -> None:
+    """Lower every kernel of ``module`` (a ``gpu.container_module``) in place."""
+    warp_size = int(getattr(target, "warp_size", 0) or 32)
+    with module.context, ir.Location.unknown(module.context):
+        top = module.body
+        gpu_modules = [op_of(o) for o in top.operations if op_of(o).name == "gpu.module"]
+        for gm in gpu_modules:
+            for op in block_ops(gm.regions[0].blocks[0], with_terminator=True):
+                name = op.name
+                if name == "gpu.func":
+                    if "gpu.kernel" in op.attributes:
+                        _KernelLowering(op, gm, warp_size, options).run()
+                    else:
+                        _lower_device_func(op, gm)
+                elif name == "gpu.module_end":
+                    continue
+                else:  # helpers: func.func, memref.global, llvm.func, ...
+                    _check_no_gpu_ops(op, _sym_name(op) or name)
+                    op.move_before(gm)
+            gm.erase()
+        for op in block_ops(top, with_terminator=True):
+            # workgroup-memory globals became per-call allocas in the kernels
+            if op.name == "memref.global" and _memory_space_global(op):
+                op.erase()
+        if "gpu.container_module" in module.operation.attributes:
+            del module.operation.attributes["gpu.container_module"]
+        for op in block_ops(top, with_terminator=True):
+            _check_no_gpu_ops(op, _sym_name(op) or op.name)
+
+
+# ---------------------------------------------------------------------------
+# errors and helpers
+
+
+def _memory_space_global(op) -> bool:
+    t = ir.TypeAttr(op.attributes["type"]).value
+    return isinstance(t, ir.MemRefType) and t.memory_space is not None
+
+
+def _sym_name(op) -> str:
+    if "sym_name" in op.attributes:
+        return ir.StringAttr(op.attributes["sym_name"]).value
+    return ""
+
+
+def _unsupported(message: str, op, kernel: str) -> UnsupportedConstructError:
+    filename, lineno, source = source_location(op)
+    return UnsupportedConstructError(message, kernel=kernel, filename=filename,
+                                     lineno=lineno, source_line=source)
+
+
+def _check_no_gpu_ops(op, where: str) -> None:
+    for inner in walk(op, lambda o: o.name.startswith("gpu.")):
+        raise _unsupported(f"'{inner.name}' outside a kernel is not supported on the "
+                           "CPU backend", inner, where)
+
+
+def _lower_device_func(gfunc, gm) -> None:
+    """A non-kernel ``gpu.func`` becomes a plain ``func.func`` (no gpu ops allowed)."""
+    name = _sym_name(gfunc)
+    body = gfunc.regions[0].blocks[0]
+    for inner in walk(gfunc, lambda o: o.name.startswith("gpu.") and o.name != "gpu.return"):
+        raise _unsupported(f"'{inner.name}' in device function {name!r} is not supported on "
+                           "the CPU backend (only kernels may use thread ids and barriers)",
+                           inner, name)
+    if len(gfunc.regions[0].blocks) != 1:
+        raise _unsupported("device functions with several blocks are not supported on the "
+                           "CPU backend", gfunc, name)
+    ftype = ir.FunctionType(ir.TypeAttr(gfunc.attributes["function_type"]).value)
+    with ir.InsertionPoint(gm), gfunc.location:
+        f = func.FuncOp(name, (list(ftype.inputs), list(ftype.results)))
+    entry = f.add_entry_block()
+    for old, new in zip(body.arguments, entry.arguments):
+        old.replace_all_uses_with(new)
+    ret = terminator(body)
+    with ir.InsertionPoint(entry), ret.location:
+        func.ReturnOp(list(ret.operands))
+    new_ret = terminator(entry)
+    for op in block_ops(body):
+        op.move_before(new_ret)
+    gfunc.erase()
+
+
+def _ancestor_in_block(op, block):
+    """``op`` or its ancestor that lies directly in ``block`` (None if none)."""
+    p = op
+    while p is not None:
+        if p.block == block:
+            return p
+        p = p.parent
+    return None
+
+
+@dataclass(eq=False)
+class _ThreadLoop:
+    """One thread loop nest created for a segment."""
+
+    outer: ir.Operation           # outermost scf.for of the nest
+    inner: ir.Operation           # innermost (tx) scf.for
+    ivs: dict                     # "x"/"y"/"z" -> iv value or None (dim known to be 1)
+    anchor: ir.Operation          # values materialised in this loop go before it
+    seg_block: ir.Block           # block holding the segment's ops
+    memo: dict = field(default_factory=dict)
+
+    @property
+    def body(self) -> ir.Block:
+        return self.inner.regions[0].blocks[0]
+
+
+# ---------------------------------------------------------------------------
+# kernel lowering
+
+
+class _KernelLowering:
+    def __init__(self, gfunc, gm, warp_size: int, options):
+        self.gfunc = gfunc
+        self.name = _sym_name(gfunc)
+        self.warp = warp_size
+        self.options = options
+        self.index = ir.IndexType.get()
+        self.loops: list[_ThreadLoop] = []
+        self.loop_of_inner: dict = {}
+        self.slot_loads: dict = {}      # load op -> slot value (loads of value slots)
+        self.value_slots: dict = {}     # value -> slot
+        self.exchange: dict = {}        # element type str -> exchange buffer
+        self.consts: dict = {}
+        self.seeds: set = set()
+        self.internal: set = set()      # scratch buffers indexed in bounds by construction
+        self._build_function(gm)
+
+    # -- setup -----------------------------------------------------------
+    def _build_function(self, gm) -> None:
+        gfunc = self.gfunc
+        if len(gfunc.regions[0].blocks) != 1:
+            raise _unsupported("kernels with several blocks (unstructured control flow) are "
+                               "not supported on the CPU backend", gfunc, self.name)
+        ftype = ir.FunctionType(ir.TypeAttr(gfunc.attributes["function_type"]).value)
+        inputs = list(ftype.inputs)
+        idx = self.index
+        with ir.InsertionPoint(gm), gfunc.location:
+            f = func.FuncOp(self.name, (inputs + [idx] * 8, []))
+        self.func = op_of(f)
+        if "arg_attrs" in gfunc.attributes:
+            attrs = list(ir.ArrayAttr(gfunc.attributes["arg_attrs"]))
+            empty = ir.DictAttr.get({})
+            attrs = attrs + [empty] * (len(inputs) + 8 - len(attrs))
+            self.func.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+        entry = f.add_entry_block()
+        self.entry = entry
+        args = list(entry.arguments)
+        n = len(inputs)
+        gx, gy, gz, bx, by, bz, begin, end = args[n:]
+        self.seeds.update(args)
+        self.known_block = self._known_block_size(gfunc)
+        loc = gfunc.location
+        with ir.InsertionPoint(entry), loc:
+            c1 = arith.ConstantOp(idx, 1).result
+            self.block_loop = op_of(scf.ForOp(begin, end, c1))
+            func.ReturnOp([])
+        self.consts[1] = c1
+        self.seeds.add(c1)
+        bdim_args = {"x": bx, "y": by, "z": bz}
+        self.grid = {"x": gx, "y": gy, "z": gz}
+        self.bdim = {d: (self.const(self.known_block[i]) if self.known_block else bdim_args[d])
+                     for i, d in enumerate(_DIMS)}
+        with ir.InsertionPoint(self.block_loop):
+            t = arith.muli(self.bdim["x"], self.bdim["y"])
+            self.nthreads = arith.muli(t, self.bdim["z"])
+        self.seeds.update([t, self.nthreads])
+        # block loop: linear block id -> (bx, by, bz)
+        loop_body = self.block_loop.regions[0].blocks[0]
+        lin = loop_body.arguments[0]
+        with ir.InsertionPoint(loop_body), loc:
+            bid_x = arith.remui(lin, gx)
+            q = arith.divui(lin, gx)
+            bid_y = arith.remui(q, gy)
+            bid_z = arith.divui(q, gy)
+            self.block_yield = op_of(scf.YieldOp([]))
+        self.seeds.update([lin, bid_x, q, bid_y, bid_z])
+        self.bid = {"x": bid_x, "y": bid_y, "z": bid_z}
+        self.body = loop_body
+
+        # kernel arguments, workgroup and private attributions
+        kbody = gfunc.regions[0].blocks[0]
+        kargs = list(kbody.arguments)
+        for old, new in zip(kargs[:n], args[:n]):
+            old.replace_all_uses_with(new)
+        n_wg = 0
+        if "workgroup_attributions" in gfunc.attributes:
+            n_wg = ir.IntegerAttr(gfunc.attributes["workgroup_attributions"]).value
+        for old in kargs[n:n + n_wg]:
+            buf = self.entry_alloca(strip_memory_space(old.type))
+            old.replace_all_uses_with(buf)
+        private = kargs[n + n_wg:]
+        with ir.InsertionPoint(self.block_yield), loc:
+            for old in private:  # per-thread memory: lowered like an alloca in the body
+                a = memref.AllocaOp(strip_memory_space(old.type), [], [])
+                old.replace_all_uses_with(a.result)
+        # workgroup memory declared as a memref.global: one alloca per call
+        wg_globals = {}
+        for op in walk(gfunc, lambda o: o.name == "memref.get_global"):
+            t = op.results[0].type
+            if t.memory_space is None:
+                continue
+            name = str(op.attributes["name"])
+            if name not in wg_globals:
+                wg_globals[name] = self.entry_alloca(strip_memory_space(t))
+            op.results[0].replace_all_uses_with(wg_globals[name])
+            op.erase()
+        ret = terminator(kbody)
+        if ret.name != "gpu.return":
+            raise _unsupported(f"kernel body ends in {ret.name}", ret, self.name)
+        for op in block_ops(kbody):
+            op.move_before(self.block_yield)
+        gfunc.erase()
+        self.gfunc = None
+
+    @staticmethod
+    def _known_block_size(gfunc) -> Optional[list]:
+        attrs = gfunc.attributes
+        for key in ("known_block_size", "gpu.known_block_size"):
+            if key in attrs:
+                vals = [int(v) for v in ir.DenseI32ArrayAttr(attrs[key])]
+                if len(vals) == 3 and all(v > 0 for v in vals):
+                    return vals
+        return None
+
+    # -- small builders --------------------------------------------------
+    def const(self, value: int) -> ir.Value:
+        """An index constant at the function entry."""
+        if value not in self.consts:
+            with ir.InsertionPoint(self.block_loop), ir.Location.unknown():
+                c = arith.ConstantOp(self.index, value).result
+            self.consts[value] = c
+            self.seeds.add(c)
+        return self.consts[value]
+
+    def entry_alloca(self, mtype: ir.Type, dyn_sizes=()) -> ir.Value:
+        with ir.InsertionPoint(self.block_loop), ir.Location.unknown():
+            a = memref.AllocaOp(mtype, list(dyn_sizes), [], alignment=64).result
+        self.seeds.add(a)
+        return a
+
+    def slot(self, elem_type: ir.Type) -> ir.Value:
+        """A fresh per-thread slot ``memref<?xT>`` with one element per thread."""
+        if isinstance(elem_type, ir.MemRefType):
+            raise TypeError("memref-typed per-thread value")
+        mtype = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], elem_type)
+        buf = self.entry_alloca(mtype, [self.nthreads])
+        self.internal.add(buf)
+        return buf
+
+    def thread_id(self, dim: str) -> ir.Value:
+        """A ``gpu.thread_id`` placeholder at the current insertion point."""
+        return ir.Operation.create(
+            "gpu.thread_id", results=[self.index],
+            attributes={"dimension": ir.Attribute.parse(f"#gpu<dim {dim}>")}).result
+
+    def linear_tid(self) -> ir.Value:
+        """tx + bdim_x * (ty + bdim_y * tz) at the current insertion point."""
+        kb = self.known_block
+        tid = self.thread_id("x")
+        if kb and kb[1] == 1 and kb[2] == 1:
+            return tid
+        tz = self.thread_id("z")
+        ty = self.thread_id("y")
+        row = arith.addi(arith.muli(tz, self.bdim["y"]), ty)
+        return arith.addi(arith.muli(row, self.bdim["x"]), tid)
+
+    def store_slot(self, value, slot) -> None:
+        memref.StoreOp(value, slot, [self.linear_tid()])
+
+    def load_slot(self, slot, remat: bool = True) -> ir.Value:
+        """Load this thread's element of ``slot``.
+
+        ``remat``: the slot keeps this value until every later use of the load
+        (true for value and result slots, not for loop-carried slots, which the
+        loop body overwrites), so a later thread loop may simply load it again.
+        """
+        load = memref.LoadOp(slot, [self.linear_tid()])
+        if remat:
+            self.slot_loads[op_of(load)] = slot
+        return load.result
+
+    # -- driver ----------------------------------------------------------
+    def run(self) -> None:
+        self._lower_id_ops()
+        self._check_divergence()
+        self._rewrite_shuffles()
+        self._demote_sync_op_values()
+        self.uni = self._analyze()
+        self._lower_level(self.body)
+        self._lower_allocas()
+        self._demote_cross_segment_values()
+        self._replace_thread_ids()
+        self._strip_memory_spaces()
+        if getattr(self.options, "debug", False):
+            insert_bounds_checks(self.func, self.name, skip=self.internal)
+
+    def _sync_ancestors(self) -> set:
+        result = set()
+        for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS):
+            p = s.parent
+            while p is not None and p != self.block_loop:
+                result.add(p)
+                p = p.parent
+        return result
+
+    def _analyze(self) -> Uniformity:
+        return Uniformity(self.seeds, self._sync_ancestors()).run(self.body)
+
+    # -- 1. ids ------------------------------------------------------------
+    def _lower_id_ops(self) -> None:
+        for op in walk(self.block_loop, lambda o: o.name.startswith("gpu.")):
+            name = op.name
+            if name in ("gpu.thread_id", "gpu.barrier", "gpu.shuffle"):
+                continue
+            if name in ("gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.global_id"):
+                dim = str(op.attributes["dimension"]).split()[-1].rstrip(">")
+                table = {"gpu.block_id": self.bid, "gpu.block_dim": self.bdim,
+                         "gpu.grid_dim": self.grid}
+                if name == "gpu.global_id":
+                    with ir.InsertionPoint(op), op.location:
+                        new = arith.addi(arith.muli(self.bid[dim], self.bdim[dim]),
+                                         self.thread_id(dim))
+                else:
+                    new = table[name][dim]
+            elif name in ("gpu.lane_id", "gpu.subgroup_id"):
+                with ir.InsertionPoint(op), op.location:
+                    w = self.const(self.warp)
+                    ltid = self.linear_tid()
+                    new = (arith.remui(ltid, w) if name == "gpu.lane_id"
+                           else arith.divui(ltid, w))
+            elif name == "gpu.subgroup_size":
+                new = self.const(self.warp)
+            elif name == "gpu.num_subgroups":
+                with ir.InsertionPoint(op), op.location:
+                    new = arith.ceildivui(self.nthreads, self.const(self.warp))
+            else:
+                raise _unsupported(f"'{name}' is not supported on the CPU backend", op, self.name)
+            op.results[0].replace_all_uses_with(new)
+            op.erase()
+
+    # -- 2. shuffles -------------------------------------------------------
+    def _rewrite_shuffles(self) -> None:
+        for op in walk(self.block_loop, lambda o: o.name == "gpu.shuffle"):
+            mode = str(op.attributes["mode"]).split()[-1].rstrip(">")
+            value, offset, width = list(op.operands)
+            vtype = value.type
+            key = str(vtype)
+            if key not in self.exchange:
+                self.exchange[key] = self.slot(vtype)
+            buf = self.exchange[key]
+            idx = self.index
+            with ir.InsertionPoint(op), op.location:
+                self.store_slot(value, buf)
+                ir.Operation.create("gpu.barrier")
+                ltid = self.linear_tid()
+                w = arith.index_cast(idx, width)
+                off = arith.index_cast(idx, offset)
+                lane = arith.remui(ltid, w)
+                base = arith.subi(ltid, lane)
+                if mode == "xor":
+                    src_lane = arith.xori(lane, off)
+                    valid = arith.cmpi(arith.CmpIPredicate.ult, src_lane, w)
+                elif mode == "down":
+                    src_lane = arith.addi(lane, off)
+                    valid = arith.cmpi(arith.CmpIPredicate.ult, src_lane, w)
+                elif mode == "up":
+                    src_lane = arith.subi(lane, off)
+                    valid = arith.cmpi(arith.CmpIPredicate.uge, lane, off)
+                elif mode == "idx":
+                    src_lane = off
+                    valid = arith.cmpi(arith.CmpIPredicate.ult, src_lane, w)
+                else:
+                    raise _unsupported(f"gpu.shuffle mode {mode!r} is not supported on the "
+                                       "CPU backend", op, self.name)
+                src = arith.addi(base, src_lane)
+                in_block = arith.cmpi(arith.CmpIPredicate.ult, src, self.nthreads)
+                valid = arith.andi(valid, in_block)
+                src = arith.select(valid, src, ltid)
+                result = memref.LoadOp(buf, [src]).result
+                ir.Operation.create("gpu.barrier")
+            op.results[0].replace_all_uses_with(result)
+            op.results[1].replace_all_uses_with(valid)
+            op.erase()
+
+    # -- 3. divergence -----------------------------------------------------
+    def _check_divergence(self) -> None:
+        uni = self._analyze()
+        for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS):
+            p = s.parent
+            while p != self.block_loop:
+                ok = ((p.name == "scf.for" and all(uni.is_uniform(v) for v in list(p.operands)[:3]))
+                      or (p.name == "scf.if" and uni.is_uniform(p.operands[0]))
+                      # shuffles under a thread-dependent scf.if run predicated
+                      or (p.name == "scf.if" and s.name == "gpu.shuffle"))
+                if not ok:
+                    what = ("barrier" if s.name == "gpu.barrier"
+                            else "warp shuffle (it synchronises the block on the CPU)")
+                    if s.name == "gpu.barrier":
+                        msg = DIVERGENT_BARRIER_MSG
+                    else:
+                        msg = (f"{what} in divergent control flow is not supported on the "
+                               "CPU backend")
+                    if p.name == "scf.for":
+                        why = ("an 'scf.for' whose bounds depend on the thread id or on "
+                               "loaded values")
+                    elif p.name == "scf.if":
+                        why = ("an 'scf.if' whose condition depends on the thread id or on "
+                               "loaded values")
+                    else:
+                        why = (f"'{p.name}', which threads may run a different number of times; "
+                               "a loop holding a barrier must be a `for` over a range with "
+                               "block-uniform bounds")
+                    msg += (f" (it is inside {why}); move it where all threads of the block "
+                            "reach it the same number of times")
+                    raise _unsupported(msg, s, self.name)
+                p = p.parent
+
+    # -- 4. demote per-thread values carried by barrier-containing ops ------
+    def _demote_sync_op_values(self) -> None:
+        uni = self._analyze()
+        targets = [op for op in uni.sync if op.name in ("scf.for", "scf.if")]
+        for op in targets:
+            if op.name == "scf.for":
+                inner = list(op.regions[0].blocks[0].arguments)[1:]
+                per = [i for i, a in enumerate(inner) if not uni.is_uniform(a)]
+                if per:
+                    self._demote_for(op, per)
+            else:
+                per = [i for i, r in enumerate(op.results) if not uni.is_uniform(r)]
+                if per:
+                    self._demote_if(op, per)
+
+    def _replace_uses_with_loads(self, value, slot, skip=None, remat=True) -> None:
+        for use in list(value.uses):
+            owner = op_of(use.owner)
+            if skip is not None and skip(owner, use.operand_number):
+                continue
+            with ir.InsertionPoint(owner), owner.location:
+                owner.operands[use.operand_number] = self.load_slot(slot, remat)
+
+    def _store_early(self, value, slot, anchor, late_users=()) -> None:
+        """Store ``value`` to ``slot`` before ``anchor``, or right after its def.
+
+        Storing right after the def (when it is an op of the same block) keeps
+        the store in the def's thread loop instead of a copy loop after the
+        next barrier.  ``late_users`` (readers of the slot's previous value)
+        must not come after the def.
+        """
+        d = value.owner if isinstance(value, ir.OpResult) else None
+        d = op_of(d) if d is not None else None
+        block = anchor.block
+        early = d is not None and d.block == block
+        if early:
+            for u in late_users:
+                a = _ancestor_in_block(u, block)
+                if a is None or (a != d and not a.is_before_in_block(d)):
+                    early = False
+                    break
+        if early:
+            with ir.InsertionPoint.after(d), d.location:
+                self.store_slot(value, slot)
+        else:
+            with ir.InsertionPoint(anchor), anchor.location:
+                self.store_slot(value, slot)
+
+    def _demote_for(self, op, per) -> None:
+        body = op.regions[0].blocks[0]
+        inits = list(op.operands)[3:]
+        inner = list(body.arguments)[1:]
+        yld = terminator(body)
+        yielded = list(yld.operands)
+        slots = {}
+        for i in per:
+            slots[i] = slot = self.slot(inner[i].type)
+            self._store_early(inits[i], slot, op)
+            late = [op_of(u.owner) for u in inner[i].uses]
+            self._store_early(yielded[i], slot, yld, late_users=late)
+        perset = set(per)
+        for i in per:
+            self._replace_uses_with_loads(
+                inner[i], slots[i],
+                skip=lambda o, n: o == yld and n in perset, remat=False)
+            self._replace_uses_with_loads(op.results[i], slots[i])
+        keep = [i for i in range(len(inner)) if i not in perset]
+        self._rebuild_for(op, keep)
+
+    def _rebuild_for(self, op, keep) -> None:
+        operands = list(op.operands)
+        body = op.regions[0].blocks[0]
+        with ir.InsertionPoint(op), op.location:
+            new = scf.ForOp(operands[0], operands[1], operands[2],
+                            [operands[3 + i] for i in keep])
+        new_op = op_of(new)
+        for name in op.attributes:
+            new_op.attributes[name] = op.attributes[name]
+        new_body = new_op.regions[0].blocks[0]
+        old_args = list(body.arguments)
+        new_args = list(new_body.arguments)
+        old_args[0].replace_all_uses_with(new_args[0])
+        for j, i in enumerate(keep):
+            old_args[1 + i].replace_all_uses_with(new_args[1 + j])
+            op.results[i].replace_all_uses_with(new_op.results[j])
+        yld = terminator(body)
+        yielded = list(yld.operands)
+        with ir.InsertionPoint(new_body), yld.location:
+            new_yld = op_of(scf.YieldOp([yielded[i] for i in keep]))
+        for inner_op in block_ops(body):
+            inner_op.move_before(new_yld)
+        op.erase()
+
+    def _demote_if(self, op, per) -> None:
+        blocks = [r.blocks[0] for r in op.regions if len(r.blocks)]
+        perset = set(per)
+        for i in per:
+            slot = self.slot(op.results[i].type)
+            for blk in blocks:
+                yld = terminator(blk)
+                self._store_early(list(yld.operands)[i], slot, yld)
+            self._replace_uses_with_loads(op.results[i], slot)
+        keep = [i for i in range(len(op.results)) if i not in perset]
+        with ir.InsertionPoint(op), op.location:
+            new = scf.IfOp(op.operands[0], [op.results[i].type for i in keep],
+                           has_else=len(blocks) > 1)
+        new_op = op_of(new)
+        for j, i in enumerate(keep):
+            op.results[i].replace_all_uses_with(new_op.results[j])
+        for k, blk in enumerate(blocks):
+            yld = terminator(blk)
+            yielded = list(yld.operands)
+            new_blk = new_op.regions[k].blocks[0]
+            with ir.InsertionPoint(new_blk), yld.location:
+                new_yld = op_of(scf.YieldOp([yielded[i] for i in keep]))
+            for inner_op in block_ops(blk):
+                inner_op.move_before(new_yld)
+        op.erase()
+
+    # -- 5. segments and thread loops ---------------------------------------
+    def _lower_level(self, block, preds=()) -> None:
+        """Cut ``block`` (a block level) at barriers into thread loops.
+
+        ``preds``: per-thread i1 values under which the level runs (the
+        conditions of enclosing thread-dependent ``scf.if``s holding shuffles).
+        """
+        uni = self.uni
+        segment = []
+        term = terminator(block)
+        for op in block_ops(block, with_terminator=True):
+            if op == term:
+                self._make_thread_loop(segment, op, preds)
+                break
+            if op in uni.hoisted:
+                continue
+            if op.name == "gpu.barrier":
+                self._make_thread_loop(segment, op, preds)
+                segment = []
+                op.erase()
+            elif op in uni.sync and op.name == "scf.if" and not uni.is_uniform(op.operands[0]):
+                self._lower_predicated_if(op, segment, preds)
+                segment = []
+            elif op in uni.sync:
+                self._make_thread_loop(segment, op, preds)
+                segment = []
+                for region in op.regions:
+                    for blk in region.blocks:
+                        self._lower_level(blk, preds)
+            else:
+                segment.append(op)
+
+    def _lower_predicated_if(self, op, segment, preds) -> None:
+        """A thread-dependent ``scf.if`` holding shuffles: run both branches as
+        block levels, each thread loop guarded by the (negated) condition."""
+        cond = op.operands[0]
+        blocks = [r.blocks[0] for r in op.regions if len(r.blocks)]
+        branch_preds = [cond]
+        if len(blocks) > 1:
+            with ir.InsertionPoint(op), op.location:
+                true = arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result
+                neg = arith.xori(cond, true)
+            segment += [op_of(true.owner), op_of(neg.owner)]
+            branch_preds.append(neg)
+        self._make_thread_loop(segment, op, preds)
+        for blk, pred in zip(blocks, branch_preds):
+            self._lower_level(blk, tuple(preds) + (pred,))
+        for blk in blocks:
+            for inner in block_ops(blk):
+                inner.move_before(op)
+        op.erase()
+
+    def _make_thread_loop(self, ops, before, preds=()) -> None:
+        if not ops:
+            return
+        kb = self.known_block
+        c0 = self.const(0)
+        c1 = self.const(1)
+        ivs = {}
+        ip = ir.InsertionPoint(before)
+        outer = None
+        inner = None
+        for i in (2, 1, 0):
+            d = _DIMS[i]
+            if i > 0 and kb and kb[i] == 1:
+                ivs[d] = None
+                continue
+            with ip, ops[0].location:
+                loop = op_of(scf.ForOp(c0, self.bdim[d], c1))
+            loop_body = loop.regions[0].blocks[0]
+            with ir.InsertionPoint(loop_body), ops[0].location:
+                yld = op_of(scf.YieldOp([]))
+            ip = ir.InsertionPoint(yld)
+            ivs[d] = loop_body.arguments[0]
+            outer = outer or loop
+            inner = loop
+        seg_block = inner.regions[0].blocks[0]
+        seg_end = terminator(seg_block)
+        anchor = None
+        for pred in preds:
+            with ir.InsertionPoint(seg_end), ops[0].location:
+                guard = op_of(scf.IfOp(pred))
+            anchor = anchor or guard
+            seg_block = guard.regions[0].blocks[0]
+            with ir.InsertionPoint(seg_block), ops[0].location:
+                seg_end = op_of(scf.YieldOp([]))
+        for op in ops:
+            op.move_before(seg_end)
+        tl = _ThreadLoop(outer=outer, inner=inner, ivs=ivs, anchor=anchor or ops[0],
+                         seg_block=seg_block)
+        self.loops.append(tl)
+        self.loop_of_inner[inner] = tl
+
+    def _enclosing_loop(self, op) -> Optional[_ThreadLoop]:
+        p = op.parent
+        while p is not None and p != self.func:
+            tl = self.loop_of_inner.get(p)
+            if tl is not None:
+                return tl
+            p = p.parent
+        return None
+
+    # -- 6. per-thread allocas ---------------------------------------------
+    def _lower_allocas(self) -> None:
+        for tl in self.loops:
+            allocas = walk(tl.inner, lambda o: o.name == "memref.alloca")
+            dynamic = False
+            for a in allocas:
+                mtype = ir.MemRefType(a.results[0].type)
+                if len(a.operands) or not mtype.has_static_shape:
+                    dynamic = True
+                    continue
+                stripped = strip_memory_space(mtype)
+                loops = {self._enclosing_loop(u) for u in self._memref_users(a.results[0])}
+                loops.discard(tl)
+                if not loops:
+                    a.move_before(self.block_loop)
+                    a.results[0].set_type(stripped)
+                    self.seeds.add(a.results[0])
+                    continue
+                # lives across a barrier: one copy per thread, a view per thread
+                shape = list(mtype.shape)
+                big_t = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] + shape,
+                                          mtype.element_type)
+                big = self.entry_alloca(big_t, [self.nthreads])
+                with ir.InsertionPoint(a), a.location:
+                    view = self._thread_view(big, shape, mtype.element_type)
+                if str(view.type) != str(stripped):
+                    self._check_retype_ok(a.results[0], a)
+                a.results[0].replace_all_uses_with(view)
+                a.erase()
+            if dynamic:
+                self._wrap_alloca_scope(tl)
+
+    def _thread_view(self, big, shape, elem) -> ir.Value:
+        ltid = self.linear_tid()
+        rank = len(shape)
+        strides = []
+        s = 1
+        for d in reversed(shape):
+            strides.insert(0, s)
+            s *= d
+        dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+        layout = ir.StridedLayoutAttr.get(dyn, strides)
+        rtype = ir.MemRefType.get(shape, elem, layout)
+        static_offsets = [ir.ShapedType.get_dynamic_size()] + [0] * rank
+        return memref.SubViewOp(rtype, big, [ltid], [], [],
+                                static_offsets, [1] + shape, [1] * (rank + 1)).result
+
+    def _memref_users(self, value) -> list:
+        """Users of a memref value, looking through view-like ops."""
+        users, todo = [], [value]
+        while todo:
+            v = todo.pop()
+            for use in v.uses:
+                owner = op_of(use.owner)
+                users.append(owner)
+                for r in owner.results:
+                    if isinstance(r.type, ir.MemRefType):
+                        todo.append(r)
+        return users
+
+    def _check_retype_ok(self, value, op) -> None:
+        for use in value.uses:
+            owner = op_of(use.owner)
+            if owner.name not in ("memref.load", "memref.store", "memref.atomic_rmw",
+                                  "memref.subview", "memref.dim", "vector.load",
+                                  "vector.store", "vector.transfer_read",
+                                  "vector.transfer_write", "memref.copy"):
+                raise _unsupported(f"a private array used by '{owner.name}' across a barrier "
+                                   "is not supported on the CPU backend", op, self.name)
+
+    def _wrap_alloca_scope(self, tl) -> None:
+        body = tl.body
+        ops = block_ops(body)
+        yld = terminator(body)
+        with ir.InsertionPoint(yld), yld.location:
+            scope = op_of(memref.AllocaScopeOp([]))
+        blk = scope.regions[0].blocks.append()
+        with ir.InsertionPoint(blk), yld.location:
+            ret = ir.Operation.create("memref.alloca_scope.return", operands=[])
+        for op in ops:
+            op.move_before(ret)
+
+    # -- 7. values crossing barriers ---------------------------------------
+    def _demote_cross_segment_values(self) -> None:
+        for tl in self.loops:
+            for op in block_ops(tl.seg_block):
+                for r in op.results:
+                    groups = {}
+                    for use in list(r.uses):
+                        owner = op_of(use.owner)
+                        user_loop = self._enclosing_loop(owner)
+                        if user_loop is tl:
+                            continue
+                        if user_loop is None:
+                            raise RuntimeError(
+                                f"simt-to-cpu: per-thread value used outside thread loops in "
+                                f"kernel {self.name!r}: {owner}")
+                        groups.setdefault(user_loop, []).append((owner, use.operand_number))
+                    for user_loop, uses in groups.items():
+                        new = self._materialize(r, tl, user_loop)
+                        for owner, n in uses:
+                            owner.operands[n] = new
+
+    def _remat_cost(self, value, tl, memo) -> int:
+        if value in memo:
+            return memo[value]
+        memo[value] = _INF
+        if isinstance(value, ir.BlockArgument):
+            owner = op_of(value.owner.owner)
+            cost = 0 if (self._enclosing_loop(owner) is None
+                         and owner not in self.loop_of_inner) else _INF
+        else:
+            d = op_of(value.owner)
+            where = self._enclosing_loop(d)
+            if where is None:
+                cost = 0
+            elif where is not tl:
+                cost = _INF
+            elif d.name == "gpu.thread_id" or d in self.slot_loads:
+                cost = 1
+            elif is_pure(d) and not may_trap(d):
+                cost = 1 + (4 if d.name.startswith("math.") else 0)
+                for o in d.operands:
+                    cost += self._remat_cost(o, tl, memo)
+                    if cost > _REMAT_LIMIT:
+                        cost = _INF
+                        break
+            else:
+                cost = _INF
+        memo[value] = cost
+        return cost
+
+    def _materialize(self, value, def_loop, use_loop) -> ir.Value:
+        if value in use_loop.memo:
+            return use_loop.memo[value]
+        if self._remat_cost(value, def_loop, {}) <= _REMAT_LIMIT:
+            new = self._clone_into(value, def_loop, use_loop)
+        else:
+            try:
+                slot = self._value_slot(value)
+            except TypeError:
+                d = op_of(value.owner)
+                raise _unsupported(f"a per-thread value of type {value.type} ('{d.name}') "
+                                   "used across a barrier is not supported on the CPU "
+                                   "backend", d, self.name) from None
+            with ir.InsertionPoint(use_loop.anchor), ir.Location.unknown():
+                new = self.load_slot(slot)
+        use_loop.memo[value] = new
+        return new
+
+    def _clone_into(self, value, def_loop, use_loop) -> ir.Value:
+        if value in use_loop.memo:
+            return use_loop.memo[value]
+        if isinstance(value, ir.BlockArgument):
+            return value
+        d = op_of(value.owner)
+        if self._enclosing_loop(d) is None:
+            return value
+        if d in self.slot_loads:
+            with ir.InsertionPoint(use_loop.anchor), d.location:
+                new = self.load_slot(self.slot_loads[d])
+        else:
+            operands = [self._clone_into(o, def_loop, use_loop) for o in d.operands]
+            clone = d.clone(ir.InsertionPoint(use_loop.anchor))
+            for i, o in enumerate(operands):
+                clone.operands[i] = o
+            new = clone.results[list(d.results).index(value)]
+            for old_r, new_r in zip(d.results, clone.results):
+                use_loop.memo.setdefault(old_r, new_r)
+        use_loop.memo[value] = new
+        return new
+
+    def _value_slot(self, value) -> ir.Value:
+        if value not in self.value_slots:
+            slot = self.slot(value.type)
+            d = op_of(value.owner)
+            with ir.InsertionPoint.after(d), d.location:
+                self.store_slot(value, slot)
+            self.value_slots[value] = slot
+        return self.value_slots[value]
+
+    # -- 8. thread ids -----------------------------------------------------
+    def _replace_thread_ids(self) -> None:
+        for tl in self.loops:
+            for op in walk(tl.inner, lambda o: o.name == "gpu.thread_id"):
+                dim = str(op.attributes["dimension"]).split()[-1].rstrip(">")
+                iv = tl.ivs[dim]
+                op.results[0].replace_all_uses_with(iv if iv is not None else self.const(0))
+                op.erase()
+        left = walk(self.func, lambda o: o.name.startswith("gpu."))
+        if left:
+            raise RuntimeError(f"simt-to-cpu left {left[0].name} in kernel {self.name!r}")
+
+    def _strip_memory_spaces(self) -> None:
+        for op in walk(self.func):
+            for r in op.results:
+                t = strip_memory_space(r.type)
+                if t != r.type:
+                    r.set_type(t)
+            for region in op.regions:
+                for blk in region.blocks:
+                    for a in blk.arguments:
+                        t = strip_memory_space(a.type)
+                        if t != a.type:
+                            a.set_type(t)

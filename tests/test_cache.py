@@ -1,0 +1,235 @@
+"""The compile cache: what the key covers, disk hits across processes, crash and
+corruption safety, degraded modes, eviction, and the CLI."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import flydsl
+from flydsl.compiler import cache as disk_cache
+from flydsl.compiler import fingerprint
+from flydsl.compiler.backends import get_backend
+from flydsl.compiler.options import CompileOptions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+KERNEL_TEMPLATE = '''
+import flydsl
+import flydsl.expr as fx
+
+SCALE = {scale}
+
+
+def helper(v):
+    return v * {helper_factor}
+
+
+@flydsl.kernel
+def scale(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        y[i] = helper(x[i]) * SCALE{extra}
+'''
+
+
+def load_kernel(tmp_path, name="kmod", scale=2.0, helper_factor=3, extra=""):
+    path = tmp_path / f"{name}.py"
+    path.write_text(KERNEL_TEMPLATE.format(scale=scale, helper_factor=helper_factor,
+                                           extra=extra))
+    spec = importlib.util.spec_from_file_location(f"{name}_{abs(hash(path.read_text()))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.scale
+
+
+def key_of(kern, *, arch=None, backend="cpu", options=None, spec=("T",)):
+    be = get_backend(backend, arch=arch)
+    return fingerprint.cache_key(kern.fn, spec, be, options or CompileOptions())
+
+
+def test_each_input_of_the_key_changes_it_and_nothing_else_does(tmp_path, monkeypatch):
+    base = key_of(load_kernel(tmp_path, "a"))
+    assert key_of(load_kernel(tmp_path, "b")) == base                     # nothing changed
+    assert key_of(load_kernel(tmp_path, "c", extra=" + 0.0")) != base      # kernel source
+    assert key_of(load_kernel(tmp_path, "d", helper_factor=4)) != base     # helper source
+    assert key_of(load_kernel(tmp_path, "e", scale=2.5)) != base           # global constant
+    k = load_kernel(tmp_path, "f")
+    assert key_of(k, spec=("T", "other")) != base                          # specialization
+    assert key_of(k, backend="cuda", arch="sm_80") != key_of(k, backend="cuda", arch="sm_90")
+    assert key_of(k, options=CompileOptions(opt_level=1)) != base          # codegen option
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "2")
+    assert key_of(k, options=CompileOptions.from_env()) != base           # ... from the env
+    monkeypatch.setattr(fingerprint, "flydsl_sources_hash", lambda: "patched")
+    assert key_of(k) != base                                               # compiler sources
+
+
+def test_flydsl_version_is_in_the_key(tmp_path, monkeypatch):
+    k = load_kernel(tmp_path, "v")
+    before = key_of(k)
+    monkeypatch.setattr(flydsl, "__version__", "999.0")
+    assert key_of(k) != before
+
+
+def test_closure_constants_are_in_the_key(tmp_path):
+    import flydsl.expr as fx
+
+    def make(factor):
+        @flydsl.kernel
+        def closure_kernel(x: fx.Tensor):
+            x[0] = x[0] * factor
+        return closure_kernel
+
+    assert key_of(make(2.0)) != key_of(make(3.0))
+    assert key_of(make(2.0)) == key_of(make(2.0))
+
+
+WORKER = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    sys.path.insert(0, {examples!r})
+    import vector_add
+    from flydsl.compiler import cache
+    n = 1000
+    a = np.arange(n, dtype=np.float32); b = np.ones(n, np.float32); c = np.zeros(n, np.float32)
+    vector_add.vadd(a, b, c, n)
+    assert np.array_equal(c, a + b)
+    print(json.dumps({{"stats": cache.stats,
+                       "mlir_imported": any(m == "mlir" or m.startswith("mlir.")
+                                            for m in sys.modules)}}))
+''').format(examples=os.path.join(ROOT, "examples"))
+
+
+def run_worker(code, cache_dir, extra_env=None):
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(cache_dir), FLYDSL_COMPILE_BACKEND="cpu")
+    env.update(extra_env or {})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def test_warm_process_hits_disk_and_never_imports_mlir(tmp_path):
+    cold, _ = run_worker(WORKER, tmp_path)
+    assert cold["stats"]["compiles"] == 1 and cold["mlir_imported"]
+    warm, _ = run_worker(WORKER, tmp_path)
+    assert warm["stats"]["compiles"] == 0 and warm["stats"]["disk_hits"] == 1
+    assert not warm["mlir_imported"]
+
+
+def test_corrupt_entry_is_detected_removed_and_rebuilt(tmp_path):
+    run_worker(WORKER, tmp_path)
+    [(path, size, _)] = disk_cache.DiskCache(str(tmp_path)).entries()
+    with open(path, "r+b") as f:          # a crash mid-write would leave a short file
+        f.truncate(size // 2)
+    result, stderr = run_worker(WORKER, tmp_path)
+    assert result["stats"]["corrupt"] == 1 and result["stats"]["compiles"] == 1
+    assert "corrupt" in stderr
+    again, _ = run_worker(WORKER, tmp_path)
+    assert again["stats"]["compiles"] == 0
+
+
+def test_flipped_byte_is_detected(tmp_path):
+    store = disk_cache.DiskCache(str(tmp_path))
+    entry = disk_cache.CacheEntry({"a": 1}, {"bin": b"\x00" * 100})
+    store.put("ab" * 32, entry)
+    [(path, _, _)] = store.entries()
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        assert store.get("ab" * 32) is None
+    assert not os.path.exists(path)
+
+
+def test_unusable_cache_dir_degrades_to_memory_with_one_warning(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    code = WORKER.replace("vector_add.vadd(a, b, c, n)",
+                          "vector_add.vadd(a, b, c, n); vector_add.vadd(a, b, c, n)")
+    result, stderr = run_worker(code, blocker / "cache")
+    assert stderr.count("in-memory caching only") == 1
+    assert result["stats"]["compiles"] == 1
+
+
+def test_cache_disable(tmp_path):
+    result, _ = run_worker(WORKER, tmp_path, {"FLYDSL_CACHE_DISABLE": "1"})
+    assert result["stats"]["compiles"] == 1
+    assert disk_cache.DiskCache(str(tmp_path)).entries() == []
+
+
+def test_lru_eviction_keeps_the_cache_under_its_cap(tmp_path):
+    store = disk_cache.DiskCache(str(tmp_path))
+    for i in range(6):
+        store.put(f"{i:02d}" * 32, disk_cache.CacheEntry({}, {"b": os.urandom(2000)}))
+        os.utime(store._entry_path(f"{i:02d}" * 32), (1000 + i, 1000 + i))
+    store.get("00" * 32)                                  # a hit makes it recent
+    assert store.prune(3 * 2200) == 3
+    left = {os.path.basename(p)[:4] for p, _, _ in store.entries()}
+    assert left == {"0000", "0404", "0505"}
+
+
+STRESS = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    import flydsl, flydsl.expr as fx
+    from flydsl.compiler import cache, kernel_compiler
+
+    @flydsl.kernel
+    def add_k(x: fx.Tensor, y: fx.Tensor, K: fx.Constexpr[int]):
+        i = fx.thread_idx.x
+        y[i] = x[i] + K
+
+    x = np.arange(32, dtype=np.float32)
+    ok = True
+    for k in range(20):
+        y = np.zeros(32, np.float32)
+        add_k[1, 32](x, y, k)
+        ok = ok and bool(np.array_equal(y, x + k))
+    print(json.dumps({{"ok": ok, "compiled": kernel_compiler.compiled_keys,
+                       "corrupt": cache.stats["corrupt"]}}))
+''')
+
+
+@pytest.mark.slow
+def test_stress_8_processes_20_kernels_one_empty_cache(tmp_path):
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path), FLYDSL_COMPILE_BACKEND="cpu",
+               FLYDSL_CPU_THREADS="1")
+    script = tmp_path / "stress_worker.py"     # kernels need a source file
+    script.write_text(STRESS.format())
+    cache_dir = tmp_path / "cache"
+    env["FLYDSL_CACHE_DIR"] = str(cache_dir)
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["ok"] for r in results)
+    compiled = [k for r in results for k in r["compiled"]]
+    assert len(compiled) == 20 and len(set(compiled)) == 20      # each key compiled once
+    assert all(r["corrupt"] == 0 for r in results)
+    assert len(disk_cache.DiskCache(str(cache_dir)).entries()) == 20
+
+
+def test_cli_cache_commands(tmp_path):
+    run_worker(WORKER, tmp_path)
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path))
+    cli = [sys.executable, "-m", "flydsl.cli", "cache"]
+    info = subprocess.run(cli + ["info"], capture_output=True, text=True, env=env)
+    assert "entries:   1" in info.stdout and str(tmp_path) in info.stdout
+    listing = subprocess.run(cli + ["list"], capture_output=True, text=True, env=env)
+    assert "vadd_kernel cpu/" in listing.stdout
+    prune = subprocess.run(cli + ["prune", "--max-bytes", "0"], capture_output=True, text=True,
+                           env=env)
+    assert "evicted 1 entries" in prune.stdout
+    run_worker(WORKER, tmp_path)
+    clear = subprocess.run(cli + ["clear"], capture_output=True, text=True, env=env)
+    assert "removed 1 entries" in clear.stdout
+    assert disk_cache.DiskCache(str(tmp_path)).entries() == []
