@@ -12,7 +12,14 @@ from .expr.dtypes import TensorAnnotation
 from .runtime.args import annotation_kind, as_host_tensor, check_scalar, scalar_dtype_of
 from .runtime.dispatch import arg_key, dim3, env_token
 
-_override = threading.local()
+class _Override(threading.local):
+    """Per-thread settings of flydsl.compile(): a pinned backend, options, a sink."""
+    backend = None
+    options = None
+    sink = None
+
+
+_override = _Override()
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,8 @@ class KernelFunction:
         self.params = tuple(params)
         self._constexpr_pos = tuple(i for i, p in enumerate(params) if p.kind == "constexpr")
         self._compiled: dict = {}     # full specialization key -> CompiledKernel
-        self._dispatch: dict = {}     # fast key -> (CompiledKernel, launch, runtime getter)
+        self._dispatch: dict = {}     # fast key -> prepared launch function
+        self._configs: dict = {}      # kernel[grid, block] -> launcher
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -62,32 +70,47 @@ class KernelFunction:
         return KernelCall(self, args, kwargs)
 
     def __getitem__(self, config) -> Callable:
+        try:
+            hit = self._configs.get(config)
+        except TypeError:   # unhashable (lists): not memoized
+            hit = None
+        if hit is not None:
+            return hit
         if not isinstance(config, tuple) or len(config) not in (2, 3, 4):
             raise LaunchError(f"kernel {self.name!r}: use kernel[grid, block](*args) "
                               "(optionally kernel[grid, block, smem, stream])")
         grid, block, *rest = config
         smem = rest[0] if rest else 0
         stream = rest[1] if len(rest) > 1 else None
-        launch = self.launch
+        grid3 = dim3(grid, "grid", self.name)
+        block3 = dim3(block, "block", self.name)
+        run = self._launch
 
         def launcher(*args, **kwargs):
-            return launch(args, kwargs, grid, block, smem, stream)
+            return run(args, kwargs, grid3, block3, smem, stream)
+        try:
+            if len(self._configs) > 256:
+                self._configs.clear()
+            self._configs[config] = launcher
+        except TypeError:
+            pass
         return launcher
 
     def launch(self, args: tuple, kwargs: dict, grid, block, smem: int = 0, stream=None) -> None:
         """Launch with positional ``args``/``kwargs``; compiles on the first call of a
         specialization. Warm calls take the fast path (no binding, no classification)."""
-        grid3 = dim3(grid, "grid", self.name)
-        block3 = dim3(block, "block", self.name)
-        if not kwargs and getattr(_override, "backend", None) is None:
+        return self._launch(args, kwargs, dim3(grid, "grid", self.name),
+                            dim3(block, "block", self.name), smem, stream)
+
+    def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream):
+        if not kwargs and _override.backend is None:
             try:
                 key = (env_token(), self._constexpr_values(args), *map(arg_key, args))
                 hit = self._dispatch.get(key)
             except TypeError:   # an unhashable argument: take the slow path
                 hit = key = None
             if hit is not None:
-                hit(args, grid3, block3, smem, stream)
-                return None
+                return hit(args, grid3, block3, smem, stream)
         else:
             key = None
         return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key)
@@ -95,11 +118,13 @@ class KernelFunction:
     def _constexpr_values(self, args: tuple) -> tuple:
         """Constexpr arguments by value: they are part of the specialization."""
         pos = self._constexpr_pos
+        if not pos:
+            return ()
         n = len(args)
-        return tuple(args[i] for i in pos if i < n) if pos else ()
+        return tuple(args[i] for i in pos if i < n)
 
     def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key) -> None:
-        from .runtime.launch import bind_launch, check_block
+        from .runtime.launch import bind_launch
         if not isinstance(smem, int) or smem < 0:
             raise LaunchError(f"kernel {self.name!r}: smem must be a non-negative int, "
                               f"got {smem!r}")
@@ -111,7 +136,6 @@ class KernelFunction:
         if sink is not None:  # flydsl.compile(): record instead of running
             sink.append(compiled)
             return None
-        check_block(self.name, compiled.driver, block3)
         run = bind_launch(compiled, runtime)
         run(runtime, grid3, block3, smem, stream)
         if fast_key is not None:
@@ -119,24 +143,28 @@ class KernelFunction:
         return None
 
     def _install_fast_path(self, key, compiled, run, nargs: int) -> None:
-        runtime_pos = [i for i, p in enumerate(self.params) if p.kind != "constexpr"]
-        tail = [self.params[i].default for i in runtime_pos if i >= nargs]
-        present = [i for i in runtime_pos if i < nargs]
-        if len(present) == 1:
-            one = operator.itemgetter(present[0])
-            pick = lambda args: (one(args), *tail)  # noqa: E731
-        elif present:
-            many = operator.itemgetter(*present)
-            pick = (lambda args: (*many(args), *tail)) if tail else many
-        else:
-            pick = lambda args: tuple(tail)  # noqa: E731
-        driver, name = compiled.driver, self.name
+        """Remember ``run`` for calls whose fast key is ``key``.
 
-        def fast(args, grid3, block3, smem, stream):
-            if block3[0] * block3[1] * block3[2] > 1024:
-                from .runtime.launch import check_block
-                check_block(name, driver, block3)
-            run(pick(args), grid3, block3, smem, stream)
+        ``run`` takes the runtime arguments: constexprs are dropped and omitted
+        trailing defaults appended, by a getter fixed for this argument count.
+        """
+        runtime_pos = [i for i, p in enumerate(self.params) if p.kind != "constexpr"]
+        tail = tuple(self.params[i].default for i in runtime_pos if i >= nargs)
+        present = [i for i in runtime_pos if i < nargs]
+        if present == list(range(nargs)) and not tail:
+            fast = run          # every argument is a runtime argument, in order
+        else:
+            if len(present) == 1:
+                one = operator.itemgetter(present[0])
+                pick = lambda args: (one(args), *tail)  # noqa: E731
+            elif present:
+                many = operator.itemgetter(*present)
+                pick = (lambda args: (*many(args), *tail)) if tail else many
+            else:
+                pick = lambda args: tail  # noqa: E731
+
+            def fast(args, grid3, block3, smem, stream):
+                return run(pick(args), grid3, block3, smem, stream)
         with self._lock:
             if len(self._dispatch) > 1024:
                 self._dispatch.clear()
@@ -222,6 +250,7 @@ class KernelFunction:
         with self._lock:
             self._compiled.clear()
             self._dispatch.clear()
+            self._configs.clear()
 
 
 def _resolve_string_annotation(fn, text: str):

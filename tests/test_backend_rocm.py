@@ -218,7 +218,8 @@ def test_pipeline_and_identity():
                 PassManager.parse(f"builtin.module({frag})")
         attrs = [ir.Attribute.parse(t) for t in backend.gpu_module_targets()]
     assert 'chip = "gfx1201"' in str(attrs[0])
-    assert set(backend.toolchain_versions()) == {"mlir", "llvmlite", "lld"}
+    versions = backend.toolchain_versions()
+    assert set(versions) == {"mlir", "lld"} and "llvmlite=" in versions["mlir"]
     assert backend.hash() != get_backend("rocm", arch="gfx942").hash()
     assert backend.hash() != backend.hash(CompileOptions(opt_level=1))
 

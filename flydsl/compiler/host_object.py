@@ -49,7 +49,7 @@ def packed_wrappers(llir: str, names: list[str]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def _linker() -> list[str]:
+def linker_argv() -> list[str]:
     cc = os.environ.get("CC")
     for cand in ([cc] if cc else []) + ["cc", "gcc", "clang"]:
         path = shutil.which(cand)
@@ -64,14 +64,14 @@ def _linker() -> list[str]:
 
 def linker_version() -> str:
     try:
-        return toolchain.tool_version(_linker()[:1])
+        return toolchain.tool_version(linker_argv()[:1])
     except ToolchainError:
         return "none"
 
 
 def link_shared_object(obj: bytes) -> bytes:
     """Link a relocatable host object into a shared library and return its bytes."""
-    argv = _linker()
+    argv = linker_argv()
     with tempfile.TemporaryDirectory(prefix="flydsl-so-") as tmp:
         src, out = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.so")
         with open(src, "wb") as f:

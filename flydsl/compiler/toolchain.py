@@ -10,6 +10,39 @@ import sys
 from typing import Optional
 
 
+def file_identity(path: Optional[str]) -> str:
+    """A cheap stand-in for a tool's version in cache keys: path, size and mtime.
+
+    Running ``tool --version`` costs a subprocess in every warm process; a
+    different binary (any other version) has a different size or mtime.
+    """
+    if not path:
+        return "none"
+    real = shutil.which(path) or path
+    try:
+        st = os.stat(real)
+    except OSError:
+        return f"{path}:missing"
+    return f"{os.path.realpath(real)}:{st.st_size}:{int(st.st_mtime)}"
+
+
+@functools.cache
+def host_cpu_identity() -> str:
+    """This machine's CPU model and feature flags (host code is tuned for them)."""
+    import hashlib
+    import platform
+    text = platform.machine() + platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n", 1)[0]
+        text += "".join(line for line in first.splitlines()
+                        if line.startswith(("model name", "flags", "vendor_id", "cpu family",
+                                            "model\t")))
+    except OSError:
+        pass
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @functools.cache
 def mlir_version() -> str:
     from importlib.metadata import PackageNotFoundError, version

@@ -48,13 +48,15 @@ def arg_key(a) -> object:
     return (t, a)  # anything else (constexpr values, numpy scalars): keyed by value
 
 
+#: Threads per block every backend accepts (CUDA, HIP and the CPU emulation).
+MAX_BLOCK_THREADS = 1024
 _DIMS: dict = {}
 
 
 def dim3(value, what: str, kernel: str) -> tuple:
     """``value`` (int or up to 3 ints) as a validated 3-tuple; memoized for warm launches."""
     try:
-        hit = _DIMS.get(value)
+        hit = _DIMS.get((what, value))
     except TypeError:   # a list: unhashable, validate without memo
         return _dim3(value, what, kernel)
     if hit is not None:
@@ -62,7 +64,7 @@ def dim3(value, what: str, kernel: str) -> tuple:
     dims = _dim3(value, what, kernel)
     if len(_DIMS) > 4096:
         _DIMS.clear()
-    _DIMS[value] = dims
+    _DIMS[(what, value)] = dims
     return dims
 
 
@@ -77,4 +79,8 @@ def _dim3(value, what: str, kernel: str) -> tuple:
     dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
     if any(d <= 0 for d in dims):
         raise LaunchError(f"kernel {kernel!r}: every {what} dimension must be > 0, got {dims}")
+    if what == "block" and dims[0] * dims[1] * dims[2] > MAX_BLOCK_THREADS:
+        raise LaunchError(f"kernel {kernel!r}: block {dims} has "
+                          f"{dims[0] * dims[1] * dims[2]} threads; every backend allows at "
+                          f"most {MAX_BLOCK_THREADS} per block")
     return dims

@@ -5,17 +5,8 @@ from typing import Callable, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
 
-#: Threads per block every backend accepts (CUDA, HIP and the CPU emulation).
-MAX_BLOCK_THREADS = 1024
 #: Static + dynamic shared memory a block may use, per driver.
 MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 48 * 1024, "hip": 64 * 1024}
-
-
-def check_block(kernel: str, driver: str, block: tuple) -> None:
-    threads = block[0] * block[1] * block[2]
-    if threads > MAX_BLOCK_THREADS:
-        raise LaunchError(f"kernel {kernel!r}: block {block} has {threads} threads; "
-                          f"the {driver} backend allows at most {MAX_BLOCK_THREADS}")
 
 
 def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None:

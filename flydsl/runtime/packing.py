@@ -19,6 +19,31 @@ from .args import as_host_tensor
 Packer = Callable[[object, object], None]   # (slots, arg) -> None
 
 
+def _numpy_data_getter() -> Callable[[np.ndarray], int]:
+    """The fastest reader of an ndarray's data pointer that agrees with numpy.
+
+    ``a.ctypes.data`` builds a helper object (~1 us). numpy's C ABI puts the
+    ``data`` pointer right after the object header (what ``PyArray_DATA``
+    reads); we read it there, after checking on sample arrays that this
+    interpreter and numpy agree, and fall back to ``a.ctypes.data`` otherwise.
+    """
+    import ctypes
+    import sys
+    offset = object.__basicsize__   # the PyObject header: refcount + type
+    read = ctypes.c_void_p.from_address
+    samples = [np.arange(8.0), np.arange(8.0)[3:], np.zeros((3, 4), np.int8).T, np.empty(0)]
+    try:
+        if sys.implementation.name == "cpython" and all(
+                (read(id(x) + offset).value or 0) == x.ctypes.data for x in samples):
+            return lambda a: read(id(a) + offset).value or 0
+    except (ValueError, OSError):
+        pass
+    return lambda a: a.ctypes.data
+
+
+numpy_data = _numpy_data_getter()
+
+
 def tensor_slot_count(rank: int) -> int:
     return 3 + 2 * rank
 
@@ -50,9 +75,20 @@ def tensor_packer(offset: int, rank: int, sample) -> Packer:
     strides = slice(offset + 3 + rank, offset + 3 + 2 * rank)
     if type(sample) is np.ndarray:
         item = sample.itemsize
+        data = numpy_data
+        if rank == 1:
+            size_at, stride_at = offset + 3, offset + 4
+
+            def pack_numpy_1d(slots, a) -> None:
+                ptr = data(a)
+                slots[offset] = ptr
+                slots[offset + 1] = ptr
+                slots[size_at] = a.shape[0]
+                slots[stride_at] = a.strides[0] // item
+            return pack_numpy_1d
 
         def pack_numpy(slots, a) -> None:
-            ptr = a.ctypes.data
+            ptr = data(a)
             slots[offset] = ptr
             slots[offset + 1] = ptr
             if rank:

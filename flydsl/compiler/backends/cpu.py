@@ -56,12 +56,11 @@ class CpuBackend(BaseBackend):
         ]
 
     def toolchain_versions(self) -> dict[str, str]:
-        from ..host_object import linker_version
-        from ..llvm_codegen import llvmlite_version
-        from ..toolchain import mlir_version
-        cpu, features = _host_cpu()
-        return {"mlir": mlir_version(), "llvmlite": llvmlite_version(), "cpu": cpu,
-                "features": features, "linker": linker_version()}
+        # Cheap on purpose: a warm process hashes this before every disk-cache lookup.
+        from ..host_object import linker_argv
+        from ..toolchain import file_identity, host_cpu_identity, mlir_version
+        return {"mlir": mlir_version(), "host": host_cpu_identity(),
+                "linker": file_identity(linker_argv()[0])}
 
     def finalize(self, module, artifact, options: CompileOptions) -> None:
         """``llir`` (with a packed entry per kernel), then the shared object ``so``."""

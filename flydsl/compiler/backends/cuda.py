@@ -21,7 +21,7 @@ from typing import Optional
 
 from ...errors import CompilationError, ToolchainError
 from ..options import CompileOptions
-from ..toolchain import find_ptxas, ptxas_version
+from ..toolchain import file_identity, find_ptxas
 from .base import BaseBackend, GPUTarget
 
 CUDA_WARP_SIZE = 32
@@ -83,10 +83,9 @@ class CudaBackend(BaseBackend):
         return [f'#nvvm.target<chip = "{self.target.arch}", O = 3>']
 
     def toolchain_versions(self) -> dict[str, str]:
-        """MLIR/LLVM and ``ptxas`` (path and version): a new ptxas means a new cubin."""
+        """MLIR/LLVM and ``ptxas`` (its file identity): a new ptxas means a new cubin."""
         versions = super().toolchain_versions()
-        ptxas = find_ptxas()
-        versions["ptxas"] = f"{ptxas}: {ptxas_version(ptxas)}" if ptxas else "none"
+        versions["ptxas"] = file_identity(find_ptxas())
         return versions
 
     def finalize(self, module, artifact, options: CompileOptions) -> None:

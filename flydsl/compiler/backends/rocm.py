@@ -85,10 +85,9 @@ class RocmBackend(BaseBackend):
         return "+wavefrontsize32" if self.target.warp_size == 32 else ""
 
     def toolchain_versions(self) -> dict[str, str]:
-        from ..llvm_codegen import llvmlite_version
-        from ..toolchain import find_lld, lld_version, mlir_version
-        return {"mlir": mlir_version(), "llvmlite": llvmlite_version(),
-                "lld": lld_version(find_lld())}
+        from ..toolchain import file_identity, find_lld, mlir_version
+        lld = find_lld()
+        return {"mlir": mlir_version(), "lld": file_identity(lld[0] if lld else None)}
 
     def finalize(self, module, artifact, options: CompileOptions) -> None:
         """Store ``llir``, ``amdgcn`` and ``hsaco`` on ``artifact``.
