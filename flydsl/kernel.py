@@ -105,7 +105,10 @@ class KernelFunction:
     def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream):
         if not kwargs and _override.backend is None:
             try:
-                key = (env_token(), self._constexpr_values(args), *map(arg_key, args))
+                if self._constexpr_pos:
+                    key = (env_token(), self._constexpr_values(args), *map(arg_key, args))
+                else:
+                    key = (env_token(), *map(arg_key, args))
                 hit = self._dispatch.get(key)
             except TypeError:   # an unhashable argument: take the slow path
                 hit = key = None
@@ -117,11 +120,8 @@ class KernelFunction:
 
     def _constexpr_values(self, args: tuple) -> tuple:
         """Constexpr arguments by value: they are part of the specialization."""
-        pos = self._constexpr_pos
-        if not pos:
-            return ()
         n = len(args)
-        return tuple(args[i] for i in pos if i < n)
+        return tuple(args[i] for i in self._constexpr_pos if i < n)
 
     def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key) -> None:
         from .runtime.launch import bind_launch

@@ -82,8 +82,9 @@ class CpuLauncher:
             self._local.first = have[0]
         return have
 
-    def bind(self, samples: Sequence) -> Callable:
-        """A launch function ``run(args, grid, block)`` specialized to the samples' types.
+    def bind(self, samples: Sequence, check_smem: Callable[[int], None]) -> Callable:
+        """A launch function ``run(args, grid, block, smem, stream)`` specialized to the
+        samples' types (``stream`` is ignored: CPU launches are synchronous).
 
         Slot buffers are per host thread: a launch releases the GIL while the
         kernel runs, so two Python threads may launch the same kernel at once.
@@ -96,7 +97,9 @@ class CpuLauncher:
         make_slots = self._slots
         parallel = self._run_parallel
 
-        def run(args: Sequence, grid: tuple, block: tuple) -> None:
+        def run(args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
+            if smem:
+                check_smem(smem)
             try:
                 slots = local.first
             except AttributeError:

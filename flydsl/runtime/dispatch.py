@@ -22,8 +22,8 @@ _ENV_DATA = getattr(os.environ, "_data", None)   # CPython's raw dict: ~40x fast
 if _ENV_DATA is not None and os.environ.encodekey("X") == b"X":
     _ENV_BYTES = tuple(os.environ.encodekey(k) for k in ENV_KEYS)
 
-    def env_token() -> tuple:
-        return tuple(map(_ENV_DATA.get, _ENV_BYTES))
+    def env_token(_get=_ENV_DATA.get, _k=_ENV_BYTES) -> tuple:
+        return (_get(_k[0]), _get(_k[1]), _get(_k[2]), _get(_k[3]), _get(_k[4]))
 else:  # pragma: no cover - other platforms
     def env_token() -> tuple:
         return tuple(map(os.environ.get, ENV_KEYS))

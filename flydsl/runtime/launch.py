@@ -46,19 +46,9 @@ def bind_launch(compiled, samples: Sequence) -> Callable:
     """Check a first launch's arguments and return ``run(args, grid, block, smem, stream)``."""
     runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
     check_devices(compiled.kernel_name, compiled.driver, runtime_names, samples)
-    launcher = compiled.launcher()
-    run = launcher.bind(samples)
     driver, name, static = compiled.driver, compiled.kernel_name, compiled.shared_bytes
-
-    if driver == "cpu":
-        def launch(args, grid, block, smem, stream):
-            if smem:
-                check_shared(name, driver, static, smem)
-            run(args, grid, block)
-    else:
-        def launch(args, grid, block, smem, stream):
-            if smem:
-                check_shared(name, driver, static, smem)
-            run(args, grid, block, smem, stream)
     check_shared(name, driver, static, 0)
-    return launch
+
+    def check_smem(smem: int) -> None:
+        check_shared(name, driver, static, smem)
+    return compiled.launcher().bind(samples, check_smem)
