@@ -6,7 +6,8 @@ import threading
 import warnings
 from typing import Optional, Union
 
-from ..errors import CompilationError
+from ..errors import CompilationError, DSLError
+from . import debug_dump
 from .artifacts import CompiledArtifact
 from .backends.base import BaseBackend, PythonPass
 from .backends.registry import get_backend
@@ -57,10 +58,11 @@ class MlirCompiler:
 
 def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> CompiledArtifact:
     import mlir.ir as ir
-    from mlir.passmanager import PassManager
 
     artifact = CompiledArtifact(backend=backend.name, target=backend.target,
                                 binary_stage=backend.binary_stage)
+    dump = debug_dump.CompileDump(kernel)
+    dumping = debug_dump.dump_enabled()
     with module.context, ir.Location.unknown():
         try:
             module.operation.verify()
@@ -70,22 +72,14 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
         artifact.asm["mlir"] = str(module)
         # Work on a copy that keeps source locations: passes report errors at user lines.
         work = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
+        if dumping:
+            dump.write("input", work.operation.get_asm(enable_debug_info=True))
         artifact.kernel_names = _kernel_names(work)
         _attach_targets(work, backend.gpu_module_targets())
         for fragment in backend.pipeline_fragments(options):
-            name = stage_name(fragment)
-            try:
-                if isinstance(fragment, PythonPass):
-                    fragment.resolve()(work, backend.target, options)
-                else:
-                    PassManager.parse(f"builtin.module({fragment})").run(work.operation)
-            except ir.MLIRError as e:
-                raise CompilationError("pass pipeline failed", stage=name,
-                                       diagnostics=_diagnostics(e), kernel=kernel) from None
-            except CompilationError:
-                raise
-            except ValueError as e:  # e.g. unknown pass name in PassManager.parse
-                raise CompilationError(str(e), stage=name, kernel=kernel) from None
+            _run_fragment(work, fragment, backend, options, kernel, dump)
+            if dumping:
+                dump.write(stage_name(fragment), str(work))
         artifact.asm["llvm-mlir"] = str(work)
         try:
             backend.finalize(work, artifact, options)
@@ -93,7 +87,50 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
             raise
         except (ValueError, RuntimeError, ir.MLIRError) as e:
             raise CompilationError(str(e), stage="finalize", kernel=kernel) from None
+    if dumping:
+        for name, content in artifact.asm.items():
+            if name not in ("mlir", "llvm-mlir"):
+                dump.write(name, content)
     return artifact
+
+
+def _run_fragment(work, fragment, backend, options, kernel: str, dump) -> None:
+    """Run one stage; on failure write a reproducer and raise CompilationError."""
+    import mlir.ir as ir
+    from mlir.passmanager import PassManager
+    name = stage_name(fragment)
+    before = work.operation.get_asm(enable_debug_info=True)
+    try:
+        if isinstance(fragment, PythonPass):
+            fragment.resolve()(work, backend.target, options)
+            return
+        pipeline = f"builtin.module({fragment})"
+        pm = PassManager.parse(pipeline)
+        if debug_dump.print_after_all():
+            work.context.enable_multithreading(False)  # MLIR requires it for IR printing
+            pm.enable_ir_printing(print_after_all=True)
+        if debug_dump.pass_timing():
+            pm.enable_timing()
+        pm.run(work.operation)
+        del pm  # the timing report prints when the pass manager goes away
+    except ir.MLIRError as e:
+        path = dump.write_reproducer(name, before, _pipeline_of(fragment))
+        raise CompilationError("pass pipeline failed", stage=name, diagnostics=_diagnostics(e),
+                               kernel=kernel, ir_path=path) from None
+    except (CompilationError, DSLError):
+        raise
+    except ValueError as e:  # e.g. unknown pass name in PassManager.parse
+        raise CompilationError(str(e), stage=name, kernel=kernel) from None
+    except Exception as e:  # noqa: BLE001 - a bug in a Python pass still names its stage
+        path = dump.write_reproducer(name, before, _pipeline_of(fragment))
+        raise CompilationError(f"internal error in {name}: {type(e).__name__}: {e}",
+                               stage=name, kernel=kernel, ir_path=path) from e
+
+
+def _pipeline_of(fragment) -> str:
+    if isinstance(fragment, PythonPass):
+        return f"<flydsl python pass {fragment.name}>"
+    return f"builtin.module({fragment})"
 
 
 def _diagnostics(err) -> str:
