@@ -88,8 +88,34 @@ class UnsupportedConstructError(DSLError):
     """A Python construct flydsl cannot trace."""
 
 
-class LaunchError(FlydslError, ValueError):
-    """A bad launch configuration (grid, block, shared memory)."""
+class LaunchError(DSLError, ValueError):
+    """A bad launch configuration (grid, block, shared memory, argument placement).
+
+    Located at the user's launch call (the first frame outside flydsl).
+    """
+
+    def __init__(self, message: str, *, kernel: str = "", filename: str = "",
+                 lineno: int = 0, source_line: str = ""):
+        if not filename:
+            filename, lineno, source_line = user_call_site()
+        super().__init__(message, kernel=kernel, filename=filename, lineno=lineno,
+                         source_line=source_line)
+
+
+def user_call_site() -> tuple:
+    """(file, line, source text) of the innermost caller outside the flydsl package."""
+    import linecache
+    import os
+    import sys
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(pkg) and not filename.startswith("<frozen"):
+            lineno = frame.f_lineno
+            return filename, lineno, linecache.getline(filename, lineno).rstrip("\n")
+        frame = frame.f_back
+    return "", 0, ""
 
 
 class FlydslRuntimeError(FlydslError, RuntimeError):

@@ -48,7 +48,7 @@ class KernelFunction:
         params = []
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise DSLTypeError(f"kernel {self.name!r}: *args/**kwargs parameters are not "
+                raise _arg_error(f"*args/**kwargs parameters are not "
                                    "supported", kernel=self.name)
             ann = p.annotation
             if isinstance(ann, str):
@@ -77,8 +77,8 @@ class KernelFunction:
         if hit is not None:
             return hit
         if not isinstance(config, tuple) or len(config) not in (2, 3, 4):
-            raise LaunchError(f"kernel {self.name!r}: use kernel[grid, block](*args) "
-                              "(optionally kernel[grid, block, smem, stream])")
+            raise LaunchError("use kernel[grid, block](*args) "
+                              "(optionally kernel[grid, block, smem, stream])", kernel=self.name)
         grid, block, *rest = config
         smem = rest[0] if rest else 0
         stream = rest[1] if len(rest) > 1 else None
@@ -126,8 +126,8 @@ class KernelFunction:
     def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key) -> None:
         from .runtime.launch import bind_launch
         if not isinstance(smem, int) or smem < 0:
-            raise LaunchError(f"kernel {self.name!r}: smem must be a non-negative int, "
-                              f"got {smem!r}")
+            raise LaunchError(f"smem must be a non-negative int, got {smem!r}",
+                              kernel=self.name)
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
         backend, options = _resolve_backend_and_options()
@@ -176,7 +176,7 @@ class KernelFunction:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
-            raise DSLTypeError(f"kernel {self.name!r}: {e}", kernel=self.name) from None
+            raise _arg_error(str(e), kernel=self.name) from None
         bound.apply_defaults()
         return [bound.arguments[p.name] for p in self.params]
 
@@ -190,7 +190,7 @@ class KernelFunction:
                 try:
                     hash(v)
                 except TypeError:
-                    raise DSLTypeError(f"kernel {self.name!r}: constexpr argument {p.name!r} "
+                    raise _arg_error(f"constexpr argument {p.name!r} "
                                        f"must be hashable, got {type(v).__name__}",
                                        kernel=self.name) from None
                 specs.append(ParamSpec(p.name, "constexpr", value=v))
@@ -198,33 +198,36 @@ class KernelFunction:
             try:
                 t = as_host_tensor(v)
             except TypeError as e:
-                raise DSLTypeError(f"kernel {self.name!r}, argument {p.name!r}: {e}",
+                raise _arg_error(f"argument {p.name!r}: {e}",
                                    kernel=self.name) from None
             if kind == "tensor" or (kind == "infer" and t is not None):
                 if t is None:
-                    raise DSLTypeError(f"kernel {self.name!r}: argument {p.name!r} is declared "
+                    raise _arg_error(f"argument {p.name!r} is declared "
                                        f"a tensor but got {type(v).__name__}", kernel=self.name)
                 ann = p.annotation if isinstance(p.annotation, TensorAnnotation) else None
                 if ann is not None and ann.dtype is not None and ann.dtype is not t.dtype:
-                    raise DSLTypeError(f"kernel {self.name!r}: argument {p.name!r} must have "
+                    raise _arg_error(f"argument {p.name!r} must have "
                                        f"dtype {ann.dtype!r}, got {t.dtype!r}", kernel=self.name)
                 if ann is not None and ann.rank is not None and ann.rank != t.rank:
-                    raise DSLTypeError(f"kernel {self.name!r}: argument {p.name!r} must have "
+                    raise _arg_error(f"argument {p.name!r} must have "
                                        f"rank {ann.rank}, got {t.rank}", kernel=self.name)
                 specs.append(ParamSpec(p.name, "tensor", dtype=t.dtype, rank=t.rank,
                                        inner_contiguous=t.inner_contiguous))
                 runtime.append(v)
                 continue
             if t is not None:
-                raise DSLTypeError(f"kernel {self.name!r}: argument {p.name!r} is declared "
+                raise _arg_error(f"argument {p.name!r} is declared "
                                    f"{p.annotation!r} but got a tensor", kernel=self.name)
             if kind == "scalar":
-                check_scalar(self.name, p.name, p.annotation, v)
+                try:
+                    check_scalar(self.name, p.name, p.annotation, v)
+                except DSLTypeError as e:
+                    raise _arg_error(e.message, kernel=self.name) from None
                 dtype = p.annotation
             else:
                 dtype = scalar_dtype_of(v)
                 if dtype is None:
-                    raise DSLTypeError(f"kernel {self.name!r}: argument {p.name!r} has "
+                    raise _arg_error(f"argument {p.name!r} has "
                                        f"unsupported type {type(v).__name__}; annotate it or "
                                        "pass a tensor or a number", kernel=self.name)
             specs.append(ParamSpec(p.name, "scalar", dtype=dtype))
@@ -251,6 +254,14 @@ class KernelFunction:
             self._compiled.clear()
             self._dispatch.clear()
             self._configs.clear()
+
+
+def _arg_error(message: str, kernel: str) -> DSLTypeError:
+    """A TypeError about a launch argument, located at the user's launch call."""
+    from .errors import user_call_site
+    filename, lineno, line = user_call_site()
+    return DSLTypeError(message, kernel=kernel, filename=filename, lineno=lineno,
+                        source_line=line)
 
 
 def _resolve_string_annotation(fn, text: str):

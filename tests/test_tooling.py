@@ -111,3 +111,28 @@ def test_cli_compile_errors_are_messages_not_tracebacks(tmp_path):
                            "--signature", "f32[1],f32[1],f32[1],i32"], "gfx942")):
         out = run_cli(*args)
         assert out.returncode == 1 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+@flydsl.kernel
+def big_shared(x: fx.Tensor):
+    buf = fx.shared_array((300_000,), fx.Float32)
+    buf[fx.thread_idx.x] = 1.0
+    x[0] = buf[0]
+
+
+def test_launch_errors_point_at_the_launch_line():
+    x = np.zeros(4, np.float32)
+    cases = [
+        (lambda: twice[(1, 1), 2048](x, x), "2048 threads"),
+        (lambda: twice[0, 4](x, x), "must be > 0"),
+        (lambda: twice[1, 4, 1 << 30](x, x), "bytes of shared memory"),
+        (lambda: big_shared[1, 4](x), "1200000 static"),
+        (lambda: twice[1, 4](x, [1, 2]), "argument 'y'"),
+    ]
+    for launch, needle in cases:
+        with pytest.raises(flydsl.FlydslError) as e:
+            launch()
+        err = e.value
+        assert needle in str(err)
+        assert err.kernel in ("twice", "big_shared")
+        assert err.filename == __file__ and err.lineno > 0 and err.source_line.strip()

@@ -74,13 +74,12 @@ def _dim3(value, what: str, kernel: str) -> tuple:
     ok = isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
         isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)
     if not ok:
-        raise LaunchError(f"kernel {kernel!r}: {what} must be an int or a tuple of up to 3 "
-                          f"ints, got {value!r}")
+        raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, got {value!r}",
+                          kernel=kernel)
     dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
     if any(d <= 0 for d in dims):
-        raise LaunchError(f"kernel {kernel!r}: every {what} dimension must be > 0, got {dims}")
+        raise LaunchError(f"every {what} dimension must be > 0, got {dims}", kernel=kernel)
     if what == "block" and dims[0] * dims[1] * dims[2] > MAX_BLOCK_THREADS:
-        raise LaunchError(f"kernel {kernel!r}: block {dims} has "
-                          f"{dims[0] * dims[1] * dims[2]} threads; every backend allows at "
-                          f"most {MAX_BLOCK_THREADS} per block")
+        raise LaunchError(f"block {dims} has {dims[0] * dims[1] * dims[2]} threads; every "
+                          f"backend allows at most {MAX_BLOCK_THREADS} per block", kernel=kernel)
     return dims

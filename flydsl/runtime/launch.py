@@ -12,8 +12,9 @@ MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 48 * 1024, "hip": 64 * 1024}
 def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None:
     limit = MAX_SHARED_BYTES.get(driver)
     if limit is not None and static_bytes + smem > limit:
-        raise LaunchError(f"kernel {kernel!r} uses {static_bytes + smem} bytes of shared "
-                          f"memory; the {driver} backend allows {limit}")
+        raise LaunchError(f"the kernel uses {static_bytes + smem} bytes of shared memory "
+                          f"({static_bytes} static + {smem} dynamic); the {driver} backend "
+                          f"allows {limit}", kernel=kernel)
 
 
 def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence) -> None:
@@ -24,8 +25,8 @@ def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence
         if t is None:
             continue
         if driver == "cpu" and t.device != "cpu":
-            raise LaunchError(f"kernel {kernel!r}: argument {name!r} is on {t.device}, "
-                              "but the cpu backend needs host memory")
+            raise LaunchError(f"argument {name!r} is on {t.device}, but the cpu backend "
+                              "needs host memory", kernel=kernel)
 
 
 def make_launcher(compiled) -> object:
