@@ -69,10 +69,11 @@ def dim3(value, what: str, kernel: str) -> tuple:
 
 
 def _dim3(value, what: str, kernel: str) -> tuple:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    # bools count as ints, as everywhere in Python (and equal ints share the memo)
+    if isinstance(value, (int, np.integer)):
         value = (value,)
     ok = isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)
+        isinstance(v, (int, np.integer)) for v in value)
     if not ok:
         raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, got {value!r}",
                           kernel=kernel)

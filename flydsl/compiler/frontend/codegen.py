@@ -163,6 +163,8 @@ class Codegen:
         except (TypeError, ValueError, IndexError, KeyError, AttributeError,
                 ZeroDivisionError, OverflowError) as e:
             raise self.error(node, f"{type(e).__name__}: {e}", DSLTypeError) from e
+        except Exception as e:  # noqa: BLE001 - any failure while tracing is located
+            raise self.error(node, f"{type(e).__name__}: {e}") from e
 
     def stmt_Expr(self, node: ast.Expr) -> None:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
