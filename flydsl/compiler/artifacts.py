@@ -19,6 +19,8 @@ class CompiledArtifact:
     target: GPUTarget
     binary_stage: str
     asm: dict[str, Union[str, bytes]] = field(default_factory=dict)
+    #: The module's text after each pipeline fragment, keyed by stage name, in order.
+    stages: dict[str, str] = field(default_factory=dict)
     kernel_names: list[str] = field(default_factory=list)
     #: Backend-specific loaded state (the CPU backend's ExecutionEngine).
     engine: Optional[Any] = None

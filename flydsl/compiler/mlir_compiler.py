@@ -78,8 +78,10 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
         _attach_targets(work, backend.gpu_module_targets())
         for fragment in backend.pipeline_fragments(options):
             _run_fragment(work, fragment, backend, options, kernel, dump)
+            name = stage_name(fragment)
+            text = artifact.stages[_unique(artifact.stages, name)] = str(work)
             if dumping:
-                dump.write(stage_name(fragment), str(work))
+                dump.write(name, text)
         artifact.asm["llvm-mlir"] = str(work)
         try:
             backend.finalize(work, artifact, options)
@@ -125,6 +127,15 @@ def _run_fragment(work, fragment, backend, options, kernel: str, dump) -> None:
         path = dump.write_reproducer(name, before, _pipeline_of(fragment))
         raise CompilationError(f"internal error in {name}: {type(e).__name__}: {e}",
                                stage=name, kernel=kernel, ir_path=path) from e
+
+
+def _unique(existing: dict, name: str) -> str:
+    if name not in existing:
+        return name
+    n = 2
+    while f"{name}.{n}" in existing:
+        n += 1
+    return f"{name}.{n}"
 
 
 def _pipeline_of(fragment) -> str:

@@ -338,13 +338,22 @@ class Codegen:
                 raise self.error(node, f"compile-time loop runs over {_UNROLL_LIMIT} times; "
                                        "use fx.range(...) for a runtime loop")
             self.assign(node.target, item)
-            try:
-                if self.visit_block(node.body):
-                    return True
-            except _LoopControl as lc:
-                if lc.kind == "break":
-                    break
+            ended = self._static_iteration(node.body)
+            if ended == "return":
+                return True
+            if ended == "break":
+                break
         return False
+
+    def _static_iteration(self, body: list) -> Optional[str]:
+        """Trace one unrolled iteration; "return" or "break" when that ends the loop."""
+        try:
+            if self.visit_block(body):
+                return "return"
+        except _LoopControl as lc:
+            if lc.kind == "break":
+                return "break"
+        return None
 
     def _carried(self, body: list, extra: set = frozenset()) -> list[str]:
         names = []
@@ -358,9 +367,6 @@ class Codegen:
     def _dynamic_for(self, node: ast.For, args: list) -> None:
         if not isinstance(node.target, ast.Name):
             raise self.error(node, "a runtime loop needs a single loop variable",
-                             UnsupportedConstructError)
-        if may_return(node.body):
-            raise self.error(node, "`return` inside a runtime loop is not supported",
                              UnsupportedConstructError)
         if len(args) == 1:
             start, stop, step = 0, args[0], 1
@@ -384,13 +390,9 @@ class Codegen:
             trips = ops.maximum((span + (-step - 1)) // (-step), 0)
             lb, ub, st = V.constant(0, ivt), trips, V.constant(1, ivt)
         else:
-            lb, ub, st = V.as_value(start, ivt), V.as_value(stop, ivt), V.as_value(step, ivt)
-            lb, ub, st = V.cast(lb, ivt), V.cast(ub, ivt), V.cast(st, ivt)
-        carried = self._carried(node.body)
-        init = {n: self.scope[n] for n in carried}
-        types = {n: (init[n].dtype if is_dynamic(init[n]) else V.literal_dtype(init[n]))
-                 for n in carried}
-        for _attempt in range(4):
+            lb, ub, st = (V.cast(V.as_value(a, ivt), ivt) for a in (start, stop, step))
+
+        def build(carried, init, types):
             loop = scf.ForOp(lb.v, ub.v, st.v, [V.as_value(init[n], types[n]).v for n in carried])
             scope = dict(self.scope)
             iv = Value(loop.induction_variable, ivt)
@@ -399,22 +401,42 @@ class Codegen:
                     iv = V.as_value(start, ivt) + iv * step
             for i, n in enumerate(carried):
                 scope[n] = Value(loop.inner_iter_args[i], types[n])
-            scope_before = dict(scope)
+            before = dict(scope)
             scope[node.target.id] = iv
+            return loop, loop.body, before, scope
+        self._runtime_loop(node, build)
+
+    def _runtime_loop(self, node, build) -> None:
+        """Trace a runtime loop (scf.for / scf.while) and bind its results.
+
+        ``build(carried, init, types)`` creates the loop op, with the carried
+        variables' block arguments in a scope, and returns ``(loop op, body
+        block, scope before the body, scope to trace the body in)``. Literal
+        initial values take the type the body gives them: the loop is retraced
+        with the widened type if needed.
+        """
+        if may_return(node.body):
+            raise self.error(node, "`return` inside a runtime loop is not supported",
+                             UnsupportedConstructError)
+        carried = self._carried(node.body)
+        init = {n: self.scope[n] for n in carried}
+        types = {n: (init[n].dtype if is_dynamic(init[n]) else V.literal_dtype(init[n]))
+                 for n in carried}
+        for _attempt in range(4):
+            loop, body, before, scope = build(carried, init, types)
             try:
-                self._trace_region(loop.body, node.body, scope)
+                self._trace_region(body, node.body, scope)
             except DSLError:
                 loop.operation.erase()
                 raise
-            retry = self._settle_types(node, carried, scope, init, types)
-            if retry:
+            if self._settle_types(node, carried, scope, init, types):
                 loop.operation.erase()
                 continue
-            with ir.InsertionPoint(loop.body):
+            with ir.InsertionPoint(body):
                 scf.yield_([_coerce(scope[n], types[n]).v for n in carried])
             for i, n in enumerate(carried):
                 self.scope[n] = Value(loop.results[i], types[n])
-            self._drop_loop_locals(node, node.body, carried, scope_before, scope)
+            self._drop_loop_locals(node, node.body, carried, before, scope)
             return None
         raise self.error(node, "could not settle the types of the loop-carried variables "
                                f"{carried}", DSLTypeError)
@@ -467,62 +489,44 @@ class Codegen:
                 if count > _UNROLL_LIMIT:
                     raise self.error(node, "compile-time while loop does not terminate "
                                            f"within {_UNROLL_LIMIT} iterations")
-                try:
-                    if self.visit_block(node.body):
-                        return True
-                except _LoopControl as lc:
-                    if lc.kind == "break":
-                        break
+                ended = self._static_iteration(node.body)
+                if ended == "return":
+                    return True
+                if ended == "break":
+                    break
                 cond = self.eval_node(node.test)
                 if is_dynamic(cond):
                     raise self.error(node, "while condition became dynamic after a compile-time "
                                            "iteration; make it dynamic from the start",
                                      UnsupportedConstructError)
             return None
-        if may_return(node.body):
-            raise self.error(node, "`return` inside a runtime loop is not supported",
-                             UnsupportedConstructError)
-        carried = self._carried(node.body)
-        init = {n: self.scope[n] for n in carried}
-        types = {n: (init[n].dtype if is_dynamic(init[n]) else V.literal_dtype(init[n]))
-                 for n in carried}
-        for _attempt in range(4):
+
+        def build(carried, init, types):
             mtypes = [types[n].mlir_type() for n in carried]
             loop = scf.WhileOp(mtypes, [V.as_value(init[n], types[n]).v for n in carried])
             before = loop.before.blocks.append(*mtypes)
             after = loop.after.blocks.append(*mtypes)
-            cscope = dict(self.scope)
-            for i, n in enumerate(carried):
-                cscope[n] = Value(before.arguments[i], types[n])
             saved = self.scope
-            self.scope = cscope
+            self.scope = dict(saved)
+            for i, n in enumerate(carried):
+                self.scope[n] = Value(before.arguments[i], types[n])
             try:
                 with ir.InsertionPoint(before):
                     c = self.eval_node(node.test)
                     if not is_dynamic(c):
                         c = V.constant(bool(c), dt.Bool)
                     scf.condition(V.cast(c, dt.Bool).v, list(before.arguments))
-            finally:
-                self.scope = saved
-            bscope = dict(self.scope)
-            for i, n in enumerate(carried):
-                bscope[n] = Value(after.arguments[i], types[n])
-            try:
-                self._trace_region(after, node.body, bscope)
             except DSLError:
                 loop.operation.erase()
                 raise
-            if self._settle_types(node, carried, bscope, init, types):
-                loop.operation.erase()
-                continue
-            with ir.InsertionPoint(after):
-                scf.yield_([_coerce(bscope[n], types[n]).v for n in carried])
+            finally:
+                self.scope = saved
+            scope = dict(self.scope)
             for i, n in enumerate(carried):
-                self.scope[n] = Value(loop.results[i], types[n])
-            self._drop_loop_locals(node, node.body, carried, dict(self.scope), bscope)
-            return None
-        raise self.error(node, "could not settle the types of the loop-carried variables "
-                               f"{carried}", DSLTypeError)
+                scope[n] = Value(after.arguments[i], types[n])
+            return loop, after, dict(self.scope), scope
+        self._runtime_loop(node, build)
+        return None
 
     # -- expressions ---------------------------------------------------
     def eval_node(self, node: ast.AST) -> Any:

@@ -139,26 +139,22 @@ def abs(x):
     return absolute(x)
 
 
-def maximum(a, b):
+def _extremum(a, b, pick, float_op, int_op, bool_op):
     if is_scalar(a) and is_scalar(b):
-        return builtins.max(a, b)
+        return pick(a, b)
     a, b = promote(a, b)
-    if a.dtype.kind == "float":
-        return Value(arith.maximumf(a.v, b.v), a.dtype)
-    if a.dtype.kind == "bool":
-        return Value(arith.ori(a.v, b.v), a.dtype)
-    return Value(arith.maxsi(a.v, b.v), a.dtype)
+    op = {"float": float_op, "bool": bool_op}.get(a.dtype.kind, int_op)
+    return Value(op(a.v, b.v), a.dtype)
+
+
+def maximum(a, b):
+    """max(a, b); NaN-propagating for floats (arith.maximumf)."""
+    return _extremum(a, b, builtins.max, arith.maximumf, arith.maxsi, arith.ori)
 
 
 def minimum(a, b):
-    if is_scalar(a) and is_scalar(b):
-        return builtins.min(a, b)
-    a, b = promote(a, b)
-    if a.dtype.kind == "float":
-        return Value(arith.minimumf(a.v, b.v), a.dtype)
-    if a.dtype.kind == "bool":
-        return Value(arith.andi(a.v, b.v), a.dtype)
-    return Value(arith.minsi(a.v, b.v), a.dtype)
+    """min(a, b); NaN-propagating for floats (arith.minimumf)."""
+    return _extremum(a, b, builtins.min, arith.minimumf, arith.minsi, arith.andi)
 
 
 def fma(a, b, c):

@@ -220,6 +220,16 @@ def to_index(x) -> ir.Value:
     return arith.constant(ir.IndexType.get(), x)
 
 
+def _python_mod(r: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
+    """Turn a C remainder ``r`` of ``a % b`` into Python's: the result takes b's sign."""
+    zero = constant(0, dtype)
+    r_neg, b_neg = compare("<", Value(r, dtype), zero), compare("<", Value(b, dtype), zero)
+    r_nz = compare("!=", Value(r, dtype), zero)
+    fix = arith.andi(r_nz.v, arith.xori(r_neg.v, b_neg.v))
+    add = arith.addf if dtype.kind == "float" else arith.addi
+    return arith.select(fix, add(r, b), r)
+
+
 def _int_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
     if op == "+":
         return arith.addi(a, b)
@@ -229,14 +239,8 @@ def _int_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
         return arith.muli(a, b)
     if op == "//":
         return arith.floordivsi(a, b)
-    if op == "%":  # Python semantics: the result takes the divisor's sign
-        r = arith.remsi(a, b)
-        zero = constant(0, dtype).v
-        r_neg = arith.cmpi(arith.CmpIPredicate.slt, r, zero)
-        b_neg = arith.cmpi(arith.CmpIPredicate.slt, b, zero)
-        r_nz = arith.cmpi(arith.CmpIPredicate.ne, r, zero)
-        fix = arith.andi(r_nz, arith.xori(r_neg, b_neg))
-        return arith.select(fix, arith.addi(r, b), r)
+    if op == "%":
+        return _python_mod(arith.remsi(a, b), b, dtype)
     if op == "&":
         return arith.andi(a, b)
     if op == "|":
@@ -261,14 +265,8 @@ def _float_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
         return arith.divf(a, b)
     if op == "//":
         return mmath.floor(arith.divf(a, b))
-    if op == "%":  # Python semantics
-        r = arith.remf(a, b)
-        zero = constant(0.0, dtype).v
-        r_neg = arith.cmpf(arith.CmpFPredicate.OLT, r, zero)
-        b_neg = arith.cmpf(arith.CmpFPredicate.OLT, b, zero)
-        r_nz = arith.cmpf(arith.CmpFPredicate.UNE, r, zero)
-        fix = arith.andi(r_nz, arith.xori(r_neg, b_neg))
-        return arith.select(fix, arith.addf(r, b), r)
+    if op == "%":
+        return _python_mod(arith.remf(a, b), b, dtype)
     raise DSLTypeError(f"operator {op!r} is not defined for {dtype.name}")
 
 
