@@ -14,8 +14,6 @@ from . import context
 from .tensors import TensorValue, coerce_for_store
 from .values import Value, as_value, cast, is_scalar, promote, select as _select
 
-_I32 = None
-
 
 def _dim(name: str) -> object:
     return getattr(gpu.Dimension, name)
@@ -108,16 +106,15 @@ def shuffle_xor(value, mask) -> Value:
     return cast(out, v.dtype)
 
 
-def _float_operand(x, fname: str) -> Value:
-    v = as_value(x if not (is_scalar(x) and not isinstance(x, float)) else float(x))
-    if v.dtype.kind != "float":
-        v = cast(v, dt.Float32)
-    return v
+def _float_operand(x) -> Value:
+    """Math functions take floats: ints (values or literals) become Float32."""
+    v = as_value(float(x) if is_scalar(x) else x)
+    return v if v.dtype.kind == "float" else cast(v, dt.Float32)
 
 
 def _unary_math(fn, fname: str):
     def apply(x):
-        v = _float_operand(x, fname)
+        v = _float_operand(x)
         return Value(fn(v.v), v.dtype)
     apply.__name__ = fname
     return apply
