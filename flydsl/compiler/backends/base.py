@@ -113,7 +113,8 @@ class BaseBackend(ABC):
 
     # -- compilation ---------------------------------------------------
     @abstractmethod
-    def pipeline_fragments(self, options: CompileOptions) -> list[PipelineFragment]:
+    def pipeline_fragments(self,
+                           options: Optional[CompileOptions] = None) -> list[PipelineFragment]:
         """The ordered stages lowering a gpu.container_module to the backend's LLVM dialect.
 
         Textual fragments are built from validated values only.
@@ -137,7 +138,7 @@ class BaseBackend(ABC):
         """Turn the lowered module into binary stages stored on ``artifact``."""
 
     # -- identity ------------------------------------------------------
-    def pipeline_text(self, options: CompileOptions) -> str:
+    def pipeline_text(self, options: Optional[CompileOptions] = None) -> str:
         parts = []
         for frag in self.pipeline_fragments(options):
             if isinstance(frag, PythonPass):

@@ -46,7 +46,7 @@ class CpuBackend(BaseBackend):
     def accepts_env_arch(cls, arch: str) -> bool:
         return False  # FLYDSL_GPU_ARCH names a GPU; the host is the only CPU target
 
-    def pipeline_fragments(self, options: CompileOptions) -> list:
+    def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         return [
             PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
             "canonicalize,cse",

@@ -67,7 +67,7 @@ class CudaBackend(BaseBackend):
         return "sm_90"
 
     # -- compilation ---------------------------------------------------
-    def pipeline_fragments(self, options: CompileOptions) -> list:
+    def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         """Lower the ``gpu.module`` to the LLVM and NVVM dialects (no user-provided text)."""
         return [
             # Strided/sub-view memref metadata -> affine.apply -> arith; then structured

@@ -62,7 +62,7 @@ class RocmBackend(BaseBackend):
     def gpu_module_targets(self) -> list[str]:
         return [f'#rocdl.target<chip = "{self.target.arch}", O = 3>']
 
-    def pipeline_fragments(self, options: CompileOptions) -> list:
+    def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         rp = "flydsl.compiler.rocdl_passes:"
         arch = self.target.arch
         if arch not in ARCH_WARP_SIZE:  # validated again: it goes into pass options
