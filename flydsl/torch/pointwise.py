@@ -1,0 +1,359 @@
+"""The pointwise ATen ops the ``flydsl`` torch.compile backend fuses, and their DSL spelling.
+
+Which ops qualify, and how their arguments are laid out, comes from torch's
+own operator schemas: an ``OpOverload`` is fusible when it carries
+``torch.Tag.pointwise``, is functional (no mutated or aliased argument, one
+``Tensor`` result) and every argument is a ``Tensor``, a number (``Scalar``,
+``int``, ``float``, optional or not) or a plain constant (``str``, ``bool``,
+``ScalarType``, ``MemoryFormat``, ...). The only hand-written part is
+:data:`EMITTERS`: per op *base name* (``add`` covers ``add.Tensor`` and
+``add.Scalar``), a function that spells the math as a DSL expression.
+
+An emitter receives an :class:`EmitContext` and the op's arguments by schema
+name: tensor operands as expression strings (already converted to the
+compute dtype), numbers as :class:`Lit` (a ``str`` holding the literal, with
+``.value``) or an expression for a runtime scalar, constants as their Python
+values. It returns the expression text, or ``None`` when it cannot express
+that particular call (which then stays in eager mode).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+#: torch dtype -> flydsl dtype name, for every dtype a fused kernel handles.
+FX_DTYPES = {
+    torch.bool: "Bool", torch.int8: "Int8", torch.int16: "Int16", torch.int32: "Int32",
+    torch.int64: "Int64", torch.float16: "Float16", torch.bfloat16: "BFloat16",
+    torch.float32: "Float32", torch.float64: "Float64",
+}
+#: Narrow floats are computed in float32 and rounded after every op, as eager does.
+_OPMATH = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def fx_dtype(dtype: torch.dtype) -> str:
+    """``fx.<Name>`` source text for a torch dtype."""
+    return "fx." + FX_DTYPES[dtype]
+
+
+def register_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a kernel holds a value of ``dtype`` in (float32 for float16/bfloat16)."""
+    return _OPMATH.get(dtype, dtype)
+
+
+class Lit(str):
+    """A number argument: its source literal (``str``) and its Python ``value``."""
+
+    value: Any
+
+    def __new__(cls, value: Any) -> "Lit":
+        if isinstance(value, bool):
+            text = repr(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            text = f"float({str(value)!r})"
+        elif isinstance(value, (int, float)):
+            text = repr(value) if value >= 0 else f"({value!r})"
+        else:
+            raise TypeError(f"not a number literal: {value!r}")
+        self = super().__new__(cls, text)
+        self.value = value
+        return self
+
+
+@dataclass(frozen=True)
+class EmitContext:
+    """What an emitter may need besides its operands."""
+
+    dtype: Optional[torch.dtype]   # compute dtype of a float result, None for int/bool results
+    out_dtype: torch.dtype         # the op's result dtype
+
+
+def _is(x, value) -> bool:
+    return isinstance(x, Lit) and x.value == value
+
+
+def _scaled(x: str, alpha) -> str:
+    return x if alpha is None or _is(alpha, 1) else f"({x} * {alpha})"
+
+
+def _binary(sym: str) -> Callable[..., str]:
+    return lambda c, self, other: f"({self} {sym} {other})"
+
+
+def _unary(fn: str) -> Callable[..., str]:
+    return lambda c, self: f"{fn}({self})"
+
+
+def _float_only(fn: str) -> Callable[..., Optional[str]]:
+    """Rounding functions: the identity on integers (as in torch)."""
+    return lambda c, self: f"{fn}({self})" if c.dtype is not None else self
+
+
+def _div(c: EmitContext, self, other, rounding_mode=None) -> Optional[str]:
+    if rounding_mode is None:
+        return f"({self} / {other})"
+    if rounding_mode == "floor" and c.dtype is not None:   # integer division may trap on 0
+        return f"({self} // {other})"
+    return None
+
+
+def _clamp(c: EmitContext, self, min=None, max=None) -> str:
+    out = self
+    if min is not None:
+        out = f"fx.max({out}, {min})"
+    if max is not None:
+        out = f"fx.min({out}, {max})"
+    return out
+
+
+def _pow(c: EmitContext, self, exponent) -> Optional[str]:
+    if not isinstance(exponent, Lit):
+        return None
+    e = exponent.value
+    if isinstance(e, bool) or (c.dtype is None and (not isinstance(e, int) or not 0 <= e <= 16)):
+        return None    # integer powers are exact only as repeated products
+    if e == 0.5:
+        return f"fx.sqrt({self})"
+    if isinstance(e, float) and e.is_integer() and 0 <= e <= 16:
+        exponent = Lit(int(e))
+    return f"({self} ** {exponent})"
+
+
+def _transcendental(fn: str, f32_only: bool = False) -> Callable[..., Optional[str]]:
+    def emit(c: EmitContext, self, **const) -> Optional[str]:
+        if f32_only and c.dtype is not torch.float32:
+            return None                       # no float64 implementation in the DSL
+        extra = "".join(f", {v!r}" for v in const.values())
+        return f"{fn}({self}{extra})"
+    return emit
+
+
+#: Base op name -> DSL expression emitter (see the module docstring).
+EMITTERS: dict[str, Callable[..., Optional[str]]] = {
+    "add": lambda c, self, other, alpha=None: f"({self} + {_scaled(other, alpha)})",
+    "sub": lambda c, self, other, alpha=None: f"({self} - {_scaled(other, alpha)})",
+    "rsub": lambda c, self, other, alpha=None: f"({other} - {_scaled(self, alpha)})",
+    "mul": _binary("*"),
+    "div": _div,
+    "neg": lambda c, self: f"(-{self})",
+    "reciprocal": lambda c, self: f"(1 / {self})",
+    "abs": _unary("fx.abs"),
+    "exp": _unary("fm.exp"),
+    "log": _unary("fx.log"),
+    "sqrt": _unary("fx.sqrt"),
+    "rsqrt": _unary("fx.rsqrt"),
+    "sin": _unary("fx.sin"),
+    "cos": _unary("fx.cos"),
+    "tanh": _unary("fm.tanh"),
+    "sigmoid": _unary("fm.sigmoid"),
+    "erf": _transcendental("fm.erf", f32_only=True),
+    "gelu": _transcendental("fm.gelu", f32_only=True),
+    "floor": _float_only("fx.floor"),
+    "ceil": _float_only("fx.ceil"),
+    "relu": lambda c, self: f"fx.max({self}, 0)",
+    "maximum": lambda c, self, other: f"fx.max({self}, {other})",
+    "minimum": lambda c, self, other: f"fx.min({self}, {other})",
+    "clamp": _clamp,
+    "clamp_min": lambda c, self, min: f"fx.max({self}, {min})",
+    "clamp_max": lambda c, self, max: f"fx.min({self}, {max})",
+    "pow": _pow,
+    "where": lambda c, condition, self, other: f"fx.select({condition}, {self}, {other})",
+    "lt": _binary("<"), "le": _binary("<="), "gt": _binary(">"), "ge": _binary(">="),
+    "eq": _binary("=="), "ne": _binary("!="),
+    "logical_not": lambda c, self: f"(fx.cast({self}, fx.Bool) ^ True)",
+    "logical_and": lambda c, self, other: f"(fx.cast({self}, fx.Bool) & fx.cast({other}, fx.Bool))",
+    "logical_or": lambda c, self, other: f"(fx.cast({self}, fx.Bool) | fx.cast({other}, fx.Bool))",
+    # Casts: the conversion to the result dtype is what every op ends with.
+    "convert_element_type": lambda c, a, dtype: a,
+    "clone": lambda c, self, memory_format=None: self,
+}
+
+
+# -- the schema-derived op table ----------------------------------------------
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One schema argument: ``kind`` is "tensor", "number" or "const"."""
+
+    name: str
+    kind: str
+    default: Any
+    has_default: bool
+
+
+@dataclass(frozen=True)
+class PointwiseOp:
+    """A fusible OpOverload: its schema-derived arguments and its emitter."""
+
+    op: Any                       # torch._ops.OpOverload
+    base: str
+    args: tuple
+    emit: Callable[..., Optional[str]]
+
+    def bind(self, args: tuple, kwargs: dict) -> Optional[dict]:
+        """Map an FX call's args/kwargs to schema names (defaults filled); None if unbindable."""
+        if len(args) > len(self.args):
+            return None
+        out = {}
+        for i, spec in enumerate(self.args):
+            if i < len(args):
+                out[spec.name] = args[i]
+            elif spec.name in kwargs:
+                out[spec.name] = kwargs[spec.name]
+            elif spec.has_default:
+                out[spec.name] = spec.default
+            else:
+                return None
+        if set(kwargs) - set(out):
+            return None
+        return out
+
+
+def _arg_kind(jit_type) -> Optional[str]:
+    kind = jit_type.kind()
+    if kind == "OptionalType":
+        inner = _arg_kind(jit_type.getElementType())
+        return inner if inner in ("number", "const") else None
+    if kind == "TensorType":
+        return "tensor"
+    if kind in ("NumberType", "IntType", "FloatType", "SymIntType", "SymFloatType"):
+        return "number"
+    if kind in ("StringType", "BoolType", "ScalarTypeType", "MemoryFormatType",
+                "LayoutType", "DeviceObjType"):
+        return "const"
+    return None
+
+
+def describe(op) -> Optional[PointwiseOp]:
+    """The table entry for ``op``, or None if it is not a fusible pointwise op."""
+    if not isinstance(op, torch._ops.OpOverload) or torch.Tag.pointwise not in op.tags:
+        return None
+    schema = op._schema
+    base = schema.name.split("::")[-1]
+    emit = EMITTERS.get(base)
+    if emit is None or schema.is_mutable or len(schema.returns) != 1:
+        return None
+    ret = schema.returns[0]
+    if ret.type.kind() != "TensorType" or ret.alias_info is not None:
+        return None
+    specs = []
+    for a in schema.arguments:
+        kind = _arg_kind(a.type)
+        if kind is None or a.alias_info is not None:
+            return None
+        # ScalarType defaults are ints in the schema; they are never used here.
+        specs.append(ArgSpec(a.name, kind, a.default_value if a.has_default_value() else None,
+                             a.has_default_value()))
+    if not any(s.kind == "tensor" for s in specs):
+        return None
+    return PointwiseOp(op, base, tuple(specs), emit)
+
+
+_describe_cached = functools.lru_cache(maxsize=None)(describe)
+
+
+def lookup(op) -> Optional[PointwiseOp]:
+    """Cached :func:`describe` (OpOverloads are hashable singletons)."""
+    try:
+        return _describe_cached(op)
+    except TypeError:      # unhashable target
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def pointwise_ops() -> dict:
+    """Every fusible OpOverload of ``aten`` and ``prims``, derived from the schemas."""
+    table = {}
+    for ns in (torch.ops.aten, torch.ops.prims):
+        for base in EMITTERS:
+            try:
+                packet = getattr(ns, base)
+            except (AttributeError, RuntimeError):
+                continue
+            for name in packet.overloads():
+                entry = lookup(getattr(packet, name))
+                if entry is not None:
+                    table[entry.op] = entry
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def decompositions() -> dict:
+    """Decompositions that expose more fusible ops: ``_to_copy`` (casts become
+    ``prims.convert_element_type``) and every functional pointwise op that has
+    no emitter but a core-ATen decomposition (``silu``, ``addcmul``, ``lerp``,
+    ``sigmoid_backward``, ...)."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    table = dict(get_decompositions([torch.ops.aten._to_copy]))
+    for op, fn in core_aten_decompositions().items():
+        if not isinstance(op, torch._ops.OpOverload) or torch.Tag.pointwise not in op.tags:
+            continue
+        schema = op._schema
+        if schema.is_mutable or schema.name.split("::")[-1] in EMITTERS:
+            continue
+        if len(schema.returns) == 1 and schema.returns[0].alias_info is None:
+            table[op] = fn
+    return table
+
+
+# -- emitting one call ----------------------------------------------------------
+
+_CONSTANT_TYPES = (str, bool, type(None), torch.dtype, torch.memory_format, torch.layout,
+                   torch.device)
+
+
+def _convert(text: str, src: torch.dtype, out: torch.dtype) -> str:
+    """Operand ``text`` (a register of a ``src`` value) as the compute dtype of an op
+    with float result ``out``; narrow results first round operands to ``out``, like
+    eager's common-dtype conversion."""
+    if src == torch.bool or src == out:
+        return text     # bools promote exactly; same dtype is already in its register
+    if register_dtype(out) is out:
+        return f"fx.cast({text}, {fx_dtype(out)})"
+    return f"fx.cast(fx.cast({text}, {fx_dtype(out)}), fx.Float32)"
+
+
+def result_text(expr: str, out: torch.dtype) -> str:
+    """``expr`` converted to the register of an ``out`` result (rounded for narrow floats)."""
+    reg = register_dtype(out)
+    if reg is out:
+        return f"fx.cast({expr}, {fx_dtype(out)})"
+    return f"fx.cast(fx.cast({expr}, {fx_dtype(out)}), {fx_dtype(reg)})"
+
+
+def emit_call(entry: PointwiseOp, bound: dict, out_dtype: torch.dtype,
+              operand: Callable[[Any], tuple]) -> Optional[str]:
+    """The DSL expression computing one op (with its result conversion), or None.
+
+    ``bound``: the call's arguments by schema name (:meth:`PointwiseOp.bind`);
+    ``operand(node)`` gives (text, torch dtype) of a tensor operand's register,
+    or (text, None) for a runtime scalar (a symbolic int/float/bool).
+    """
+    is_float = out_dtype.is_floating_point
+    ctx = EmitContext(register_dtype(out_dtype) if is_float else None, out_dtype)
+    kwargs = {}
+    for spec in entry.args:
+        value = bound[spec.name]
+        if isinstance(value, torch.fx.Node):
+            if spec.kind == "const":
+                return None
+            text, dtype = operand(value)
+            if dtype is None:           # runtime scalar, also in a Tensor slot ("wrapped")
+                kwargs[spec.name] = f"fx.cast({text}, {fx_dtype(ctx.dtype)})" if is_float \
+                    else text
+            elif spec.kind == "tensor":
+                kwargs[spec.name] = _convert(text, dtype, out_dtype) if is_float else text
+            else:
+                return None
+        elif spec.kind in ("tensor", "number") and isinstance(value, (int, float)):
+            kwargs[spec.name] = Lit(value)    # also a Python number in a Tensor slot
+        elif spec.kind != "tensor" and isinstance(value, _CONSTANT_TYPES):
+            kwargs[spec.name] = value
+        else:
+            return None
+    expr = entry.emit(ctx, **kwargs)
+    return None if expr is None else result_text(expr, out_dtype)

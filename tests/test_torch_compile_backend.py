@@ -1,0 +1,340 @@
+"""The `flydsl` torch.compile backend: discovery, pointwise fusion, guards, fallbacks."""
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+import flydsl  # noqa: E402
+from flydsl.torch import dynamo_backend as db  # noqa: E402
+from flydsl.torch import kernels  # noqa: E402
+from flydsl.torch.pointwise import decompositions, pointwise_ops  # noqa: E402
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def _stats() -> dict:
+    return {**db.stats, **kernels.stats}
+
+
+def _rand(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+# -- registration ---------------------------------------------------------------------
+
+def test_entry_point_and_dynamo_registry():
+    eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    assert eps["flydsl"].value == "flydsl.torch.dynamo_backend:flydsl_backend"
+    assert "flydsl" in torch._dynamo.list_backends()
+    from torch._dynamo.backends.registry import lookup_backend
+    assert lookup_backend("flydsl") is db.flydsl_backend
+
+
+def test_import_flydsl_does_not_import_torch():
+    code = "import sys, flydsl, flydsl.expr; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_op_table_comes_from_the_schemas():
+    table = pointwise_ops()
+    for op in (aten.add.Tensor, aten.add.Scalar, aten.mul.Tensor, aten.where.self, aten.gelu.default,
+               aten.sigmoid.default, torch.ops.prims.convert_element_type.default):
+        assert op in table, op
+    for op in (aten.add_.Tensor, aten.add.out, aten.sum.default, aten.mm.default,
+               aten.erfinv.default):          # in-place, out=, reductions, no emitter
+        assert op not in table, op
+    assert all(torch.Tag.pointwise in op.tags for op in table)
+    add = table[aten.add.Tensor]
+    assert [(a.name, a.kind) for a in add.args] == [("self", "tensor"), ("other", "tensor"),
+                                                    ("alpha", "number")]
+    decomps = decompositions()
+    assert aten.silu.default in decomps and aten._to_copy.default in decomps
+    assert aten.add.Tensor not in decomps
+
+
+# -- fusion and correctness --------------------------------------------------------------
+
+def chain(x, y):
+    return torch.sigmoid((x * 2.0 + y).relu() - 0.5) * x
+
+
+def test_chain_of_pointwise_ops_becomes_one_kernel():
+    x, y = _rand(64, 33), _rand(33, seed=1)          # y broadcasts over rows
+    before = _stats()
+    out = torch.compile(chain, backend="flydsl", fullgraph=True)(x, y)
+    torch.testing.assert_close(out, chain(x, y))
+    d = _delta(before, _stats())
+    assert d["fused_groups"] == 1 and d["fused_ops"] == 6
+    assert d["launches"] == 1 and d["eager_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("fn", [torch.exp, torch.tanh, torch.sigmoid, torch.erf,
+                                torch.nn.functional.gelu], ids=lambda f: f.__name__)
+def test_float32_math_is_accurate(fn):
+    """Single ops (min_group_size=1) over a wide range, infinities and NaN included."""
+    special = torch.tensor([0.0, -0.0, 1e-30, -1e-6, 3e-4, 88.7, 88.8, -87.5, -104.0, 200.0,
+                            -200.0, float("inf"), float("-inf"), float("nan")])
+    atol = 1e-6
+    if fn is torch.nn.functional.gelu:
+        special = special[special.abs() != float("inf")]   # eager gives NaN for gelu(inf)
+        atol = 2e-6    # eager's 1 + erf(x) cancels for x << 0; flydsl uses erfc there
+    x = torch.cat([torch.linspace(-100, 100, 20001), _rand(5000) * 4, special])
+    compiled = torch.compile(fn, backend="flydsl", options={"min_group_size": 1})
+    before = _stats()
+    torch.testing.assert_close(compiled(x), fn(x), rtol=1e-6, atol=atol, equal_nan=True)
+    assert _delta(before, _stats())["launches"] == 1
+
+
+def test_unknown_backend_options_are_rejected():
+    with pytest.raises(Exception, match="min_group_size"):
+        torch.compile(chain, backend="flydsl", options={"fuse_everything": True})(
+            _rand(2), _rand(2))
+
+
+UNARY = {
+    "neg": torch.neg,
+    "exp": lambda a: torch.exp(a.clamp(-10.0, 10.0)),
+    "log": lambda a: torch.log(a.abs() + 1),
+    "sqrt": lambda a: torch.sqrt(a.abs()),
+    "rsqrt": lambda a: torch.rsqrt(a.abs() + 1),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda a: torch.nn.functional.gelu(a, approximate="tanh"),
+    "scale": lambda a: a * 0.75 - 1,
+    "half": lambda a: a.to(torch.float16).to(a.dtype),
+}
+BINARY = {
+    "add": torch.add,
+    "sub": lambda a, b: torch.sub(a, b, alpha=2),
+    "mul": torch.mul,
+    "div": lambda a, b: a / (b.abs() + 1),
+    "where": lambda a, b: torch.where(a > b, a, b * 0.5),
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+}
+SHAPES = [(4, 5), (5,), (4, 1), ()]
+
+
+@st.composite
+def programs(draw):
+    steps = []
+    for k in range(draw(st.integers(2, 6))):
+        n_values = len(SHAPES) + k
+        if draw(st.booleans()):
+            steps.append((draw(st.sampled_from(sorted(UNARY))), draw(st.integers(0, n_values - 1))))
+        else:
+            steps.append((draw(st.sampled_from(sorted(BINARY))), draw(st.integers(0, n_values - 1)),
+                          draw(st.integers(0, n_values - 1))))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    return steps, dtype
+
+
+def run_program(steps, inputs):
+    values = list(inputs)
+    for name, *operands in steps:
+        fn = UNARY.get(name) or BINARY[name]
+        values.append(fn(*(values[i] for i in operands)))
+    return values[-1], values[len(inputs) + len(steps) // 2]   # two results
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(programs())
+def test_random_pointwise_graphs_match_eager(program):
+    steps, dtype = program
+    torch._dynamo.reset()
+    inputs = [_rand(*s, dtype=dtype, seed=i) for i, s in enumerate(SHAPES)]
+    compiled = torch.compile(lambda *xs: run_program(steps, xs), backend="flydsl")
+    before = _stats()
+    for got, want in zip(compiled(*inputs), run_program(steps, inputs)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3, equal_nan=True)
+    d = _delta(before, _stats())
+    assert d["eager_fallbacks"] == 0 and d["launches"] == d["fused_groups"]
+
+
+def test_dtypes_casts_and_comparisons():
+    def fn(h, b, i):
+        m = (h.float() * 2 > b) & (i < 3)
+        r = torch.where(m, h * 3, (b + i).to(torch.float16))
+        return r, (b * i).to(torch.float64) / 7, (i * 2 + 1) // 2, (h + 1).to(torch.int32)
+    h = _rand(6, 7, dtype=torch.float16)
+    b = _rand(6, 7, dtype=torch.bfloat16, seed=1)
+    i = torch.arange(42, dtype=torch.int32).reshape(6, 7) % 5
+    got = torch.compile(fn, backend="flydsl")(h, b, i)
+    for g, w in zip(got, fn(h, b, i)):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w)
+
+
+def test_strided_and_broadcast_inputs():
+    def fn(a, b, c, s):
+        return torch.tanh(a * b + c) - s, (a - c).exp() * 2
+    a = _rand(9, 6).t()                    # transposed
+    b = _rand(6, 18)[:, ::2]               # strided slice
+    c = _rand(1, 9).expand(6, 9)           # stride-0 view
+    s = torch.tensor(0.25)                 # 0-dim tensor
+    compiled = torch.compile(fn, backend="flydsl")
+    got = compiled(a, b, c, s)
+    for g, w in zip(got, fn(a, b, c, s)):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g, w)
+    empty = [torch.empty(0, 9), torch.empty(0, 9), torch.empty(0, 9), s]
+    assert compiled(*empty)[0].shape == (0, 9)
+
+
+@pytest.mark.parametrize("backend,arch", [("cuda", "sm_90"), ("rocm", "gfx942")])
+def test_generated_kernels_compile_for_gpus(backend, arch):
+    """The generated source is plain flydsl: it also compiles for GPUs (no GPU needed)."""
+    import inspect
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from flydsl.errors import ToolchainError
+    from flydsl.expr.dtypes import TensorAnnotation
+    gm = db.fuse_pointwise(make_fx(chain, tracing_mode="fake")(_rand(4, 8), _rand(8)), "cpu")
+    fused = [m for m in gm.modules() if isinstance(m, kernels.FusedModule)]
+    assert len(fused) == 1
+    kernel = kernels.load_kernel(fused[0].pattern, 2)
+    args = [torch.zeros((4, 4)) if isinstance(p.annotation, TensorAnnotation) else 4
+            for p in inspect.signature(kernel.fn).parameters.values()]
+    try:
+        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
+    except ToolchainError as e:
+        pytest.skip(f"no {backend} toolchain: {e}")
+    assert prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+
+
+# -- guards, recompilation, dynamic shapes ------------------------------------------------------
+
+def test_guards_reuse_then_recompile_on_a_new_shape():
+    counter = torch._dynamo.testing.CompileCounterWithBackend("flydsl")
+    compiled = torch.compile(chain, backend=counter)
+    x, y = _rand(8, 16), _rand(16, seed=1)
+    before = _stats()
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, y), chain(x, y))
+    assert counter.frame_count == 1
+    assert _delta(before, _stats())["launches"] == 3
+    x2, y2 = _rand(5, 16, seed=2), _rand(16, seed=3)     # new shape: a (dynamic) recompile
+    torch.testing.assert_close(compiled(x2, y2), chain(x2, y2))
+    assert counter.frame_count == 2
+    x3, y3 = _rand(11, 16, seed=4), _rand(16, seed=5)    # covered by the dynamic graph
+    torch.testing.assert_close(compiled(x3, y3), chain(x3, y3))
+    assert counter.frame_count == 2
+
+
+def test_dynamic_shapes_and_symbolic_scalars():
+    def fn(x):
+        return torch.relu(x * x.shape[0] - x.shape[1]) / 3
+    counter = torch._dynamo.testing.CompileCounterWithBackend("flydsl")
+    compiled = torch.compile(fn, backend=counter, dynamic=True)
+    before = _stats()
+    for shape in ((3, 4), (7, 2), (5, 9)):
+        x = _rand(*shape)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert counter.frame_count == 1
+    d = _delta(before, _stats())
+    # mul and sub take the symbolic sizes as runtime scalars: all four ops are fused
+    assert d["fused_groups"] == 1 and d["fused_ops"] == 4
+    assert d["launches"] == 3 and d["eager_fallbacks"] == 0
+
+
+def test_same_pattern_reuses_the_generated_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path))
+
+    def f1(a):
+        return (a + 1.2345).sigmoid() * 6.789
+
+    def f2(b):
+        return (b + 1.2345).sigmoid() * 6.789
+    before = _stats()
+    x = _rand(10)
+    torch.testing.assert_close(torch.compile(f1, backend="flydsl")(x), f1(x))
+    torch.testing.assert_close(torch.compile(f2, backend="flydsl")(x), f1(x))
+    d = _delta(before, _stats())
+    assert d["kernels_generated"] == 1 and d["kernel_cache_hits"] >= 1
+    files = list((tmp_path / "generated").glob("fused_*.py"))
+    assert len(files) == 1 and "@flydsl.kernel" in files[0].read_text()
+
+
+# -- fallbacks -----------------------------------------------------------------------------
+
+def test_autograd_runs_forward_and_backward_graphs():
+    w = _rand(16, seed=7).requires_grad_()
+    x = _rand(4, 16)
+
+    def loss(x):
+        return (torch.tanh(x * w) * 3 + w).sigmoid().sum()
+    before = _stats()
+    compiled_loss = torch.compile(loss, backend="flydsl")
+    compiled_loss(x).backward()
+    got = w.grad.clone()
+    w.grad = None
+    loss(x).backward()
+    torch.testing.assert_close(got, w.grad)
+    d = _delta(before, _stats())
+    assert d["aten_graphs"] == 2 and d["fused_groups"] >= 2     # forward and backward
+
+
+def test_unsupported_ops_stay_eager():
+    def fn(x, m, u):
+        h = torch.softmax(x @ m, dim=-1)       # matmul, softmax: eager
+        s = h.cumsum(0) * 2 + 1                 # cumsum eager, then a fused chain
+        return s.sum(1), (u + 3) * 2, torch.special.erfinv(h * 0.5)
+    x, m = _rand(5, 4), _rand(4, 6, seed=1)
+    u = torch.arange(30, dtype=torch.uint8).reshape(5, 6)   # uint8: no flydsl dtype
+    got = torch.compile(fn, backend="flydsl")(x, m, u)
+    for g, w in zip(got, fn(x, m, u)):
+        torch.testing.assert_close(g, w)
+
+
+def test_partition_never_creates_cycles():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x):
+        a = x.exp() + 1
+        b = a.sum()             # not fusible, depends on a ...
+        return (a * b).neg()    # ... and feeds the next pointwise op
+    gm = make_fx(fn, tracing_mode="fake")(_rand(8))
+    groups = db.partition(gm.graph, "cpu")
+    names = [sorted(str(n.target) for n in g) for g in groups]
+    assert names == [["aten.add.Tensor", "aten.exp.default"],
+                     ["aten.mul.Tensor", "aten.neg.default"]]
+    torch.testing.assert_close(torch.compile(fn, backend="flydsl")(_rand(8)), fn(_rand(8)))
+
+
+def test_graph_on_another_device_runs_eager():
+    before = _stats()
+    x = torch.empty(4, 4, device="meta")
+    out = torch.compile(chain, backend="flydsl")(x, x)
+    assert out.device.type == "meta" and out.shape == (4, 4)
+    assert _delta(before, _stats())["eager_graphs"] == 1
+
+
+def test_kernel_build_failure_falls_back_to_eager(monkeypatch):
+    def broken(pattern, rank):
+        raise flydsl.CompilationError("simulated failure")
+    monkeypatch.setattr(kernels, "load_kernel", broken)
+    before = _stats()
+    x, y = _rand(3, 4), _rand(4, seed=1)
+    compiled = torch.compile(chain, backend="flydsl")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, y), chain(x, y))
+    d = _delta(before, _stats())
+    assert d["eager_fallbacks"] == 2 and d["launches"] == 0
