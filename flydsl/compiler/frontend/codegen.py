@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import operator
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import mlir.ir as ir
 from mlir.dialects import scf
@@ -136,14 +137,14 @@ class Codegen:
             if isinstance(stmt, ast.If) and rest and may_return([stmt]):
                 # Early return: the statements after the `if` run only on the paths
                 # that did not return, so they move into both branches.
-                cond = self.eval_node(stmt.test)
-                if not is_dynamic(cond):
-                    branch = stmt.body if cond else stmt.orelse
-                    return self.visit_block(list(branch) + list(rest))
-                with self.location(stmt):
-                    self._dynamic_if(stmt, cond, list(stmt.body) + list(rest),
-                                     list(stmt.orelse) + list(rest))
-                return True
+                with self.located(stmt):
+                    cond = self.eval_node(stmt.test)
+                    if is_dynamic(cond):
+                        self._dynamic_if(stmt, cond, list(stmt.body) + list(rest),
+                                         list(stmt.orelse) + list(rest))
+                        return True
+                branch = stmt.body if cond else stmt.orelse
+                return self.visit_block(list(branch) + list(rest))
             if self.visit_stmt(stmt):
                 return True
         return False
@@ -153,9 +154,15 @@ class Codegen:
         if method is None:
             raise self.error(node, f"`{type(node).__name__}` statements are not supported "
                                    "in flydsl kernels", UnsupportedConstructError)
+        with self.located(node):
+            return bool(method(node))
+
+    @contextlib.contextmanager
+    def located(self, node: ast.AST) -> Iterator[None]:
+        """Emit ops at ``node``'s source location; any failure becomes a DSLError there."""
         try:
             with self.location(node):
-                return bool(method(node))
+                yield
         except _LoopControl:
             raise
         except DSLError as e:
