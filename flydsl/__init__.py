@@ -9,11 +9,12 @@ from .errors import (
 )
 from .compiler.backends import get_backend, list_backends, register_backend
 from .jit import CompiledProgram, compile, jit
+from .runtime.debug_checks import OutOfBoundsError
 from .kernel import KernelFunction, kernel
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CompilationError", "DSLError", "FlydslError", "FlydslRuntimeError", "InvalidBackend",
-    "LaunchError", "CompiledProgram", "KernelFunction", "compile", "jit", "kernel", "get_backend", "list_backends", "register_backend", "__version__",
+    "LaunchError", "OutOfBoundsError", "CompiledProgram", "KernelFunction", "compile", "jit", "kernel", "get_backend", "list_backends", "register_backend", "__version__",
 ]

@@ -1,58 +1,199 @@
 """Debug bounds checks for the SIMT-to-CPU pass (``CompileOptions.debug``).
 
 Every ``memref.load``/``memref.store``/``memref.atomic_rmw`` on a user-visible
-memref (kernel arguments, workgroup and private memory) is preceded by a
-``cf.assert`` that each index lies in ``[0, dim)``.  A failing check prints
-``<file>:<line>: flydsl: index out of bounds ...`` and aborts the process,
-like an out-of-bounds trap on a GPU, instead of silently corrupting memory.
+memref (kernel arguments, workgroup and private memory) becomes::
+
+    %ok = (i0 <u dim0) and (i1 <u dim1) ...     // unsigned: catches negatives
+    %r = scf.if %ok {
+      the access
+    } else {
+      call @__flydsl_oob_report(site, dim, index, size, block ids, thread ids)
+      yield zero                                // loads read zero
+    }
+
+so an out-of-bounds access never touches memory.  The report helper
+(private, cold, never inlined) counts the failure in the module's error
+record ``@__flydsl_oob`` (a public ``memref.global``, exported from the
+kernel library) and the first failure of a launch, the one whose atomic
+increment found the count at zero, also stores where it happened.  The
+runtime (:mod:`flydsl.runtime.debug_checks`) reads the record after a launch
+and raises.  The site table, a JSON list describing each site id, goes into
+the module attribute ``flydsl.debug_sites``; the CPU backend copies it into
+the artifact's ``debug_sites`` stage.
 """
 from __future__ import annotations
 
-import mlir.ir as ir
-from mlir.dialects import arith, cf, memref
+import json
+from typing import Callable, Optional
 
-from ._simt_ir import source_location, walk
+import mlir.ir as ir
+from mlir.dialects import arith, func, memref, scf, ub
+
+from flydsl.runtime import debug_checks as rec
+
+from ._simt_ir import op_of, source_location, strip_memory_space, walk
+
+#: Module attribute holding the JSON site table.
+SITES_ATTR = "flydsl.debug_sites"
+REPORT_FUNC = "__flydsl_oob_report"
 
 _CHECKED = {
-    # op name -> (index of the memref operand, index of the first index operand)
-    "memref.load": (0, 1),
-    "memref.store": (1, 2),
-    "memref.atomic_rmw": (1, 2),
+    # op name -> (index of the memref operand, index of the first index operand, kind)
+    "memref.load": (0, 1, "load"),
+    "memref.store": (1, 2, "store"),
+    "memref.atomic_rmw": (1, 2, "atomic"),
 }
 
+#: View-like ops: their first operand is the memref they view.
+_VIEW_OPS = frozenset({
+    "memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape",
+    "memref.expand_shape", "memref.view", "memref.transpose", "memref.memory_space_cast",
+})
 
-def insert_bounds_checks(func_op: ir.Operation, kernel: str, skip=()) -> int:
-    """Guard the accesses in ``func_op``; ``skip``: memrefs known to be in bounds.
+#: ids(op) -> [linear block, block x, y, z, thread x, y, z] (index values built
+#: at the current insertion point, which lies inside ``op``'s thread loop).
+IdsFn = Callable[[ir.Operation], list]
 
-    Returns the number of guarded accesses.
-    """
-    skip = set(skip)
-    count = 0
-    for op in walk(func_op, lambda o: o.name in _CHECKED):
-        mem_at, idx_at = _CHECKED[op.name]
-        operands = list(op.operands)
-        mem = operands[mem_at]
-        if mem in skip:
-            continue
-        indices = operands[idx_at:]
+
+class BoundsChecks:
+    """The bounds checks of one module: its error record, report helper and sites."""
+
+    def __init__(self, top: ir.Block):
+        self.top = top
+        self.sites: list = []
+        self._declared = False
+
+    def guard_kernel(self, func_op: ir.Operation, kernel: str, ids: IdsFn, *,
+                     skip=(), labels: Optional[dict] = None) -> int:
+        """Guard the accesses in ``func_op``; return how many.
+
+        ``skip``: memrefs indexed in bounds by construction (pass scratch
+        buffers); ``labels``: root memref value -> site fields naming it
+        (``{"arg": 0, "name": "a"}``, ``{"tensor": "shared array 0"}``).
+        """
+        skip = set(skip)
+        labels = labels or {}
+        count = 0
+        for op in walk(func_op, lambda o: o.name in _CHECKED):
+            mem_at, idx_at, kind = _CHECKED[op.name]
+            operands = list(op.operands)
+            mem, indices = operands[mem_at], operands[idx_at:]
+            if mem in skip or not indices:
+                continue
+            self._declare()
+            filename, lineno, source = source_location(op)
+            site = {"kernel": kernel, "file": filename, "line": lineno, "source": source,
+                    "op": kind, "type": str(strip_memory_space(mem.type))}
+            site.update(labels.get(_root(mem), {"tensor": "a local array"}))
+            self.sites.append(site)
+            self._guard(op, mem, indices, len(self.sites) - 1, ids)
+            count += 1
+        return count
+
+    def finish(self, module: ir.Module) -> None:
+        """Attach the site table to ``module`` (nothing when no access was guarded)."""
+        if self.sites:
+            module.operation.attributes[SITES_ATTR] = ir.StringAttr.get(
+                json.dumps(self.sites, separators=(",", ":")))
+
+    # -- the guard -----------------------------------------------------------
+    def _guard(self, op, mem, indices, site: int, ids: IdsFn) -> None:
+        index = ir.IndexType.get()
         mtype = ir.MemRefType(mem.type)
-        if not indices:
-            continue
-        filename, lineno, _ = source_location(op)
-        where = f"{filename}:{lineno}: " if filename else ""
-        message = (f"{where}flydsl: index out of bounds in kernel '{kernel}' "
-                   f"({op.name} on memref<{'x'.join('?' if d < 0 else str(d) for d in mtype.shape)}"
-                   f"x{mtype.element_type}>)")
         with ir.InsertionPoint(op), op.location:
-            ok = None
+            sizes, inside = [], []
             for i, idx in enumerate(indices):
                 if mtype.is_dynamic_dim(i):
-                    size = memref.dim(mem, arith.ConstantOp(ir.IndexType.get(), i).result)
+                    size = memref.dim(mem, arith.ConstantOp(index, i).result)
                 else:
-                    size = arith.ConstantOp(ir.IndexType.get(), mtype.shape[i]).result
-                # unsigned compare: a negative index is a huge unsigned one
-                inside = arith.cmpi(arith.CmpIPredicate.ult, idx, size)
-                ok = inside if ok is None else arith.andi(ok, inside)
-            cf.AssertOp(ok, message)
-        count += 1
-    return count
+                    size = arith.ConstantOp(index, mtype.shape[i]).result
+                sizes.append(size)
+                inside.append(arith.cmpi(arith.CmpIPredicate.ult, idx, size))
+            ok = inside[0]
+            for c in inside[1:]:
+                ok = arith.andi(ok, c)
+            guard = op_of(scf.IfOp(ok, [r.type for r in op.results], has_else=True))
+        for old, new in zip(op.results, guard.results):
+            old.replace_all_uses_with(new)
+        with ir.InsertionPoint(guard.regions[0].blocks[0]), op.location:
+            yld = scf.YieldOp(list(op.results))
+        op.move_before(op_of(yld))
+        with ir.InsertionPoint(guard.regions[1].blocks[0]), op.location:
+            # the first failing dimension: fold from the last one down
+            last = len(indices) - 1
+            dim, bad, size = arith.ConstantOp(index, last).result, indices[last], sizes[last]
+            for i in range(last - 1, -1, -1):
+                dim = arith.select(inside[i], dim, arith.ConstantOp(index, i).result)
+                bad = arith.select(inside[i], bad, indices[i])
+                size = arith.select(inside[i], size, sizes[i])
+            func.CallOp([], ir.FlatSymbolRefAttr.get(REPORT_FUNC),
+                        [arith.ConstantOp(index, site).result, dim, bad, size, *ids(op)])
+            scf.YieldOp([_zero(r.type) for r in op.results])
+
+    # -- the error record and the report helper -------------------------------
+    def _declare(self) -> None:
+        if self._declared:
+            return
+        self._declared = True
+        i64 = ir.IntegerType.get_signless(64)
+        index = ir.IndexType.get()
+        rtype = ir.MemRefType.get([rec.RECORD_SLOTS], i64)
+        with ir.InsertionPoint.at_block_begin(self.top), ir.Location.unknown():
+            # public: exported from the kernel library for the runtime to read
+            memref.GlobalOp(rec.OOB_SYMBOL, ir.TypeAttr.get(rtype),
+                            initial_value=ir.DenseElementsAttr.get_splat(
+                                ir.RankedTensorType.get([rec.RECORD_SLOTS], i64),
+                                ir.IntegerAttr.get(i64, 0)))
+            # (site, dim, index, size, linear block, block x/y/z, thread x/y/z)
+            f = func.FuncOp(REPORT_FUNC, ([index] * 11, []), visibility="private")
+            # internal (not exported); kept out of line and cold, away from the hot loops
+            f.attributes["llvm.linkage"] = ir.Attribute.parse("#llvm.linkage<internal>")
+            f.attributes["passthrough"] = ir.ArrayAttr.get(
+                [ir.StringAttr.get("noinline"), ir.StringAttr.get("cold")])
+        entry = f.add_entry_block()
+        site, dim, bad, size, lin, bx, by, bz, tx, ty, tz = entry.arguments
+        with ir.InsertionPoint(entry), ir.Location.unknown():
+            g = memref.get_global(rtype, rec.OOB_SYMBOL)
+            c0 = arith.ConstantOp(index, 0).result
+            one = arith.ConstantOp(i64, 1).result
+            old = memref.atomic_rmw(arith.AtomicRMWKind.addi, one, g, [c0])
+            first = arith.cmpi(arith.CmpIPredicate.eq, old, arith.ConstantOp(i64, 0).result)
+            if_first = scf.IfOp(first)
+            func.ReturnOp([])
+        with ir.InsertionPoint(if_first.regions[0].blocks[0]), ir.Location.unknown():
+            fields = {rec.SITE: site, rec.BLOCK_LINEAR: lin, rec.BLOCK: bx,
+                      rec.BLOCK + 1: by, rec.BLOCK + 2: bz, rec.THREAD: tx,
+                      rec.THREAD + 1: ty, rec.THREAD + 2: tz, rec.DIM: dim,
+                      rec.INDEX: bad, rec.SIZE: size}
+            for slot, value in fields.items():
+                memref.store(arith.index_cast(i64, value), g,
+                             [arith.ConstantOp(index, slot).result])
+            scf.YieldOp([])
+
+
+def _root(mem: ir.Value) -> ir.Value:
+    """The memref ``mem`` is a view of (through view-like ops)."""
+    while isinstance(mem, ir.OpResult) and op_of(mem.owner).name in _VIEW_OPS:
+        mem = op_of(mem.owner).operands[0]
+    return mem
+
+
+def _zero(t: ir.Type) -> ir.Value:
+    """A zero of type ``t`` (what an out-of-bounds load reads); poison if ``t`` has none."""
+    if isinstance(t, ir.VectorType):
+        attr = _zero_attr(ir.VectorType(t).element_type)
+        if attr is not None:
+            return arith.ConstantOp(t, ir.DenseElementsAttr.get_splat(t, attr)).result
+    else:
+        attr = _zero_attr(t)
+        if attr is not None:
+            return arith.ConstantOp(t, attr).result
+    return ub.PoisonOp(t).result
+
+
+def _zero_attr(t: ir.Type) -> Optional[ir.Attribute]:
+    if isinstance(t, (ir.IntegerType, ir.IndexType)):
+        return ir.IntegerAttr.get(t, 0)
+    if isinstance(t, ir.FloatType):
+        return ir.FloatAttr.get(t, 0.0)
+    return None

@@ -35,9 +35,10 @@ How a kernel body (a single block of structured ops) is lowered:
    function entry (one per thread if they live across a barrier).
 7. Per-thread values used in a later thread loop are rematerialised when
    cheap (thread-id arithmetic), else spilled to a per-thread slot.
-8. Thread-id placeholders become the loop induction variables.
-9. With ``CompileOptions.debug``, every user memref access is bounds-checked
-   (:mod:`._simt_bounds`).
+8. With ``CompileOptions.debug``, every user memref access is guarded by a
+   bounds check that skips it and records the failure, with the block and
+   thread ids, for the runtime to raise (:mod:`._simt_bounds`).
+9. Thread-id placeholders become the loop induction variables.
 """
 from __future__ import annotations
 
@@ -49,13 +50,13 @@ from mlir.dialects import arith, func, memref, scf
 
 from flydsl.errors import UnsupportedConstructError
 
-from ._simt_bounds import insert_bounds_checks
+from ._simt_bounds import BoundsChecks
 from ._simt_ir import (SYNC_OPS, block_ops, is_pure, may_trap, op_of,
                        source_location, strip_memory_space, terminator, walk)
 from ._simt_uniformity import Uniformity
 
 #: Bump whenever the generated IR changes (part of the compile-cache key).
-FINGERPRINT = "simt-to-cpu-v1"
+FINGERPRINT = "simt-to-cpu-v2"
 
 _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
@@ -70,13 +71,14 @@ def run(module: ir.Module, target=None, options=None) -> None:
     warp_size = int(getattr(target, "warp_size", 0) or 32)
     with module.context, ir.Location.unknown(module.context):
         top = module.body
+        checks = BoundsChecks(top) if getattr(options, "debug", False) else None
         gpu_modules = [op_of(o) for o in top.operations if op_of(o).name == "gpu.module"]
         for gm in gpu_modules:
             for op in block_ops(gm.regions[0].blocks[0], with_terminator=True):
                 name = op.name
                 if name == "gpu.func":
                     if "gpu.kernel" in op.attributes:
-                        _KernelLowering(op, gm, warp_size, options).run()
+                        _KernelLowering(op, gm, warp_size, checks).run()
                     else:
                         _lower_device_func(op, gm)
                 elif name == "gpu.module_end":
@@ -91,6 +93,8 @@ def run(module: ir.Module, target=None, options=None) -> None:
                 op.erase()
         if "gpu.container_module" in module.operation.attributes:
             del module.operation.attributes["gpu.container_module"]
+        if checks is not None:
+            checks.finish(module)
         for op in block_ops(top, with_terminator=True):
             _check_no_gpu_ops(op, _sym_name(op) or op.name)
 
@@ -102,6 +106,13 @@ def run(module: ir.Module, target=None, options=None) -> None:
 def _memory_space_global(op) -> bool:
     t = ir.TypeAttr(op.attributes["type"]).value
     return isinstance(t, ir.MemRefType) and t.memory_space is not None
+
+
+def _arg_names(gfunc) -> list:
+    """Kernel parameter names from the optional ``flydsl.arg_names`` attribute."""
+    if "flydsl.arg_names" not in gfunc.attributes:
+        return []
+    return [ir.StringAttr(a).value for a in ir.ArrayAttr(gfunc.attributes["flydsl.arg_names"])]
 
 
 def _sym_name(op) -> str:
@@ -179,11 +190,11 @@ class _ThreadLoop:
 
 
 class _KernelLowering:
-    def __init__(self, gfunc, gm, warp_size: int, options):
+    def __init__(self, gfunc, gm, warp_size: int, checks: Optional[BoundsChecks] = None):
         self.gfunc = gfunc
         self.name = _sym_name(gfunc)
         self.warp = warp_size
-        self.options = options
+        self.checks = checks            # debug mode: the module's bounds checks
         self.index = ir.IndexType.get()
         self.loops: list[_ThreadLoop] = []
         self.loop_of_inner: dict = {}
@@ -193,6 +204,7 @@ class _KernelLowering:
         self.consts: dict = {}
         self.seeds: set = set()
         self.internal: set = set()      # scratch buffers indexed in bounds by construction
+        self.mem_labels: dict = {}      # user memref -> how a debug report names it
         self._build_function(gm)
 
     # -- setup -----------------------------------------------------------
@@ -252,17 +264,22 @@ class _KernelLowering:
         kargs = list(kbody.arguments)
         for old, new in zip(kargs[:n], args[:n]):
             old.replace_all_uses_with(new)
+        names = _arg_names(gfunc)
+        for i, a in enumerate(args[:n]):
+            self.mem_labels[a] = {"arg": i, "name": names[i]} if i < len(names) else {"arg": i}
         n_wg = 0
         if "workgroup_attributions" in gfunc.attributes:
             n_wg = ir.IntegerAttr(gfunc.attributes["workgroup_attributions"]).value
-        for old in kargs[n:n + n_wg]:
+        for k, old in enumerate(kargs[n:n + n_wg]):
             buf = self.entry_alloca(strip_memory_space(old.type))
             old.replace_all_uses_with(buf)
+            self.mem_labels[buf] = {"tensor": f"shared array {k}"}
         private = kargs[n + n_wg:]
         with ir.InsertionPoint(self.block_yield), loc:
-            for old in private:  # per-thread memory: lowered like an alloca in the body
+            for k, old in enumerate(private):  # per-thread memory: like an alloca in the body
                 a = memref.AllocaOp(strip_memory_space(old.type), [], [])
                 old.replace_all_uses_with(a.result)
+                self.mem_labels[a.result] = {"tensor": f"private array {k}"}
         # workgroup memory declared as a memref.global: one alloca per call
         wg_globals = {}
         for op in walk(gfunc, lambda o: o.name == "memref.get_global"):
@@ -272,6 +289,7 @@ class _KernelLowering:
             name = str(op.attributes["name"])
             if name not in wg_globals:
                 wg_globals[name] = self.entry_alloca(strip_memory_space(t))
+                self.mem_labels[wg_globals[name]] = {"tensor": f"shared array {name}"}
             op.results[0].replace_all_uses_with(wg_globals[name])
             op.erase()
         ret = terminator(kbody)
@@ -359,10 +377,21 @@ class _KernelLowering:
         self._lower_level(self.body)
         self._lower_allocas()
         self._demote_cross_segment_values()
+        if self.checks is not None:
+            # before step 9: the reports' thread-id placeholders become loop ivs too
+            self.checks.guard_kernel(self.func, self.name, self._report_ids,
+                                     skip=self.internal, labels=self.mem_labels)
         self._replace_thread_ids()
         self._strip_memory_spaces()
-        if getattr(self.options, "debug", False):
-            insert_bounds_checks(self.func, self.name, skip=self.internal)
+
+    def _report_ids(self, op) -> list:
+        """Linear block id, block ids and thread ids of ``op``'s thread, for a
+        bounds-check report built at the current insertion point."""
+        lin = self.body.arguments[0]
+        bid = [self.bid[d] for d in _DIMS]
+        if self._enclosing_loop(op) is None:  # not expected: accesses are per-thread ops
+            return [lin, *bid] + [self.const(-1)] * 3
+        return [lin, *bid] + [self.thread_id(d) for d in _DIMS]
 
     def _sync_ancestors(self) -> set:
         result = set()
@@ -729,6 +758,8 @@ class _KernelLowering:
                 big_t = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] + shape,
                                           mtype.element_type)
                 big = self.entry_alloca(big_t, [self.nthreads])
+                if a.results[0] in self.mem_labels:
+                    self.mem_labels[big] = self.mem_labels[a.results[0]]
                 with ir.InsertionPoint(a), a.location:
                     view = self._thread_view(big, shape, mtype.element_type)
                 if str(view.type) != str(stripped):

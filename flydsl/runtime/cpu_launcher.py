@@ -10,6 +10,7 @@ changes, so a launch only stores numbers.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,8 @@ _POOL = None
 _POOL_LOCK = threading.Lock()
 #: Below this many threads in the whole grid, one host thread runs everything.
 _PARALLEL_MIN_THREADS = 1 << 14
+#: Chunks of the grid per host thread (handed out on demand).
+_CHUNKS_PER_WORKER = 4
 
 
 def cpu_workers() -> int:
@@ -56,10 +59,17 @@ class CpuLauncher:
     """Calls one compiled CPU kernel.
 
     ``layout`` lists the runtime params as ("tensor", rank) or ("scalar", dtype).
+    ``debug_sites`` (the ``debug_sites`` stage of a kernel compiled with
+    ``FLYDSL_DEBUG=1``): check every launch for out-of-bounds accesses;
+    ``arg_names`` (runtime parameter names) name the tensors in the report.
     """
 
-    def __init__(self, shared_object: bytes, kernel_name: str, layout: Sequence[tuple]):
+    def __init__(self, shared_object: bytes, kernel_name: str, layout: Sequence[tuple],
+                 debug_sites: str = "", arg_names: Sequence[str] = ()):
         self.lib = load_shared_object(shared_object, kernel_name)
+        self.kernel_name = kernel_name
+        self.debug_sites = debug_sites
+        self.arg_names = tuple(arg_names)
         fn = getattr(self.lib, PACKED_PREFIX + kernel_name)
         fn.argtypes = [ctypes.c_void_p]
         fn.restype = None
@@ -117,32 +127,45 @@ class CpuLauncher:
                 fn(slots.table_ptr)
             else:
                 parallel(slots, slots.nblocks)
-        return run
+        if not self.debug_sites:
+            return run
+        from .debug_checks import check_oob
+        lib, sites, kernel, names = self.lib, self.debug_sites, self.kernel_name, self.arg_names
+
+        def run_checked(args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
+            run(args, grid, block, smem, stream)
+            check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
+        return run_checked
 
     def _run_parallel(self, first: _Slots, nblocks: int) -> None:
+        """Run the grid on ``cpu_workers()`` host threads (the caller is one of them).
+
+        The grid is cut into several chunks per worker, handed out on demand,
+        so one busy core does not hold up the whole launch.
+        """
         workers = min(cpu_workers(), nblocks)
-        slots = self._slots(workers)
-        chunk = -(-nblocks // workers)
-        size = 8 * self.nslots
-        d = self.dims_at
-        futures = []
+        chunk = -(-nblocks // min(nblocks, _CHUNKS_PER_WORKER * workers))
+        bufs = [first] + [s for s in self._slots(workers) if s is not first][:workers - 1]
+        for s in bufs[1:]:
+            ctypes.memmove(s.values, first.values, 8 * self.nslots)
+        d, fn, counter = self.dims_at, self.fn, itertools.count()
+
+        def work(buf: _Slots) -> None:
+            vals = buf.values
+            while True:
+                begin = next(counter) * chunk   # atomic under the GIL
+                if begin >= nblocks:
+                    return
+                vals[d + 6] = begin
+                vals[d + 7] = min(nblocks, begin + chunk)
+                fn(buf.table_ptr)
+
         pool = _pool(cpu_workers())
-        begin = 0
-        for w in range(workers):
-            end = min(nblocks, begin + chunk)
-            if begin >= end:
-                break
-            s = slots[w]
-            if s is not first:
-                ctypes.memmove(s.values, first.values, size)
-            s.values[d + 6] = begin
-            s.values[d + 7] = end
-            if end == nblocks:
-                self.fn(s.table_ptr)  # the calling thread takes the last chunk
-            else:
-                futures.append(pool.submit(self.fn, s.table_ptr))
-            begin = end
-        for f in futures:
-            f.result()
-        first.values[d + 6] = 0          # the memoized dims expect the full range
-        first.values[d + 7] = nblocks
+        futures = [pool.submit(work, buf) for buf in bufs[1:]]
+        try:
+            work(first)
+        finally:
+            for f in futures:
+                f.result()
+            first.values[d + 6] = 0          # the memoized dims expect the full range
+            first.values[d + 7] = nblocks

@@ -36,7 +36,10 @@ def make_launcher(compiled) -> object:
               for s in compiled.specs if s.kind != "constexpr"]
     if driver == "cpu":
         from .cpu_launcher import CpuLauncher
-        return CpuLauncher(compiled.binary, compiled.name, layout)
+        runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
+        return CpuLauncher(compiled.binary, compiled.name, layout,
+                           debug_sites=compiled.asm.get("debug_sites", ""),
+                           arg_names=runtime_names)
     raise FlydslRuntimeError(
         f"kernel {compiled.kernel_name!r}: launching on the {compiled.backend_name} backend "
         "needs its device driver, which is not available here; compile-only still works "

@@ -65,12 +65,16 @@ class CpuBackend(BaseBackend):
     def finalize(self, module, artifact, options: CompileOptions) -> None:
         """``llir`` (with a packed entry per kernel), then the shared object ``so``."""
         import llvmlite.binding as llvm
+        import mlir.ir as ir
         from .. import llvm_codegen
         from ..host_object import link_shared_object, packed_wrappers
         from ..llvm_ir import translate_to_llvm_ir
         llir = translate_to_llvm_ir(module.operation)
         llir += "\n" + packed_wrappers(llir, artifact.kernel_names)
         artifact.asm["llir"] = llir
+        attrs = module.operation.attributes
+        if "flydsl.debug_sites" in attrs:  # debug mode: what the launcher's reports describe
+            artifact.asm["debug_sites"] = ir.StringAttr(attrs["flydsl.debug_sites"]).value
         triple = llvm.get_process_triple()
         cpu, features = _host_cpu()
         tm = llvm_codegen.target_machine(triple, cpu, features, options.opt_level)

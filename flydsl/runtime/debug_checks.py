@@ -1,0 +1,158 @@
+"""Out-of-bounds reports of CPU kernels compiled in debug mode (``FLYDSL_DEBUG=1``).
+
+In debug mode the SIMT-to-CPU pass guards every tensor access of a kernel
+(:mod:`flydsl.passes._simt_bounds`): an access whose index lies outside its
+dimension is skipped (a load reads zero) and the first such access of a
+launch is written into the kernel library's exported error record
+``__flydsl_oob``, an ``int64[16]`` laid out as the slot constants below say.
+The compiled kernel's ``asm["debug_sites"]`` stage (JSON, kept by the disk
+cache) describes every guarded access, a *site*: kernel, file, line, source
+text, access kind and tensor.
+
+After each launch of such a kernel the CPU launcher calls :func:`check_oob`,
+which turns a recorded failure into :class:`OutOfBoundsError` and clears the
+record.  Concurrent launches of one kernel library share its record, so a
+failure is reported by whichever of them checks first.
+
+This module never imports MLIR: a kernel loaded from the disk cache is checked
+without it.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import linecache
+import threading
+from typing import Optional, Sequence
+
+from ..errors import FlydslRuntimeError
+
+#: Name of the error record in a debug-mode kernel library.
+OOB_SYMBOL = "__flydsl_oob"
+#: Number of int64 slots of the record.
+RECORD_SLOTS = 16
+
+# Slots of the record.
+COUNT = 0         #: out-of-bounds accesses since the last check (0: none)
+SITE = 1          #: site id of the first one: an index into the site table
+BLOCK_LINEAR = 2  #: its linear block id
+BLOCK = 3         #: 3, 4, 5: its block index x, y, z
+THREAD = 6        #: 6, 7, 8: its thread index x, y, z
+DIM = 9           #: the dimension whose index was out of range
+INDEX = 10        #: that index (signed)
+SIZE = 11         #: the size of that dimension
+
+_KINDS = {"load": "load", "store": "store", "atomic": "atomic update"}
+
+
+class OutOfBoundsError(FlydslRuntimeError, IndexError):
+    """A kernel compiled with ``FLYDSL_DEBUG=1`` indexed a tensor out of range.
+
+    Describes the first out-of-bounds access of the launch; every
+    out-of-bounds access of the launch was skipped (``count`` of them).
+    """
+
+    def __init__(self, message: str, *, kernel: str = "", filename: str = "", lineno: int = 0,
+                 source_line: str = "", op: str = "", tensor: str = "",
+                 block: tuple = (), thread: tuple = (), dim: int = 0, index: int = 0,
+                 size: int = 0, count: int = 1):
+        self.kernel = kernel
+        self.filename = filename
+        self.lineno = lineno
+        self.source_line = source_line
+        self.op = op
+        self.tensor = tensor
+        self.block = block
+        self.thread = thread
+        self.dim = dim
+        self.index = index
+        self.size = size
+        self.count = count
+        super().__init__(message)
+
+
+_records: dict = {}     # ctypes.CDLL -> its record (an int64 array in the library)
+_records_lock = threading.Lock()
+
+
+def oob_record(lib: ctypes.CDLL):
+    """The error record of the kernel library ``lib`` (a ctypes ``int64`` array).
+
+    Raises FlydslRuntimeError if ``lib`` was not compiled in debug mode.
+    """
+    rec = _records.get(lib)
+    if rec is None:
+        with _records_lock:
+            rec = _records.get(lib)
+            if rec is None:
+                try:
+                    rec = (ctypes.c_int64 * RECORD_SLOTS).in_dll(lib, OOB_SYMBOL)
+                except ValueError:
+                    raise FlydslRuntimeError(
+                        f"the kernel library has no {OOB_SYMBOL!r} error record; was it "
+                        "compiled with FLYDSL_DEBUG=1 on the cpu backend?") from None
+                _records[lib] = rec
+    return rec
+
+
+def check_oob(lib: ctypes.CDLL, sites_json: str, kernel: str,
+              arg_names: Sequence[str] = ()) -> None:
+    """Raise :class:`OutOfBoundsError` if the last launch of a kernel in ``lib``
+    indexed a tensor out of range, and clear the record for the next launch.
+
+    ``sites_json``: the compiled kernel's ``asm["debug_sites"]``; ``kernel``:
+    its name, for the message; ``arg_names``: the names of its runtime
+    parameters in order (the kernel arguments of the IR), to name tensors.
+    Cheap when nothing went wrong: one read of the record.
+    """
+    rec = oob_record(lib)
+    if rec[COUNT] == 0:
+        return
+    values = list(rec)
+    ctypes.memset(rec, 0, ctypes.sizeof(rec))
+    raise oob_error(values, sites_json, kernel, arg_names)
+
+
+def oob_error(record: Sequence[int], sites_json: str, kernel: str = "",
+              arg_names: Sequence[str] = ()) -> OutOfBoundsError:
+    """The exception describing a filled error ``record`` (see the slot constants)."""
+    sites = json.loads(sites_json) if sites_json else []
+    site_id = record[SITE]
+    site = sites[site_id] if 0 <= site_id < len(sites) else {}
+    kernel = kernel or site.get("kernel", "")
+    filename, lineno = site.get("file", ""), site.get("line", 0)
+    source = site.get("source", "")
+    if not source and filename and lineno:
+        source = linecache.getline(filename, lineno).rstrip("\n")
+    op = site.get("op", "")
+    tensor = _tensor_label(site, arg_names)
+    block = tuple(record[BLOCK:BLOCK + 3])
+    thread = tuple(record[THREAD:THREAD + 3])
+    dim, index, size, count = record[DIM], record[INDEX], record[SIZE], record[COUNT]
+
+    where = f" at {filename}:{lineno}" if filename else ""
+    lines = [f"out-of-bounds {_KINDS.get(op, 'access')} in kernel {kernel!r}{where}"]
+    if source:
+        lines.append(f"    {source.strip()}")
+    lines.append(f"  {tensor or 'tensor'}, dimension {dim}: index {index} is out of range "
+                 f"for size {size}")
+    lines.append(f"  block {_dim3(block)}, thread {_dim3(thread)}")
+    more = count - 1
+    lines.append("  (the access was skipped" + (
+        f", as {'were' if more > 1 else 'was'} {more} more out-of-bounds access{'es' if more > 1 else ''} in this launch)"
+        if more else ")"))
+    return OutOfBoundsError("\n".join(lines), kernel=kernel, filename=filename, lineno=lineno,
+                            source_line=source, op=op, tensor=tensor, block=block,
+                            thread=thread, dim=dim, index=index, size=size, count=count)
+
+
+def _tensor_label(site: dict, arg_names: Sequence[str]) -> str:
+    arg: Optional[int] = site.get("arg")
+    if arg is not None:
+        name = arg_names[arg] if arg < len(arg_names) else site.get("name", "")
+        return f"tensor {name!r} (argument {arg})" if name else f"argument {arg}"
+    return site.get("tensor", "")
+
+
+def _dim3(v: tuple) -> str:
+    return "(" + ", ".join(str(x) for x in v) + ")"
