@@ -11,10 +11,13 @@ from .compiler.backends import get_backend, list_backends, register_backend
 from .jit import CompiledProgram, compile, jit
 from .runtime.debug_checks import OutOfBoundsError
 from .kernel import KernelFunction, kernel
+from .runtime.devices import synchronize
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompilationError", "DSLError", "FlydslError", "FlydslRuntimeError", "InvalidBackend",
-    "LaunchError", "OutOfBoundsError", "CompiledProgram", "KernelFunction", "compile", "jit", "kernel", "get_backend", "list_backends", "register_backend", "__version__",
+    "CompilationError", "CompiledProgram", "DSLError", "FlydslError", "FlydslRuntimeError",
+    "InvalidBackend", "KernelFunction", "LaunchError", "OutOfBoundsError", "compile",
+    "get_backend", "jit", "kernel", "list_backends", "register_backend", "synchronize",
+    "__version__",
 ]

@@ -130,7 +130,7 @@ class KernelFunction:
                               kernel=self.name)
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
-        backend, options = _resolve_backend_and_options()
+        backend, options = _resolve_backend_and_options(runtime)
         compiled = self.compiled_for(specs, backend, options)
         sink = getattr(_override, "sink", None)
         if sink is not None:  # flydsl.compile(): record instead of running
@@ -286,13 +286,29 @@ class KernelCall:
         return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
 
 
-def _resolve_backend_and_options():
+def _resolve_backend_and_options(runtime: Sequence = ()):
+    """The backend (arch resolved) and options for a launch, before any cache lookup.
+
+    On a GPU backend without ``FLYDSL_GPU_ARCH``, the arch is that of the device
+    holding the tensor arguments.
+    """
+    import os
     from .compiler.backends.registry import get_backend
     from .compiler.options import CompileOptions
     forced = getattr(_override, "backend", None)
     if forced is not None:
         return forced, getattr(_override, "options", None) or CompileOptions.from_env()
-    return get_backend(), CompileOptions.from_env()
+    backend = get_backend()
+    if backend.driver in ("cuda", "hip") and not os.environ.get("FLYDSL_GPU_ARCH"):
+        from .errors import FlydslError
+        from .runtime.devices import tensors_arch
+        try:
+            arch = tensors_arch(backend.driver, runtime)
+        except FlydslError:   # mixed devices or no driver: the launch checks report it
+            arch = None
+        if arch and arch != backend.target.arch:
+            backend = get_backend(backend.name, arch=arch)
+    return backend, CompileOptions.from_env()
 
 
 def kernel(fn: Optional[Callable] = None) -> Any:

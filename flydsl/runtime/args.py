@@ -54,12 +54,12 @@ def as_host_tensor(x) -> Optional[HostTensor]:
         dev = x.device
         device = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index or 0}"
         return HostTensor(x.data_ptr(), tuple(x.shape), tuple(x.stride()), d, device, x)
+    from .devices import device_tensor
+    t = device_tensor(x)   # __cuda_array_interface__ objects, DLPack tensors on a GPU
+    if t is not None:
+        return t
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
-        dev_type, dev_id = x.__dlpack_device__()
-        if int(dev_type) == 1:  # kDLCPU
-            return as_host_tensor(np.from_dlpack(x))
-        raise TypeError("DLPack tensors on devices are passed as torch tensors or "
-                        "objects with __cuda_array_interface__")
+        return as_host_tensor(np.from_dlpack(x))  # kDLCPU
     return None
 
 

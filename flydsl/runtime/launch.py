@@ -5,8 +5,11 @@ from typing import Callable, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
 
-#: Static + dynamic shared memory a block may use, per driver.
-MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 48 * 1024, "hip": 64 * 1024}
+#: Static + dynamic shared memory a block may use, per driver: upper bounds over all
+#: devices (sm_90/sm_100 opt-in, gfx950); the GPU launchers check the device's own limit.
+MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 227 * 1024, "hip": 160 * 1024}
+#: Drivers launched through flydsl.runtime.<driver>_driver.
+GPU_DRIVERS = ("cuda", "hip")
 
 
 def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None:
@@ -18,7 +21,12 @@ def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None
 
 
 def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence) -> None:
-    """Every tensor must live where the driver runs: host memory for the CPU."""
+    """Every tensor must live where the driver runs: host memory for the CPU, one
+    device of the driver's GPUs for cuda/hip (LaunchError naming the arguments)."""
+    if driver in GPU_DRIVERS:
+        from .devices import common_device
+        common_device(kernel, driver, names, args)
+        return
     from .args import as_host_tensor
     for name, a in zip(names, args):
         t = as_host_tensor(a)
@@ -40,6 +48,12 @@ def make_launcher(compiled) -> object:
         return CpuLauncher(compiled.binary, compiled.name, layout,
                            debug_sites=compiled.asm.get("debug_sites", ""),
                            arg_names=runtime_names)
+    if driver == "cuda":
+        from .cuda_driver import CudaLauncher
+        return CudaLauncher(compiled)
+    if driver == "hip":
+        from .hip_driver import HipLauncher
+        return HipLauncher(compiled)
     raise FlydslRuntimeError(
         f"kernel {compiled.kernel_name!r}: launching on the {compiled.backend_name} backend "
         "needs its device driver, which is not available here; compile-only still works "
@@ -48,6 +62,7 @@ def make_launcher(compiled) -> object:
 
 def bind_launch(compiled, samples: Sequence) -> Callable:
     """Check a first launch's arguments and return ``run(args, grid, block, smem, stream)``."""
+    launcher = compiled.launcher()   # first: a missing GPU driver explains everything else
     runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
     check_devices(compiled.kernel_name, compiled.driver, runtime_names, samples)
     driver, name, static = compiled.driver, compiled.kernel_name, compiled.shared_bytes
@@ -55,4 +70,4 @@ def bind_launch(compiled, samples: Sequence) -> Callable:
 
     def check_smem(smem: int) -> None:
         check_shared(name, driver, static, smem)
-    return compiled.launcher().bind(samples, check_smem)
+    return launcher.bind(samples, check_smem)

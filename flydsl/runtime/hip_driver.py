@@ -1,0 +1,128 @@
+"""Launching ROCm-backend kernels through HIP's module API (hip-python's ``hip.hip``).
+
+A kernel's HSACO is loaded with ``hipModuleLoadData`` on the device holding the
+tensors (HIP selects devices per thread with ``hipSetDevice``; torch on ROCm
+shares them). Launches go through ``hipModuleLaunchKernel`` with ``kernelParams``
+(see :mod:`flydsl.runtime.gpu_common`) and are asynchronous: a fault inside a
+kernel is reported by the next synchronize
+(:func:`flydsl.runtime.devices.synchronize`, ``torch.cuda.synchronize()``).
+"""
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Callable, Optional
+
+from ..errors import FlydslRuntimeError
+from .gpu_common import GpuDriver, GpuLauncher, binding_text
+
+BINDING_MODULE = "hip.hip"
+
+_DRIVER: Optional["HipDriver"] = None
+_LOCK = threading.Lock()
+
+
+def bindings():
+    """hip-python's ``hip.hip`` module; FlydslRuntimeError when hip-python is missing."""
+    try:
+        return importlib.import_module(BINDING_MODULE)
+    except ImportError as e:
+        raise FlydslRuntimeError(f"hip-python is not installed (pip install hip-python "
+                                 f"matching your ROCm version): {e}") from None
+
+
+def load_driver() -> "HipDriver":
+    """The process's :class:`HipDriver`; FlydslRuntimeError when hip-python or the
+    HIP runtime is missing."""
+    global _DRIVER
+    hip = bindings()
+    drv = _DRIVER
+    if drv is None or drv.hip is not hip:   # a different binding module: tests inject fakes
+        with _LOCK:
+            drv = _DRIVER
+            if drv is None or drv.hip is not hip:
+                drv = _DRIVER = HipDriver(hip)
+    return drv
+
+
+class HipDriver(GpuDriver):
+    """HIP's device and module API, return codes checked (see :class:`GpuDriver`)."""
+
+    name = "hip"
+    launch_name = "hipModuleLaunchKernel"
+
+    def __init__(self, hip):
+        self.hip = hip
+        try:
+            result = hip.hipGetDeviceCount()   # also initializes the runtime
+        except Exception as e:  # noqa: BLE001 - a broken install raises from the binding
+            raise FlydslRuntimeError(f"the HIP runtime is not available: {e}") from None
+        self.check(result, "hipGetDeviceCount")
+        self.launch = hip.hipModuleLaunchKernel
+
+    def error_text(self, code) -> str:
+        name = binding_text(self.hip.hipGetErrorName, code) or f"HIP error {int(code)}"
+        text = binding_text(self.hip.hipGetErrorString, code)
+        return f"{name} ({text})" if text and text != name else name
+
+    # -- devices -----------------------------------------------------------
+    def device_count(self) -> int:
+        return int(self.check(self.hip.hipGetDeviceCount(), "hipGetDeviceCount"))
+
+    def device_arch(self, index: int) -> str:
+        props = self.hip.hipDeviceProp_t()
+        self.check(self.hip.hipGetDeviceProperties(props, index),
+                   f"hipGetDeviceProperties({index})")
+        name = props.gcnArchName
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return name.split(":", 1)[0].strip().lower()   # gfx942:sramecc+:xnack- -> gfx942
+
+    def max_shared_per_block(self, index: int) -> int:
+        attr = self.hip.hipDeviceAttribute_t.hipDeviceAttributeMaxSharedMemoryPerBlock
+        return int(self.check(self.hip.hipDeviceGetAttribute(attr, index),
+                              "hipDeviceGetAttribute(MaxSharedMemoryPerBlock)"))
+
+    def current_device(self) -> int:
+        return int(self.check(self.hip.hipGetDevice(), "hipGetDevice"))
+
+    def device_guard(self, index: int) -> tuple[Callable[[], object], Callable[[object], None]]:
+        get, set_device, check = self.hip.hipGetDevice, self.hip.hipSetDevice, self.check
+
+        def enter():
+            cur = check(get(), "hipGetDevice")
+            if cur == index:
+                return None
+            check(set_device(index), f"hipSetDevice({index})")
+            return cur
+
+        def leave(prev) -> None:
+            set_device(prev)   # best effort: the launch's own result matters more
+        return enter, leave
+
+    # -- modules and launches ------------------------------------------------
+    def module_load(self, image: bytes):
+        return self.check(self.hip.hipModuleLoadData(image), "hipModuleLoadData")
+
+    def module_function(self, module, symbol: str):
+        return self.check(self.hip.hipModuleGetFunction(module, symbol.encode()),
+                          f"hipModuleGetFunction({symbol!r})")
+
+    def module_unload(self, module) -> None:
+        self.hip.hipModuleUnload(module)
+
+    def synchronize_current(self) -> None:
+        self.check(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
+
+    def synchronize_stream(self, handle: int) -> None:
+        self.check(self.hip.hipStreamSynchronize(handle), "hipStreamSynchronize")
+
+
+class HipLauncher(GpuLauncher):
+    """Launches one ROCm-backend kernel (protocol of :class:`GpuLauncher`)."""
+
+    @classmethod
+    def load_driver(cls) -> HipDriver:
+        return load_driver()
+
+
+__all__ = ["HipDriver", "HipLauncher", "bindings", "load_driver"]
