@@ -48,8 +48,8 @@ class KernelFunction:
         params = []
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise _arg_error(f"*args/**kwargs parameters are not "
-                                   "supported", kernel=self.name)
+                raise _arg_error("*args/**kwargs parameters are not supported",
+                                 kernel=self.name)
             ann = p.annotation
             if isinstance(ann, str):
                 ann = _resolve_string_annotation(fn, ann)

@@ -8,7 +8,7 @@ import pytest
 import flydsl
 import flydsl.expr as fx
 from flydsl.compiler.backends import (
-    BaseBackend, GPUTarget, InvalidBackend, backend_tags, get_backend, list_backends,
+    GPUTarget, InvalidBackend, backend_tags, get_backend, list_backends,
     lookup_backend_class, register_backend, rediscover_entry_points, selected_backend_name,
     unregister_backend,
 )

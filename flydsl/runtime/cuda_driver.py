@@ -20,13 +20,12 @@ import threading
 from typing import Callable, Optional
 
 from ..errors import FlydslRuntimeError
-from .gpu_common import GpuDriver, GpuLauncher, as_image, binding_text
+from .gpu_common import DriverSlot, GpuDriver, GpuLauncher, as_image, binding_text
 
 #: Where cuda-python keeps the driver bindings: >= 12.6, then older releases.
 BINDING_MODULES = ("cuda.bindings.driver", "cuda.cuda")
 
-_DRIVER: Optional["CudaDriver"] = None
-_LOCK = threading.Lock()
+_SLOT = DriverSlot(lambda bindings: CudaDriver(bindings))
 
 
 def bindings():
@@ -43,15 +42,7 @@ def bindings():
 def load_driver() -> "CudaDriver":
     """The process's :class:`CudaDriver` (``cuInit`` done); FlydslRuntimeError when
     cuda-python, the driver library or a device is missing."""
-    global _DRIVER
-    cu = bindings()
-    drv = _DRIVER
-    if drv is None or drv.cu is not cu:   # a different binding module: tests inject fakes
-        with _LOCK:
-            drv = _DRIVER
-            if drv is None or drv.cu is not cu:
-                drv = _DRIVER = CudaDriver(cu)
-    return drv
+    return _SLOT.get(bindings())
 
 
 class CudaDriver(GpuDriver):

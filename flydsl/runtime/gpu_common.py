@@ -32,6 +32,25 @@ DEFAULT_SHARED_LIMIT = 48 * 1024
 used_devices: set = set()
 
 
+class DriverSlot:
+    """The process's one driver object, rebuilt when the binding module changes
+    (tests inject fake bindings)."""
+
+    def __init__(self, factory: Callable):
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._driver = None
+        self._bindings = None
+
+    def get(self, bindings):
+        if self._driver is None or self._bindings is not bindings:
+            with self._lock:
+                if self._driver is None or self._bindings is not bindings:
+                    self._driver = self._factory(bindings)
+                    self._bindings = bindings
+        return self._driver
+
+
 def result_parts(result) -> tuple:
     """A binding's result as ``(code, *values)``: cuda-python and hip-python return
     tuples, a few hip-python calls return the bare code."""

@@ -10,16 +10,14 @@ kernel is reported by the next synchronize
 from __future__ import annotations
 
 import importlib
-import threading
-from typing import Callable, Optional
+from typing import Callable
 
 from ..errors import FlydslRuntimeError
-from .gpu_common import GpuDriver, GpuLauncher, binding_text
+from .gpu_common import DriverSlot, GpuDriver, GpuLauncher, binding_text
 
 BINDING_MODULE = "hip.hip"
 
-_DRIVER: Optional["HipDriver"] = None
-_LOCK = threading.Lock()
+_SLOT = DriverSlot(lambda bindings: HipDriver(bindings))
 
 
 def bindings():
@@ -34,15 +32,7 @@ def bindings():
 def load_driver() -> "HipDriver":
     """The process's :class:`HipDriver`; FlydslRuntimeError when hip-python or the
     HIP runtime is missing."""
-    global _DRIVER
-    hip = bindings()
-    drv = _DRIVER
-    if drv is None or drv.hip is not hip:   # a different binding module: tests inject fakes
-        with _LOCK:
-            drv = _DRIVER
-            if drv is None or drv.hip is not hip:
-                drv = _DRIVER = HipDriver(hip)
-    return drv
+    return _SLOT.get(bindings())
 
 
 class HipDriver(GpuDriver):

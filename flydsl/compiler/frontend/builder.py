@@ -7,7 +7,6 @@ from typing import Any
 import mlir.ir as ir
 from mlir.dialects import gpu
 
-from ...expr import dtypes as dt
 from .codegen import Codegen
 from .context import TraceContext, tracing
 from .source import function_source

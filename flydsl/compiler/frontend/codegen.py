@@ -26,7 +26,6 @@ from ...errors import DSLError, DSLNameError, DSLTypeError, UnsupportedConstruct
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
 from . import ops, values as V
-from .context import current
 from .source import FunctionSource, closure_vars, function_source
 from .tensors import TensorValue
 from .values import Value
