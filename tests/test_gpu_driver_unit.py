@@ -28,7 +28,7 @@ from flydsl.compiler.backends import GPUTarget
 from flydsl.compiler.frontend.params import ParamSpec
 from flydsl.compiler.kernel_compiler import CompiledKernel
 from flydsl.errors import FlydslRuntimeError, LaunchError
-from flydsl.runtime import devices, gpu_common
+from flydsl.runtime import devices, gpu_common, packing
 from flydsl.runtime.cuda_driver import CudaLauncher
 from flydsl.runtime.hip_driver import HipLauncher
 
@@ -410,7 +410,7 @@ def test_torch_tensors_pack_data_ptr_sizes_strides():
     torch = pytest.importorskip("torch")
     t = torch.arange(24, dtype=torch.float32).reshape(4, 6)[1:, ::2]    # offset + strides
     slots = (ctypes.c_int64 * 7)()
-    gpu_common.device_tensor_packer(0, 2, t)(slots, t)
+    packing.tensor_packer(0, 2, t)(slots, t)
     assert list(slots) == [t.data_ptr(), t.data_ptr(), 0, 3, 3, 6, 2]
 
 

@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Iterator, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
-from .packing import Packer, scalar_packer, tensor_packer, tensor_slot_count
+from .packing import scalar_packer, tensor_packer, tensor_slot_count
 
 if sys.byteorder != "little":  # pragma: no cover - no big-endian GPU hosts
     raise ImportError("flydsl's GPU launchers assume a little-endian host")
@@ -240,29 +240,6 @@ def default_stream_getter(samples: Sequence, index: int) -> Callable[[], int]:
 
 # -- argument packing ------------------------------------------------------------
 
-def device_tensor_packer(offset: int, rank: int, sample) -> Packer:
-    """A packer for device tensors of ``sample``'s type: torch tensors through
-    :func:`~flydsl.runtime.packing.tensor_packer` (``data_ptr()``, sizes, strides),
-    ``__cuda_array_interface__`` and DLPack objects through
-    :func:`~flydsl.runtime.devices.device_tensor`."""
-    if type(sample).__module__.startswith("torch"):
-        return tensor_packer(offset, rank, sample)
-    from .devices import device_tensor
-    sizes = slice(offset + 3, offset + 3 + rank)
-    strides = slice(offset + 3 + rank, offset + 3 + 2 * rank)
-
-    def pack_interface(slots, a) -> None:
-        t = device_tensor(a)
-        if t is None:
-            raise LaunchError(f"expected a device tensor, got {type(a).__name__}")
-        slots[offset] = t.ptr
-        slots[offset + 1] = t.ptr
-        if rank:
-            slots[sizes] = t.shape
-            slots[strides] = t.strides
-    return pack_interface
-
-
 class ArgBuffer:
     """int64 value slots and the constant ``void*`` table pointing at them."""
 
@@ -419,7 +396,7 @@ class GpuLauncher:
         if index is None:   # no tensor arguments: the thread's current device
             index = self.driver.current_device()
         dev = self.device(index)
-        packers = [device_tensor_packer(off, info, a) if kind == "tensor"
+        packers = [tensor_packer(off, info, a) if kind == "tensor"
                    else scalar_packer(off, info)
                    for (kind, info), off, a in zip(self.layout, self.offsets, samples)]
         default_stream = default_stream_getter(samples, index)

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from ..expr.dtypes import DType
+from ..errors import LaunchError
 from .args import as_host_tensor
 
 Packer = Callable[[object, object], None]   # (slots, arg) -> None
@@ -70,7 +71,8 @@ def scalar_bits(dtype: DType) -> Callable[[object], int]:
 
 
 def tensor_packer(offset: int, rank: int, sample) -> Packer:
-    """A packer for tensors of ``sample``'s type (numpy, torch, or anything DLPack)."""
+    """A packer for tensors of ``sample``'s type: numpy, torch, or anything
+    :func:`~flydsl.runtime.args.as_host_tensor` reads (DLPack, CUDA array interface)."""
     sizes = slice(offset + 3, offset + 3 + rank)
     strides = slice(offset + 3 + rank, offset + 3 + 2 * rank)
     if type(sample) is np.ndarray:
@@ -106,7 +108,9 @@ def tensor_packer(offset: int, rank: int, sample) -> Packer:
         return pack_torch
 
     def pack_generic(slots, a) -> None:
-        t = as_host_tensor(a)
+        t = as_host_tensor(a)   # DLPack, __cuda_array_interface__, ...
+        if t is None:
+            raise LaunchError(f"expected a tensor, got {type(a).__name__}")
         slots[offset] = t.ptr
         slots[offset + 1] = t.ptr
         if rank:
