@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 from .errors import DSLTypeError, LaunchError
 from .expr.dtypes import TensorAnnotation
 from .runtime.args import annotation_kind, as_host_tensor, check_scalar, scalar_dtype_of
-from .runtime.dispatch import arg_key, dim3, env_token
+from .runtime.dispatch import arg_key, check_smem_arg, constexpr_key, dim3, env_token
 
 class _Override(threading.local):
     """Per-thread settings of flydsl.compile(): a pinned backend, options, a sink."""
@@ -84,6 +84,7 @@ class KernelFunction:
         stream = rest[1] if len(rest) > 1 else None
         grid3 = dim3(grid, "grid", self.name)
         block3 = dim3(block, "block", self.name)
+        check_smem_arg(smem, self.name)
         run = self._launch
 
         def launcher(*args, **kwargs):
@@ -99,6 +100,8 @@ class KernelFunction:
     def launch(self, args: tuple, kwargs: dict, grid, block, smem: int = 0, stream=None) -> None:
         """Launch with positional ``args``/``kwargs``; compiles on the first call of a
         specialization. Warm calls take the fast path (no binding, no classification)."""
+        if smem:
+            check_smem_arg(smem, self.name)
         return self._launch(args, kwargs, dim3(grid, "grid", self.name),
                             dim3(block, "block", self.name), smem, stream)
 
@@ -119,15 +122,12 @@ class KernelFunction:
         return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key)
 
     def _constexpr_values(self, args: tuple) -> tuple:
-        """Constexpr arguments by value: they are part of the specialization."""
+        """Constexpr arguments by type and repr: they are part of the specialization."""
         n = len(args)
-        return tuple(args[i] for i in self._constexpr_pos if i < n)
+        return tuple(constexpr_key(args[i]) for i in self._constexpr_pos if i < n)
 
     def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key) -> None:
         from .runtime.launch import bind_launch
-        if not isinstance(smem, int) or smem < 0:
-            raise LaunchError(f"smem must be a non-negative int, got {smem!r}",
-                              kernel=self.name)
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
         backend, options = _resolve_backend_and_options(runtime)

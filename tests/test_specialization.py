@@ -1,5 +1,6 @@
 """The specialization key: runtime scalars never recompile, constexprs and dtypes do."""
 import numpy as np
+import pytest
 
 import flydsl
 import flydsl.expr as fx
@@ -60,3 +61,58 @@ def test_compile_is_callable_and_pins_its_backend():
     assert "llir" in prog.asm and "mlir" in prog.asm
     prog(x, y, 2.0, 4, 1, grid=(1,), block=(4,))
     np.testing.assert_array_equal(y, [2, 2, 2, 2])
+
+
+@flydsl.kernel
+def copy_first(x: fx.Tensor, y: fx.Tensor):
+    y[0] = x[0]
+
+
+def test_warm_path_does_not_accept_a_foreign_byte_order():
+    y = np.zeros(1, np.float32)
+    copy_first[1, 1](np.ones(1, np.float32), y)
+    with pytest.raises(TypeError, match=">f4"):
+        copy_first[1, 1](np.ones(1, ">f4"), y)
+
+
+@flydsl.kernel
+def put8(out: fx.Tensor, v: fx.Int8):
+    out[0] = v
+
+
+def test_warm_path_still_range_checks_narrow_ints():
+    out = np.zeros(1, np.int32)
+    put8[1, 1](out, 5)
+    put8[1, 1](out, -128)
+    assert out[0] == -128
+    with pytest.raises(TypeError, match="does not fit"):
+        put8[1, 1](out, 200)
+
+
+@flydsl.kernel
+def const_of(out: fx.Tensor, C: fx.Constexpr[object]):
+    if isinstance(C, tuple):
+        out[0] = 1.0 if isinstance(C[0], int) else 2.0   # decided while tracing
+    else:
+        out[0] = C
+
+
+def test_equal_constexprs_of_other_types_are_other_specializations():
+    out = np.zeros(1, np.float32)
+    const_of[1, 1](out, 0.0)
+    const_of[1, 1](out, -0.0)                       # == 0.0, but another constant
+    assert out[0] == 0.0 and np.signbit(out[0])
+    const_of[1, 1](out, (1, 2))
+    assert out[0] == 1.0
+    const_of[1, 1](out, (1.0, 2))                   # == (1, 2), but traced differently
+    assert out[0] == 2.0
+
+
+def test_smem_is_validated_on_warm_launches():
+    y = np.zeros(1, np.float32)
+    copy_first[1, 1](np.ones(1, np.float32), y)
+    for bad in (-5, 1.5, "x"):
+        with pytest.raises(flydsl.LaunchError, match="smem"):
+            copy_first[1, 1, bad](np.ones(1, np.float32), y)
+        with pytest.raises(flydsl.LaunchError, match="smem"):
+            copy_first(np.ones(1, np.float32), y).launch(grid=1, block=1, smem=bad)

@@ -31,7 +31,8 @@ class HostTensor:
         return bool(self.shape) and (self.strides[-1] == 1 or self.shape[-1] == 1)
 
 
-def _is_torch_tensor(x) -> bool:
+def is_torch_tensor(x) -> bool:
+    """A torch.Tensor (or subclass), recognized without importing torch."""
     t = type(x)
     return t.__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "stride")
 
@@ -47,7 +48,7 @@ def as_host_tensor(x) -> Optional[HostTensor]:
             raise TypeError("numpy array strides are not a multiple of its item size")
         return HostTensor(x.ctypes.data if x.size else 0, tuple(x.shape),
                           tuple(s // item for s in x.strides), d, "cpu", x)
-    if _is_torch_tensor(x):
+    if is_torch_tensor(x):
         d = dt.dtype_from_torch(x.dtype)
         if d is None:
             raise TypeError(f"torch dtype {x.dtype} is not supported by flydsl")

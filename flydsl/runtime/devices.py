@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import FlydslRuntimeError, LaunchError
 from ..expr import dtypes as dt
-from .args import HostTensor, _is_torch_tensor, as_host_tensor
+from .args import HostTensor, is_torch_tensor, as_host_tensor
 
 #: Driver name -> module with ``load_driver()``.
 GPU_DRIVERS = {"cuda": "flydsl.runtime.cuda_driver", "hip": "flydsl.runtime.hip_driver"}
@@ -86,7 +86,7 @@ def device_tensor(x) -> Optional[HostTensor]:
     """A ``__cuda_array_interface__`` object or a DLPack tensor outside host memory as
     a HostTensor; None for anything else (numpy and torch included: see
     :func:`~flydsl.runtime.args.as_host_tensor`)."""
-    if isinstance(x, np.ndarray) or _is_torch_tensor(x):
+    if isinstance(x, np.ndarray) or is_torch_tensor(x):
         return None
     try:
         cai = x.__cuda_array_interface__

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from ..errors import LaunchError
+from .args import is_torch_tensor
 
 #: Environment variables that change what gets compiled or where it runs.
 ENV_KEYS = ("FLYDSL_COMPILE_BACKEND", "FLYDSL_GPU_ARCH", "FLYDSL_OPT_LEVEL", "FLYDSL_DEBUG",
@@ -32,20 +33,41 @@ _ndarray = np.ndarray
 
 
 def arg_key(a) -> object:
-    """What about ``a`` decides its specialization (values excluded, except constexprs)."""
+    """What about ``a`` decides its specialization and its launch-time checks.
+
+    Tensors: type, dtype (byte order included), rank, innermost contiguity,
+    device. Ints: bit length and sign (so a value that needs range checking
+    for a narrower declared type never reuses a check made for another).
+    Constexpr values are keyed separately (see :func:`constexpr_key`).
+    """
     t = type(a)
     if t is _ndarray:
         nd = a.ndim
-        return (t, a.dtype.num, nd, nd == 0 or a.strides[-1] == a.itemsize or a.shape[-1] == 1)
+        return (t, a.dtype, nd, nd == 0 or a.strides[-1] == a.itemsize or a.shape[-1] == 1)
     if t is int:
-        return (t, -2147483648 <= a < 2147483648)
+        return (t, a.bit_length(), a < 0)
     if t is float or t is bool:
         return t
-    if t.__module__ == "torch" and hasattr(a, "data_ptr"):
+    if is_torch_tensor(a):
         nd = a.dim()
-        return (t, a.dtype, nd, nd == 0 or a.stride(-1) == 1 or a.shape[-1] == 1,
-                a.device)
-    return (t, a)  # anything else (constexpr values, numpy scalars): keyed by value
+        return (t, a.dtype, nd, nd == 0 or a.stride(-1) == 1 or a.shape[-1] == 1, a.device)
+    if isinstance(a, np.integer):
+        return (t, int(a).bit_length(), a < 0)
+    if isinstance(a, (np.floating, np.bool_)):
+        return t
+    return (t, a)  # anything else: keyed by value (and by identity if unhashable-by-value)
+
+
+def constexpr_key(value) -> tuple:
+    """A constexpr value as the specialization sees it: equal values of other types
+    (``0.0``/``-0.0``, ``(1, 2)``/``(1.0, 2)``) are different specializations."""
+    return (type(value), repr(value))
+
+
+def check_smem_arg(smem, kernel: str) -> None:
+    """Dynamic shared memory must be a non-negative int (checked before any launch)."""
+    if not isinstance(smem, (int, np.integer)) or isinstance(smem, bool) or smem < 0:
+        raise LaunchError(f"smem must be a non-negative int, got {smem!r}", kernel=kernel)
 
 
 #: Threads per block every backend accepts (CUDA, HIP and the CPU emulation).

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Iterator, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
+from .args import is_torch_tensor
 from .packing import scalar_packer, tensor_packer, tensor_slot_count
 
 if sys.byteorder != "little":  # pragma: no cover - no big-endian GPU hosts
@@ -227,7 +228,7 @@ def default_stream_getter(samples: Sequence, index: int) -> Callable[[], int]:
     """Where ``stream=None`` launches go: torch's current stream on the device when
     torch tensors are passed (so the kernel is ordered with torch's own work),
     otherwise the default stream 0."""
-    if not any(type(a).__module__.startswith("torch") for a in samples):
+    if not any(is_torch_tensor(a) for a in samples):
         return lambda: 0
     import torch
     if not torch.cuda.is_available():

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..expr.dtypes import DType
 from ..errors import LaunchError
-from .args import as_host_tensor
+from .args import as_host_tensor, is_torch_tensor
 
 Packer = Callable[[object, object], None]   # (slots, arg) -> None
 
@@ -97,7 +97,7 @@ def tensor_packer(offset: int, rank: int, sample) -> Packer:
                 slots[sizes] = a.shape
                 slots[strides] = [s // item for s in a.strides]
         return pack_numpy
-    if type(sample).__module__.startswith("torch"):
+    if is_torch_tensor(sample):
         def pack_torch(slots, t) -> None:
             ptr = t.data_ptr()
             slots[offset] = ptr
