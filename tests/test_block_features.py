@@ -156,3 +156,22 @@ def test_barrier_in_divergent_code_is_an_error_at_the_user_line():
     assert e.value.filename.endswith("test_block_features.py")
     assert e.value.source_line.strip() == "fx.barrier()"
     assert "divergent_barrier" in str(e.value)
+
+
+@flydsl.kernel
+def float_floordiv_mod(a: fx.Tensor, b: fx.Tensor, q: fx.Tensor, r: fx.Tensor):
+    i = fx.thread_idx.x
+    q[i] = a[i] // b[i]
+    r[i] = a[i] % b[i]
+
+
+def test_float_floor_division_and_modulo_follow_python():
+    pairs = [(1.0, 0.1), (-7.0, 0.7), (0.5, 0.1), (7.5, -2.0), (-7.5, 2.0), (0.0, -3.0),
+             (-0.0, 3.0), (1e300, 1e-300), (5.0, 2.5), (-1e-320, 1.0), (3.0, float("inf"))]
+    a = np.array([p[0] for p in pairs])
+    b = np.array([p[1] for p in pairs])
+    q, r = np.zeros_like(a), np.zeros_like(a)
+    float_floordiv_mod[1, len(pairs)](a, b, q, r)
+    for k, (x, y) in enumerate(pairs):
+        assert (q[k], r[k]) == (x // y, x % y), (x, y, q[k], r[k])
+        assert np.signbit(q[k]) == np.signbit(x // y), (x, y)

@@ -230,6 +230,24 @@ def _python_mod(r: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
     return arith.select(fix, add(r, b), r)
 
 
+def _python_floordiv(a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
+    """Python's float ``a // b`` (CPython's float_floor_div): derived from fmod so that
+    ``a == (a // b) * b + a % b``; ``floor(a / b)`` is off by one when a / b rounds."""
+    mod = arith.remf(a, b)
+    div = arith.divf(arith.subf(a, mod), b)
+    zero, one = constant(0.0, dtype).v, constant(1.0, dtype).v
+    lt = arith.CmpFPredicate.OLT
+    fix = arith.andi(arith.cmpf(arith.CmpFPredicate.UNE, mod, zero),
+                     arith.xori(arith.cmpf(lt, b, zero), arith.cmpf(lt, mod, zero)))
+    div = arith.select(fix, arith.subf(div, one), div)
+    fl = mmath.floor(div)
+    half = constant(0.5, dtype).v
+    fl = arith.select(arith.cmpf(arith.CmpFPredicate.OGT, arith.subf(div, fl), half),
+                      arith.addf(fl, one), fl)
+    signed_zero = mmath.copysign(zero, arith.divf(a, b))
+    return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, div, zero), signed_zero, fl)
+
+
 def _int_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
     if op == "+":
         return arith.addi(a, b)
@@ -264,7 +282,7 @@ def _float_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
     if op == "/":
         return arith.divf(a, b)
     if op == "//":
-        return mmath.floor(arith.divf(a, b))
+        return _python_floordiv(a, b, dtype)
     if op == "%":
         return _python_mod(arith.remf(a, b), b, dtype)
     raise DSLTypeError(f"operator {op!r} is not defined for {dtype.name}")
