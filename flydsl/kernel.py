@@ -265,10 +265,13 @@ def _arg_error(message: str, kernel: str) -> DSLTypeError:
 
 
 def _resolve_string_annotation(fn, text: str):
+    """Annotations as strings (``from __future__ import annotations``) are evaluated in
+    the kernel's module; one that does not resolve is an error, not a silent guess."""
     try:
-        return eval(text, fn.__globals__)  # `from __future__ import annotations` users
-    except Exception:
-        return inspect.Parameter.empty
+        return eval(text, fn.__globals__, dict(vars(__import__("builtins"))))
+    except Exception as e:  # noqa: BLE001
+        raise DSLTypeError(f"cannot resolve the annotation {text!r}: {type(e).__name__}: {e}",
+                           kernel=fn.__name__) from None
 
 
 class KernelCall:

@@ -190,3 +190,55 @@ def branch_only_name(x: fx.Tensor):
 def test_name_defined_in_one_branch_is_an_error():
     with pytest.raises(DSLError, match="only_here"):
         branch_only_name[1, 1](np.zeros(1, np.float32))
+
+
+@flydsl.kernel
+def literal_widths(n: fx.Int32, big: fx.Tensor, out: fx.Tensor):
+    out[0] = n < 3000000000                 # the literal does not fit Int32: compare in Int64
+    out[1] = n + 3000000000
+    out[2] = int(big[0]) // 2               # int() of a Float64 is an Int64
+    out[3] = float(big[1]) - 1.0            # float() of a Float64 keeps 64 bits
+
+
+def test_wide_literals_and_python_conversions_keep_precision():
+    out = np.zeros(4, np.float64)
+    big = np.array([5e9, 1 + 2 ** -40])
+    literal_widths[1, 1](5, big, out)
+    assert out[0] == 1 and out[1] == 3000000005
+    assert out[2] == 2_500_000_000 and out[3] == 2 ** -40
+
+
+@flydsl.kernel
+def literal_widths_int(big: fx.Tensor, out: fx.Tensor):
+    out[0] = int(big[0]) // 2
+
+
+def test_int_of_int64_keeps_64_bits():
+    out = np.zeros(1, np.int64)
+    literal_widths_int[1, 1](np.array([5_000_000_000], np.int64), out)
+    assert out[0] == 2_500_000_000
+
+
+@flydsl.kernel
+def bare_constexpr(out: fx.Tensor, N: fx.Constexpr = 4):
+    buf = fx.shared_array(N, fx.Int32)      # needs N at compile time
+    total = 0
+    for k in range(N):
+        buf[k] = k
+        total += buf[k]
+    out[0] = total
+
+
+def test_bare_constexpr_annotation_is_a_constexpr():
+    out = np.zeros(1, np.int32)
+    bare_constexpr[1, 1](out)
+    assert out[0] == 6
+    bare_constexpr[1, 1](out, 5)
+    assert out[0] == 10
+
+
+def test_unresolvable_string_annotation_is_an_error():
+    def k(x: "NoSuchType"):  # noqa: F821
+        pass
+    with pytest.raises(DSLError, match="NoSuchType"):
+        flydsl.kernel(k)

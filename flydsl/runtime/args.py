@@ -99,7 +99,8 @@ def check_scalar(kernel: str, name: str, ann: DType, value) -> None:
 
 
 def annotation_kind(ann) -> str:
-    if isinstance(ann, ConstexprAnnotation):
+    from ..expr.dtypes import Constexpr
+    if isinstance(ann, ConstexprAnnotation) or ann is Constexpr:
         return "constexpr"
     if isinstance(ann, TensorAnnotation):
         return "tensor"

@@ -706,10 +706,19 @@ _BUILTIN_OVERRIDES = {
     builtins.min: lambda *a: ops.reduce_args(ops.minimum, a),
     builtins.max: lambda *a: ops.reduce_args(ops.maximum, a),
     builtins.abs: V.absolute,
-    builtins.int: lambda x: V.cast(x, dt.Int32),
-    builtins.float: lambda x: V.cast(x, dt.Float32),
-    builtins.bool: lambda x: V.cast(x, dt.Bool),
+    builtins.int: lambda x: _py_convert(x, "int", dt.Int32, dt.Int64),
+    builtins.float: lambda x: _py_convert(x, "float", dt.Float32, dt.Float64),
+    builtins.bool: lambda x: V.cast(V.as_value(x), dt.Bool),
 }
+
+
+def _py_convert(x, kind: str, narrow: dt.DType, wide: dt.DType) -> Value:
+    """``int(v)``/``float(v)`` on a kernel value: keep its width (a 64-bit value stays
+    64-bit), change only the kind."""
+    v = V.as_value(x)
+    if v.dtype.kind == kind:
+        return v
+    return V.cast(v, wide if v.dtype.bits > 32 else narrow)
 
 
 def _load(target: ast.AST) -> ast.AST:

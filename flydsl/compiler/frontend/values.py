@@ -145,11 +145,15 @@ def result_dtype(a: DType, b: DType) -> DType:
 
 
 def literal_join(t: DType, lit: Scalar) -> DType:
-    """The dtype a Python literal and a value of dtype ``t`` combine to."""
+    """The dtype a Python literal and a value of dtype ``t`` combine to: the value's,
+    unless the literal needs more (a float, or an int beyond ``t``'s range)."""
     if isinstance(lit, float) and t.kind != "float":
         return dt.Float32
-    if isinstance(lit, int) and not isinstance(lit, bool) and t.kind == "bool":
-        return dt.Int32
+    if isinstance(lit, int) and not isinstance(lit, bool):
+        if t.kind == "bool":
+            t = dt.Int32
+        if t.kind == "int" and not -(1 << (t.bits - 1)) <= lit < (1 << (t.bits - 1)):
+            return dt.Int64
     return t
 
 
