@@ -242,3 +242,47 @@ def test_unresolvable_string_annotation_is_an_error():
         pass
     with pytest.raises(DSLError, match="NoSuchType"):
         flydsl.kernel(k)
+
+
+@flydsl.kernel
+def runtime_step(out: fx.Tensor, start: fx.Int32, stop: fx.Int32, step: fx.Int32):
+    count = 0
+    total = 0
+    for k in range(start, stop, step):
+        count += 1
+        total += k
+    out[0] = count
+    out[1] = total
+
+
+@pytest.mark.parametrize("start, stop, step", [(4, -1, -1), (0, 10, 3), (10, 0, -3), (0, 5, -1),
+                                               (5, 0, 1), (3, 3, 2), (-5, 5, 4), (7, 2, 0)])
+def test_runtime_step_of_either_sign(start, stop, step):
+    out = np.zeros(2, np.int64)
+    runtime_step[1, 1](out, start, stop, step)
+    expected = range(start, stop, step) if step else range(0)
+    assert list(out) == [len(expected), sum(expected)]
+
+
+@flydsl.kernel
+def return_in_unrolled_loop(a: fx.Tensor, out: fx.Tensor):
+    for k in range(4):
+        if a[k] < 0.0:
+            return
+        out[k] = 1
+
+
+@flydsl.kernel
+def static_return_in_unrolled_loop(out: fx.Tensor, STOP: fx.Constexpr[int]):
+    for k in range(4):
+        if k == STOP:
+            return
+        out[k] = 1
+
+
+def test_return_inside_unrolled_loops():
+    out = np.zeros(4, np.int32)
+    with pytest.raises(UnsupportedConstructError, match="compile-time"):
+        return_in_unrolled_loop[1, 1](np.array([1, 1, -1, 1], np.float32), out)
+    static_return_in_unrolled_loop[1, 1](out, 2)       # a compile-time return is fine
+    assert list(out) == [1, 1, 0, 0]

@@ -107,6 +107,8 @@ class Codegen:
         fn = src.fn
         self.globals = fn.__globals__
         self.closure = closure_vars(fn)
+        #: How many compile-time loops enclose the statement being traced.
+        self.unroll_depth = 0
 
     # -- errors --------------------------------------------------------
     def error(self, node: ast.AST, message: str, cls=DSLError) -> DSLError:
@@ -270,6 +272,12 @@ class Codegen:
         return scope
 
     def _dynamic_if(self, node: ast.AST, cond: Value, body: list, orelse: list) -> None:
+        if self.unroll_depth and may_return(body + orelse):
+            # The iterations and statements after an unrolled loop cannot be moved
+            # into the branch that does not return.
+            raise self.error(node, "`return` under a runtime condition inside a compile-time "
+                                   "(unrolled) loop is not supported; use fx.range(...) or "
+                                   "restructure with a flag", UnsupportedConstructError)
         cond = V.cast(cond, dt.Bool)
         before = self.scope
         probe = scf.IfOp(cond.v, [], has_else=True)
@@ -353,12 +361,15 @@ class Codegen:
 
     def _static_iteration(self, body: list) -> Optional[str]:
         """Trace one unrolled iteration; "return" or "break" when that ends the loop."""
+        self.unroll_depth += 1
         try:
             if self.visit_block(body):
                 return "return"
         except _LoopControl as lc:
             if lc.kind == "break":
                 return "break"
+        finally:
+            self.unroll_depth -= 1
         return None
 
     def _carried(self, body: list, extra: set = frozenset()) -> list[str]:
@@ -390,11 +401,17 @@ class Codegen:
                 ivt = V.result_dtype(ivt, a.dtype)
         if isinstance(step, int) and step == 0:
             raise self.error(node, "range() step must not be zero", DSLTypeError)
-        reverse = isinstance(step, int) and step < 0
-        if reverse:  # scf.for counts up: iterate k in [0, trips) and map iv = start + k*step
-            span = V.cast(V.as_value(start, ivt) - stop, ivt)
-            trips = ops.maximum((span + (-step - 1)) // (-step), 0)
-            lb, ub, st = V.constant(0, ivt), trips, V.constant(1, ivt)
+        # scf.for only counts up: a negative or runtime step iterates k in [0, trips)
+        # with iv = start + k*step (a runtime step of 0 runs no iteration).
+        normalized = is_dynamic(step) or step < 0
+        if normalized:
+            start_v = V.cast(V.as_value(start, ivt), ivt)
+            step_v = V.cast(V.as_value(step, ivt), ivt)
+            towards = V.select(step_v > 0, 1, -1)
+            safe_step = V.select(step_v == 0, 1, step_v)
+            trips = ops.maximum(V.cast(stop - start_v + step_v - towards, ivt) // safe_step, 0)
+            trips = V.select(step_v == 0, 0, trips)
+            lb, ub, st = V.constant(0, ivt), V.cast(trips, ivt), V.constant(1, ivt)
         else:
             lb, ub, st = (V.cast(V.as_value(a, ivt), ivt) for a in (start, stop, step))
 
@@ -402,9 +419,9 @@ class Codegen:
             loop = scf.ForOp(lb.v, ub.v, st.v, [V.as_value(init[n], types[n]).v for n in carried])
             scope = dict(self.scope)
             iv = Value(loop.induction_variable, ivt)
-            if reverse:
+            if normalized:
                 with ir.InsertionPoint(loop.body):
-                    iv = V.as_value(start, ivt) + iv * step
+                    iv = start_v + iv * step_v
             for i, n in enumerate(carried):
                 scope[n] = Value(loop.inner_iter_args[i], types[n])
             before = dict(scope)
