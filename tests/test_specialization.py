@@ -116,3 +116,14 @@ def test_smem_is_validated_on_warm_launches():
             copy_first[1, 1, bad](np.ones(1, np.float32), y)
         with pytest.raises(flydsl.LaunchError, match="smem"):
             copy_first(np.ones(1, np.float32), y).launch(grid=1, block=1, smem=bad)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_loading_kernels_keeps_no_file_descriptors_open():
+    import os
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    axpy[1, 4](x, y, 1.0, 4, 100)
+    before = len(os.listdir("/proc/self/fd"))
+    for unroll in range(101, 121):                  # 20 new specializations, loaded
+        axpy[1, 4](x, y, 1.0, 4, unroll)
+    assert len(os.listdir("/proc/self/fd")) - before < 3

@@ -1,35 +1,9 @@
-"""Translate an LLVM-dialect module to LLVM IR text through the MLIR C API.
+"""Translate an LLVM-dialect module to LLVM IR text.
 
-The Python bindings expose no translation entry point, but the C API
-function ``mlirTranslateModuleToLLVMIRToString`` is exported by the
-bindings' own ``libMLIRPythonCAPI.so``; we call it with ctypes.
+MLIR's translation aborts the process (instead of raising) on an op it
+cannot translate, so every module is checked first.
 """
 from __future__ import annotations
-
-import ctypes
-import functools
-import os
-import threading
-
-_LOCK = threading.Lock()
-
-
-@functools.cache
-def _capi() -> ctypes.CDLL:
-    import mlir._mlir_libs as libs
-    lib = ctypes.CDLL(os.path.join(os.path.dirname(libs.__file__), "libMLIRPythonCAPI.so"))
-    lib.mlirTranslateModuleToLLVMIRToString.argtypes = [ctypes.c_void_p]
-    lib.mlirTranslateModuleToLLVMIRToString.restype = ctypes.c_void_p
-    lib.mlirRegisterAllLLVMTranslations.argtypes = [ctypes.c_void_p]
-    lib.mlirRegisterAllLLVMTranslations.restype = None
-    return lib
-
-
-def _capsule_pointer(capsule, name: bytes) -> int:
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    get.restype = ctypes.c_void_p
-    return get(capsule, name)
 
 
 #: Dialects whose ops MLIR can translate to LLVM IR (anything else crashes the C API).
@@ -52,23 +26,11 @@ def _check_translatable(op) -> None:
 
 
 def translate_to_llvm_ir(op) -> str:
-    """LLVM IR text of ``op``, a ``builtin.module`` holding only LLVM-dialect ops.
-
-    Raises ValueError if MLIR cannot translate it.
-    """
+    """LLVM IR text of ``op``, a ``builtin.module`` holding only LLVM-dialect ops
+    (and NVVM/ROCDL intrinsics). Raises ValueError naming an op left unlowered."""
+    from mlir.dialects.llvm import translate_module_to_llvmir
     _check_translatable(op)
-    lib = _capi()
-    ctx_ptr = _capsule_pointer(op.context._CAPIPtr, b"mlir.ir.Context._CAPIPtr")
-    op_ptr = _capsule_pointer(op._CAPIPtr, b"mlir.ir.Operation._CAPIPtr")
-    with _LOCK:
-        lib.mlirRegisterAllLLVMTranslations(ctx_ptr)
-        raw = lib.mlirTranslateModuleToLLVMIRToString(op_ptr)
-    if not raw:
-        raise ValueError("MLIR could not translate the module to LLVM IR")
-    try:
-        return ctypes.string_at(raw).decode()
-    finally:
-        ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+    return translate_module_to_llvmir(op.operation)
 
 
 def gpu_module_to_llvm_ir(gpu_module_op) -> str:

@@ -6,26 +6,18 @@ import os
 import tempfile
 
 
-_open_fds: list[int] = []
-
-
 def load_shared_object(data: bytes, tag: str = "kernel") -> ctypes.CDLL:
-    """dlopen ``data``. Uses an anonymous memfd where the OS has one, else a temp file.
+    """dlopen ``data`` from a uniquely named temporary file, removed right away.
 
-    The library stays loaded for the life of the process (it is never unloaded
-    while launchers may still point into it).
+    The name must be unique: dlopen recognizes an already-loaded library by its
+    path and would hand back an earlier kernel. The mapping outlives the file,
+    and no file descriptor stays open. The library stays loaded for the life of
+    the process (launchers may still point into it).
     """
-    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        fd = os.memfd_create(f"flydsl-{tag}", 0)
-        os.write(fd, data)
-        # The fd stays open: dlopen recognizes libraries by path, and a reused fd
-        # number would hand back an earlier kernel's library.
-        _open_fds.append(fd)
-        return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=ctypes.RTLD_LOCAL)
-    with tempfile.NamedTemporaryFile(prefix=f"flydsl-{tag}-", suffix=".so", delete=False) as f:
-        f.write(data)
-        path = f.name
+    fd, path = tempfile.mkstemp(prefix=f"flydsl-{tag[:40]}-", suffix=".so")
     try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
     finally:
         os.unlink(path)

@@ -93,12 +93,20 @@ def _host_cpu() -> tuple[str, str]:
 
 
 class HostLibrary:
-    """A loaded CPU kernel library. ``raw_lookup(name)`` gives the address of the
-    kernel's packed entry ``void(void **args)``, like MLIR's ExecutionEngine."""
+    """A CPU kernel library, loaded on first use. ``raw_lookup(name)`` gives the
+    address of the kernel's packed entry ``void(void **args)``, like MLIR's
+    ExecutionEngine (the runtime's launcher loads its own copy)."""
 
     def __init__(self, so: bytes):
-        from ...runtime.shared_object import load_shared_object
-        self.lib = load_shared_object(so)
+        self._so = so
+        self._lib = None
+
+    @property
+    def lib(self):
+        if self._lib is None:
+            from ...runtime.shared_object import load_shared_object
+            self._lib = load_shared_object(self._so)
+        return self._lib
 
     def raw_lookup(self, name: str) -> int:
         import ctypes
