@@ -56,7 +56,7 @@ from ._simt_ir import (SYNC_OPS, block_ops, is_pure, may_trap, op_of,
 from ._simt_uniformity import Uniformity
 
 #: Bump whenever the generated IR changes (part of the compile-cache key).
-FINGERPRINT = "simt-to-cpu-v2"
+FINGERPRINT = "simt-to-cpu-v3"
 
 _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
@@ -157,6 +157,14 @@ def _lower_device_func(gfunc, gm) -> None:
     for op in block_ops(body):
         op.move_before(new_ret)
     gfunc.erase()
+
+
+def _iter_arg_index(value, body):
+    """``i`` if ``value`` is iter arg ``i`` of the ``scf.for`` body ``body``, else None."""
+    if not isinstance(value, ir.BlockArgument) or value.owner != body:
+        return None
+    n = value.arg_number
+    return n - 1 if n >= 1 else None
 
 
 def _ancestor_in_block(op, block):
@@ -563,23 +571,54 @@ class _KernelLowering:
                 self.store_slot(value, slot)
 
     def _demote_for(self, op, per) -> None:
+        """Carry the per-thread iter args ``per`` of ``op`` in per-thread slots.
+
+        Each use of an iter arg becomes a load of its slot right before the
+        user, and each yielded value a store to its slot.  An iteration reads
+        the slots' old values and writes their new ones, so every read of a
+        slot's old value must come before the store to that slot: a value
+        yielded straight from a demoted iter arg (``a, b = b, a``) is loaded
+        at the yield before any store there, and a store moved up to its
+        value's def (:meth:`_store_early`) must not pass any such read.
+        """
         body = op.regions[0].blocks[0]
         inits = list(op.operands)[3:]
         inner = list(body.arguments)[1:]
         yld = terminator(body)
         yielded = list(yld.operands)
-        slots = {}
-        for i in per:
-            slots[i] = slot = self.slot(inner[i].type)
-            self._store_early(inits[i], slot, op)
-            late = [op_of(u.owner) for u in inner[i].uses]
-            self._store_early(yielded[i], slot, yld, late_users=late)
         perset = set(per)
+        slots = {i: self.slot(inner[i].type) for i in per}
+        # readers of each slot's value from the previous iteration (the loads
+        # go right before them)
+        late = {i: [op_of(u.owner) for u in inner[i].uses if op_of(u.owner) != yld]
+                for i in per}
+        for i in per:
+            self._store_early(inits[i], slots[i], op)
+        # values yielded straight from a demoted iter arg: load them all at the
+        # yield, before any store to a slot
+        values = {}
+        preloads = {}
+        for i in per:
+            v = yielded[i]
+            j = _iter_arg_index(v, body)
+            if j is None or j not in perset:
+                values[i] = v
+            elif j == i:
+                values[i] = None  # carried unchanged: the slot already holds it
+            else:
+                if j not in preloads:
+                    with ir.InsertionPoint(yld), yld.location:
+                        preloads[j] = self.load_slot(slots[j], remat=False)
+                    late[j].append(op_of(preloads[j].owner))
+                values[i] = preloads[j]
         for i in per:
             self._replace_uses_with_loads(
                 inner[i], slots[i],
                 skip=lambda o, n: o == yld and n in perset, remat=False)
             self._replace_uses_with_loads(op.results[i], slots[i])
+        for i in per:
+            if values[i] is not None:
+                self._store_early(values[i], slots[i], yld, late_users=late[i])
         keep = [i for i in range(len(inner)) if i not in perset]
         self._rebuild_for(op, keep)
 

@@ -628,6 +628,41 @@ module attributes {gpu.container_module} {
 '''
 
 
+# iter args yielded into each other's slots (``a, b, c = b + a, c, a``) and
+# one carried unchanged: every old value is read before any slot is written
+SWAP_CARRIED = r'''
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @swap(%a: memref<?xf32>, %out: memref<?xf32>, %n: index) kernel {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c32 = arith.constant 32 : index
+      %c64 = arith.constant 64 : index
+      %c96 = arith.constant 96 : index
+      %one = arith.constant 1.0 : f32
+      %x = memref.load %a[%tid] : memref<?xf32>
+      %y = arith.addf %x, %one : f32
+      %r:4 = scf.for %k = %c0 to %n step %c1
+          iter_args(%p = %x, %q = %y, %s = %one, %u = %x) -> (f32, f32, f32, f32) {
+        gpu.barrier
+        %pq = arith.addf %q, %p : f32
+        scf.yield %pq, %s, %p, %u : f32, f32, f32, f32
+      }
+      memref.store %r#0, %out[%tid] : memref<?xf32>
+      %i1 = arith.addi %tid, %c32 : index
+      memref.store %r#1, %out[%i1] : memref<?xf32>
+      %i2 = arith.addi %tid, %c64 : index
+      memref.store %r#2, %out[%i2] : memref<?xf32>
+      %i3 = arith.addi %tid, %c96 : index
+      memref.store %r#3, %out[%i3] : memref<?xf32>
+      gpu.return
+    }
+  }
+}
+'''
+
+
 # ---------------------------------------------------------------------------
 # the launch ABI and the shape of the output
 
@@ -798,6 +833,18 @@ def test_loop_carried_values_across_barriers():
         acc = acc + a
         w_prev = w + w_prev
     np.testing.assert_array_equal(out, acc + w_prev)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7])
+def test_loop_carried_values_yielded_into_each_other(n):
+    art = compile_cpu(SWAP_CARRIED)
+    a = np.arange(32, dtype=np.float32)
+    out = np.zeros(128, np.float32)
+    launch(art, "swap", [a, out, n], (1,), (32,))
+    p, q, s, u = a.copy(), a + 1, np.ones(32, np.float32), a.copy()
+    for _ in range(n):
+        p, q, s, u = q + p, s, p, u
+    np.testing.assert_array_equal(out, np.concatenate([p, q, s, u]))
 
 
 def test_workgroup_global_lane_and_global_id():
