@@ -7,13 +7,16 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import flydsl
 from flydsl.compiler import cache as disk_cache
 from flydsl.compiler import fingerprint
 from flydsl.compiler.backends import get_backend
+from flydsl.compiler.frontend.params import ParamSpec
 from flydsl.compiler.options import CompileOptions
+import flydsl.expr as fx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,9 +49,12 @@ def load_kernel(tmp_path, name="kmod", scale=2.0, helper_factor=3, extra=""):
     return module.scale
 
 
-def key_of(kern, *, arch=None, backend="cpu", options=None, spec=("T",)):
+F32_VECTOR = ParamSpec("x", "tensor", dtype=fx.Float32, rank=1, inner_contiguous=True)
+
+
+def key_of(kern, *, arch=None, backend="cpu", options=None, specs=(F32_VECTOR,)):
     be = get_backend(backend, arch=arch)
-    return fingerprint.cache_key(kern.fn, spec, be, options or CompileOptions())
+    return fingerprint.cache_key(kern.fn, specs, be, options or CompileOptions())
 
 
 def test_each_input_of_the_key_changes_it_and_nothing_else_does(tmp_path, monkeypatch):
@@ -58,7 +64,7 @@ def test_each_input_of_the_key_changes_it_and_nothing_else_does(tmp_path, monkey
     assert key_of(load_kernel(tmp_path, "d", helper_factor=4)) != base     # helper source
     assert key_of(load_kernel(tmp_path, "e", scale=2.5)) != base           # global constant
     k = load_kernel(tmp_path, "f")
-    assert key_of(k, spec=("T", "other")) != base                          # specialization
+    assert key_of(k, specs=(ParamSpec("x", "tensor", dtype=fx.Float32, rank=2),)) != base
     assert key_of(k, backend="cuda", arch="sm_80") != key_of(k, backend="cuda", arch="sm_90")
     assert key_of(k, options=CompileOptions(opt_level=1)) != base          # codegen option
     monkeypatch.setenv("FLYDSL_OPT_LEVEL", "2")
@@ -75,8 +81,6 @@ def test_flydsl_version_is_in_the_key(tmp_path, monkeypatch):
 
 
 def test_closure_constants_are_in_the_key(tmp_path):
-    import flydsl.expr as fx
-
     def make(factor):
         @flydsl.kernel
         def closure_kernel(x: fx.Tensor):
@@ -85,6 +89,65 @@ def test_closure_constants_are_in_the_key(tmp_path):
 
     assert key_of(make(2.0)) != key_of(make(3.0))
     assert key_of(make(2.0)) == key_of(make(2.0))
+
+
+def write_module(tmp_path, name, text):
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_module_attributes_defaults_and_classes_are_in_the_key(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_module(tmp_path, "fp_cfg", "VAL = 2.0\n")
+    kern_src = """
+        import flydsl, flydsl.expr as fx
+        import fp_cfg
+
+        class Cfg:
+            SCALE = {scale}
+
+        def helper(v, s={default}):
+            return v * s
+
+        @flydsl.kernel
+        def k(x: fx.Tensor):
+            x[0] = helper(x[0]) * fp_cfg.VAL * Cfg.SCALE
+    """
+
+    def key(scale=2.0, default=2.0):   # the same module, edited and loaded afresh
+        path = write_module(tmp_path, "fp_kern", kern_src.format(scale=scale, default=default))
+        spec = importlib.util.spec_from_file_location("fp_kern", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return key_of(module.k)
+
+    base = key()
+    assert key() == base
+    assert key(scale=3.0) != base                            # class attribute
+    assert key(default=3.0) != base                          # helper default argument
+    write_module(tmp_path, "fp_cfg", "VAL = 3.0\n")         # a user module's attribute
+    assert key() != base
+
+
+def test_function_constexprs_have_a_stable_key():
+    def make():
+        def scale(v):
+            return v * 2
+        return scale
+    spec_a = ParamSpec("f", "constexpr", value=make())
+    spec_b = ParamSpec("f", "constexpr", value=make())
+    assert fingerprint.specialization_text([spec_a]) == fingerprint.specialization_text([spec_b])
+    assert "0x" not in fingerprint.specialization_text([spec_a])
+
+
+def test_the_key_hashes_the_source_that_was_traced(tmp_path):
+    k = load_kernel(tmp_path, "traced")
+    before = key_of(k)
+    flydsl.compile(k, np.zeros(4, np.float32), np.zeros(4, np.float32), 4)  # parses the source
+    (tmp_path / "traced.py").write_text("# edited after tracing\n" + (tmp_path / "traced.py")
+                                        .read_text().replace("SCALE{extra}", "SCALE"))
+    assert key_of(k) == before      # what this process compiles is what it stores
 
 
 WORKER = textwrap.dedent('''

@@ -10,9 +10,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import marshal
 import os
+import sysconfig
 import types
-from typing import Any
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import DSLError
+from .frontend.source import function_source, is_user_function
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,11 +42,20 @@ def flydsl_sources_hash() -> str:
     return h.hexdigest()
 
 
-def _is_user_function(fn: Any) -> bool:
-    if not isinstance(fn, types.FunctionType):
-        return False
-    module = fn.__module__ or ""
-    return not (module == "flydsl" or module.startswith(("flydsl.", "numpy", "torch")))
+def _user_module_file(module: types.ModuleType) -> Optional[str]:
+    """The source file of a module the user wrote (not the stdlib, site-packages or flydsl)."""
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return None
+    path = os.path.abspath(path)
+    if path.startswith(_LIBRARY_DIRS):
+        return None
+    return path
+
+
+_LIBRARY_DIRS = tuple(os.path.abspath(p) + os.sep for p in dict.fromkeys(
+    [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    + [_PKG_DIR]))
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -63,10 +79,14 @@ class _Hasher:
         if id(fn) in self.seen:
             return
         self.seen.add(id(fn))
-        try:
-            self.add("src", inspect.getsource(fn))
-        except (OSError, TypeError):
-            self.add("code", fn.__code__.co_code.hex())
+        try:   # the very text the tracer parses (cached per function object)
+            self.add("src", function_source(fn).text)
+        except DSLError:
+            self.add("code", marshal.dumps(fn.__code__).hex())
+        for default in (fn.__defaults__ or ()):
+            self.add("default", self.describe(default))
+        for name, default in sorted((fn.__kwdefaults__ or {}).items()):
+            self.value(name, default)
         closure = {}
         if fn.__closure__:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -96,11 +116,13 @@ class _Hasher:
         if isinstance(v, KernelFunction):
             self.function(v.fn)
             return f"kernel:{v.name}"
-        if _is_user_function(v):
+        if is_user_function(v):
             self.function(v)
             return f"fn:{v.__qualname__}"
         if isinstance(v, types.ModuleType):
-            return f"module:{v.__name__}"
+            return f"module:{v.__name__}:{self.file_digest(_user_module_file(v))}"
+        if isinstance(v, np.ndarray):
+            return f"ndarray:{v.dtype}:{v.shape}:{hashlib.sha256(v.tobytes()).hexdigest()}"
         if isinstance(v, (tuple, list, frozenset, set)):
             items = sorted(map(repr, v)) if isinstance(v, (set, frozenset)) else v
             return type(v).__name__ + "(" + ",".join(
@@ -110,11 +132,27 @@ class _Hasher:
             return "dict(" + ",".join(f"{k!r}:{self.describe(x, depth + 1)}"
                                       for k, x in sorted(v.items(), key=lambda kv: repr(kv[0])))\
                 + ")"
-        if isinstance(v, (types.BuiltinFunctionType, type)):
+        if isinstance(v, type):
+            if v.__module__.split(".")[0] in ("builtins", "flydsl", "numpy", "torch"):
+                return f"class:{v.__module__}.{v.__qualname__}"
+            members = ",".join(f"{k}={self.describe(x, depth + 1)}"   # a user class: its contents
+                               for k, x in sorted(vars(v).items()) if not k.startswith("__"))
+            return f"class:{v.__qualname__}({members})"
+        if isinstance(v, types.BuiltinFunctionType):
             return f"{getattr(v, '__module__', '')}.{v.__qualname__}"
         text = repr(v)
         # Reprs carrying addresses differ per process: use the type alone.
         return type(v).__qualname__ + ("" if " at 0x" in text else ":" + text)
+
+
+    def file_digest(self, path: Optional[str]) -> str:
+        if path is None:
+            return ""
+        try:
+            with open(path, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            return "unreadable"
 
 
 def kernel_fingerprint(fn: types.FunctionType) -> str:
@@ -124,12 +162,25 @@ def kernel_fingerprint(fn: types.FunctionType) -> str:
     return h.h.hexdigest()
 
 
-def cache_key(fn, spec_key: tuple, backend, options) -> str:
-    """The content address of one compiled specialization."""
+def specialization_text(specs) -> str:
+    """The specialization as the cache key sees it: constexpr values are described by
+    content (a function by its source, not its address), like closure constants."""
+    hasher = _Hasher()
+    parts = []
+    for spec in specs:
+        if spec.kind == "constexpr":
+            parts.append(f"C:{hasher.describe(spec.value)}:{hasher.h.hexdigest()}")
+        else:
+            parts.append(repr(spec.key()))
+    return ";".join(parts)
+
+
+def cache_key(fn, specs, backend, options) -> str:
+    """The content address of one compiled specialization (``specs``: its ParamSpecs)."""
     from .. import __version__
     h = hashlib.sha256()
     for part in (f"flydsl {__version__}", flydsl_sources_hash(), kernel_fingerprint(fn),
-                 repr(spec_key), backend.name, backend.hash(options), repr(options.key())):
+                 specialization_text(specs), backend.name, backend.hash(options)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

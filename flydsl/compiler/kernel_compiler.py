@@ -80,9 +80,8 @@ class CompiledKernel:
 
 def compile_specialization(kernel, specs: tuple, backend, options) -> CompiledKernel:
     """Disk cache hit, or trace + compile (once across processes) and store."""
-    spec_key = tuple(s.key() for s in specs)
     use_disk = disk_cache.enabled()
-    key = cache_key(kernel.fn, spec_key, backend, options) if use_disk else ""
+    key = cache_key(kernel.fn, specs, backend, options) if use_disk else ""
     if not use_disk:
         return _compile(kernel, specs, backend, options, key)
     store = disk_cache.DiskCache()

@@ -26,7 +26,7 @@ from ...errors import DSLError, DSLNameError, DSLTypeError, UnsupportedConstruct
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
 from . import ops, values as V
-from .source import FunctionSource, closure_vars, function_source
+from .source import FunctionSource, closure_vars, function_source, is_user_function
 from .tensors import TensorValue
 from .values import Value
 
@@ -85,16 +85,6 @@ def assigned_names(stmts) -> set[str]:
 
 def may_return(stmts) -> bool:
     return any(isinstance(n, ast.Return) for s in stmts for n in ast.walk(s))
-
-
-def _is_user_function(fn) -> bool:
-    """Plain Python helpers written by the user are traced (inlined), not called."""
-    import types
-    if not isinstance(fn, types.FunctionType) or fn.__name__ == "<lambda>":
-        return False  # lambdas are single expressions: calling them traces them
-    module = getattr(fn, "__module__", "") or ""
-    return not (module == "flydsl" or module.startswith("flydsl.") or module.startswith("numpy")
-                or module.startswith("torch") or module == "builtins")
 
 
 class Codegen:
@@ -714,7 +704,7 @@ class Codegen:
         from ...kernel import KernelFunction
         if isinstance(fn, KernelFunction):
             fn = fn.fn
-        if _is_user_function(fn):
+        if is_user_function(fn) and fn.__name__ != "<lambda>":  # lambdas: called
             return inline_call(fn, args, kwargs, self.kernel_name)
         return fn(*args, **kwargs)
 

@@ -45,6 +45,17 @@ def function_source(fn: Callable) -> FunctionSource:
     return FunctionSource(fn, node, filename, first, text)
 
 
+_LIBRARIES = ("flydsl", "numpy", "torch", "builtins")
+
+
+def is_user_function(fn) -> bool:
+    """A plain Python function of the user's (not flydsl's, numpy's or torch's)."""
+    import types
+    if not isinstance(fn, types.FunctionType):
+        return False
+    return (fn.__module__ or "").split(".")[0] not in _LIBRARIES
+
+
 def closure_vars(fn: Callable) -> dict:
     """Free variables of ``fn`` bound in enclosing scopes."""
     names = fn.__code__.co_freevars
