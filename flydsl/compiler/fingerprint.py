@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import marshal
 import os
 import sysconfig
