@@ -215,6 +215,8 @@ def test_pipeline_and_targets_are_text():
     assert all(isinstance(f, str) for f in frags)
     assert "convert-gpu-to-nvvm" in ",".join(frags)
     assert backend.gpu_module_targets() == ['#nvvm.target<chip = "sm_90", O = 3>']
+    assert backend.gpu_module_targets(CompileOptions(opt_level=1)) == [
+        '#nvvm.target<chip = "sm_90", O = 1>']
 
 
 def test_arch_changes_ptx_target_and_hash():

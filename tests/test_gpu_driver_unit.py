@@ -565,6 +565,17 @@ def test_missing_symbol_unloads_the_module(fake_cuda):
     assert "cuModuleUnload" in fake_cuda.names()
 
 
+def test_dropping_a_launcher_unloads_its_modules(fake_cuda):
+    import gc
+    a = dev(4)
+    launcher = launcher_for(fake_cuda)
+    launcher.bind([a, a, a, 4], no_smem_check)
+    assert "cuModuleUnload" not in fake_cuda.names()
+    del launcher
+    gc.collect()
+    assert "cuModuleUnload" in fake_cuda.names()
+
+
 def test_launch_error_code_raises_with_driver_message(fake_cuda):
     a = dev(4)
     run = launcher_for(fake_cuda).bind([a, a, a, 4], no_smem_check)

@@ -75,7 +75,7 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
         if dumping:
             dump.write("input", work.operation.get_asm(enable_debug_info=True))
         artifact.kernel_names = _kernel_names(work)
-        _attach_targets(work, backend.gpu_module_targets())
+        _attach_targets(work, backend.gpu_module_targets(options))
         for fragment in backend.pipeline_fragments(options):
             _run_fragment(work, fragment, backend, options, kernel, dump)
             name = stage_name(fragment)

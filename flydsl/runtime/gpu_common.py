@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Iterator, Sequence
 
@@ -285,6 +286,15 @@ class _DeviceFunction:
         self.lock = threading.Lock()
 
 
+def _unload_modules(driver: GpuDriver, devices: dict) -> None:
+    for index, loaded in list(devices.items()):
+        try:
+            with driver.on_device(index):
+                driver.module_unload(loaded.module)
+        except Exception:  # noqa: BLE001 - best effort while being collected
+            pass
+
+
 class GpuLauncher:
     """Launches one compiled kernel on a GPU; same protocol as the CPU launcher:
     ``bind(samples, check_smem) -> run(args, grid, block, smem, stream)``.
@@ -315,6 +325,8 @@ class GpuLauncher:
                 f"backend={self.backend!r}).asm[{stage!r}] holds the binary") from None
         self._devices: dict[int, _DeviceFunction] = {}
         self._lock = threading.Lock()
+        # Device modules go when the launcher goes (not at exit: the driver may be gone).
+        weakref.finalize(self, _unload_modules, self.driver, self._devices).atexit = False
 
     @classmethod
     def load_driver(cls) -> GpuDriver:

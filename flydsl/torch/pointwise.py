@@ -306,15 +306,80 @@ _CONSTANT_TYPES = (str, bool, type(None), torch.dtype, torch.memory_format, torc
                    torch.device)
 
 
-def _convert(text: str, src: torch.dtype, out: torch.dtype) -> str:
-    """Operand ``text`` (a register of a ``src`` value) as the compute dtype of an op
-    with float result ``out``; narrow results first round operands to ``out``, like
-    eager's common-dtype conversion."""
-    if src == torch.bool or src == out:
-        return text     # bools promote exactly; same dtype is already in its register
-    if register_dtype(out) is out:
-        return f"fx.cast({text}, {fx_dtype(out)})"
-    return f"fx.cast(fx.cast({text}, {fx_dtype(out)}), fx.Float32)"
+def _convert(text: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """``text`` (the register of a ``src`` value) converted to the register of a ``dst``
+    value, as torch casts: a narrow ``dst`` is rounded to it, and from anything but
+    float32 through float32 first (c10::Half/BFloat16 convert from float, so torch
+    rounds float64 and int64 twice)."""
+    if src == dst:
+        return text     # already in its register
+    if register_dtype(dst) is dst:
+        return f"fx.cast({text}, {fx_dtype(dst)})"
+    if register_dtype(src) is not torch.float32:
+        text = f"fx.cast({text}, fx.Float32)"
+    return f"fx.cast(fx.cast({text}, {fx_dtype(dst)}), fx.Float32)"
+
+
+def _literal(value, dtype: torch.dtype) -> Optional[Lit]:
+    """A Python number converted to ``dtype`` the way torch converts a wrapped scalar
+    (narrow floats rounded, out-of-range integers wrapped), or None if torch cannot."""
+    src = torch.bool if isinstance(value, bool) else \
+        torch.int64 if isinstance(value, int) else torch.float64
+    try:
+        return Lit(torch.tensor(value, dtype=src).to(dtype).item())
+    except (RuntimeError, OverflowError, TypeError):
+        return None
+
+
+#: The torch dtype of a runtime scalar (a kernel parameter of the matching flydsl dtype).
+_SCALAR_DTYPES = {torch.SymInt: torch.int64, torch.SymFloat: torch.float64,
+                  torch.SymBool: torch.bool, int: torch.int64, float: torch.float64,
+                  bool: torch.bool}
+_SCALAR_SAMPLES = {torch.int64: 0, torch.float64: 0.0, torch.bool: False}
+
+
+def _promoted(entry: PointwiseOp, name: str) -> bool:
+    """Whether argument ``name`` takes part in the op's type promotion (all numbers and
+    tensors but ``alpha`` and where's ``condition``)."""
+    return name != "alpha" and not (entry.base == "where" and name == "condition")
+
+
+def _node_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
+    """dtype of an FX value: a tensor's, or the parameter dtype of a runtime scalar."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return val.dtype
+    return _SCALAR_DTYPES.get(type(val))
+
+
+def common_dtype(entry: PointwiseOp, bound: dict) -> Optional[torch.dtype]:
+    """The dtype torch converts the promoted operands of a call to before computing
+    (``torch.result_type`` rules: a 0-d tensor or a number only raises the category)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+    parts = []
+    for spec in entry.args:
+        value = bound[spec.name]
+        if spec.kind == "const" or not _promoted(entry, spec.name) or value is None:
+            continue
+        if isinstance(value, torch.fx.Node):
+            val = value.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                dtype = _SCALAR_DTYPES.get(type(val))
+                if dtype is None:
+                    return None
+                val = _SCALAR_SAMPLES[dtype]
+            parts.append(val)
+        elif isinstance(value, (bool, int, float)):
+            parts.append(value)
+        else:
+            return None
+    if not parts:
+        return None
+    try:
+        return elementwise_dtypes(
+            *parts, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+    except Exception:  # noqa: BLE001 - a combination torch rejects: not fusible
+        return None
 
 
 def result_text(expr: str, out: torch.dtype) -> str:
@@ -335,22 +400,41 @@ def emit_call(entry: PointwiseOp, bound: dict, out_dtype: torch.dtype,
     """
     is_float = out_dtype.is_floating_point
     ctx = EmitContext(register_dtype(out_dtype) if is_float else None, out_dtype)
+    # The dtype the operands are converted to: a float result is computed in its own
+    # (op-math) dtype; otherwise (comparisons, logical ops, integer math) torch converts
+    # the operands to their common dtype, e.g. a half tensor compared with 0.1 compares
+    # halves, and a float32 one with a float64 scalar compares float32 values.
+    comp = out_dtype if is_float else common_dtype(entry, bound)
+    if comp is None or comp not in FX_DTYPES:
+        return None
     kwargs = {}
     for spec in entry.args:
         value = bound[spec.name]
+        promoted = _promoted(entry, spec.name)
         if isinstance(value, torch.fx.Node):
             if spec.kind == "const":
                 return None
             text, dtype = operand(value)
             if dtype is None:           # runtime scalar, also in a Tensor slot ("wrapped")
-                kwargs[spec.name] = f"fx.cast({text}, {fx_dtype(ctx.dtype)})" if is_float \
-                    else text
+                if is_float:            # used unrounded in op-math, like eager's scalars
+                    kwargs[spec.name] = f"fx.cast({text}, {fx_dtype(ctx.dtype)})"
+                elif promoted:
+                    src = _node_dtype(value)
+                    if src is None:
+                        return None
+                    kwargs[spec.name] = _convert(text, src, comp)
+                else:
+                    kwargs[spec.name] = text
             elif spec.kind == "tensor":
-                kwargs[spec.name] = _convert(text, dtype, out_dtype) if is_float else text
+                kwargs[spec.name] = _convert(text, dtype, comp) if promoted else text
             else:
                 return None
         elif spec.kind in ("tensor", "number") and isinstance(value, (int, float)):
-            kwargs[spec.name] = Lit(value)    # also a Python number in a Tensor slot
+            # also a Python number in a Tensor slot; a float result uses it unrounded
+            lit = Lit(value) if is_float or not promoted else _literal(value, comp)
+            if lit is None:
+                return None
+            kwargs[spec.name] = lit
         elif spec.kind != "tensor" and isinstance(value, _CONSTANT_TYPES):
             kwargs[spec.name] = value
         else:

@@ -120,7 +120,7 @@ class BaseBackend(ABC):
         Textual fragments are built from validated values only.
         """
 
-    def gpu_module_targets(self) -> list[str]:
+    def gpu_module_targets(self, options: Optional[CompileOptions] = None) -> list[str]:
         """Target attributes (MLIR text) attached to every ``gpu.module``."""
         return []
 
@@ -154,7 +154,7 @@ class BaseBackend(ABC):
         h.update(repr(self.target).encode())
         h.update(repr(options.key()).encode())
         h.update(self.pipeline_text(options).encode())
-        h.update(repr(self.gpu_module_targets()).encode())
+        h.update(repr(self.gpu_module_targets(options)).encode())
         h.update(repr(sorted(self.toolchain_versions().items())).encode())
         from ..fingerprint import flydsl_sources_hash
         h.update(flydsl_sources_hash().encode())  # Python passes shape the binary too

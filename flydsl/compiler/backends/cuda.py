@@ -78,9 +78,11 @@ class CudaBackend(BaseBackend):
             "reconcile-unrealized-casts",
         ]
 
-    def gpu_module_targets(self) -> list[str]:
-        """``#nvvm.target`` for the arch (validated in the constructor, safe to interpolate)."""
-        return [f'#nvvm.target<chip = "{self.target.arch}", O = 3>']
+    def gpu_module_targets(self, options: Optional[CompileOptions] = None) -> list[str]:
+        """``#nvvm.target`` for the arch (validated in the constructor, safe to interpolate)
+        at the options' LLVM optimization level."""
+        level = (options or CompileOptions()).opt_level   # an int in 0..3, validated
+        return [f'#nvvm.target<chip = "{self.target.arch}", O = {level}>']
 
     def toolchain_versions(self) -> dict[str, str]:
         """MLIR/LLVM and ``ptxas`` (its file identity): a new ptxas means a new cubin."""

@@ -59,8 +59,10 @@ class RocmBackend(BaseBackend):
         return DEFAULT_ARCH
 
     # -- compilation ---------------------------------------------------
-    def gpu_module_targets(self) -> list[str]:
-        return [f'#rocdl.target<chip = "{self.target.arch}", O = 3>']
+    def gpu_module_targets(self, options: Optional[CompileOptions] = None) -> list[str]:
+        """``#rocdl.target`` for the arch (llvmlite, not MLIR, generates the code)."""
+        level = (options or CompileOptions()).opt_level
+        return [f'#rocdl.target<chip = "{self.target.arch}", O = {level}>']
 
     def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         rp = "flydsl.compiler.rocdl_passes:"
