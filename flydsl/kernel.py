@@ -301,10 +301,10 @@ def _resolve_backend_and_options(runtime: Sequence = ()):
     forced = getattr(_override, "backend", None)
     if forced is not None:
         return forced, getattr(_override, "options", None) or CompileOptions.from_env()
+    from .runtime.devices import GPU_DRIVERS, tensors_arch
     backend = get_backend()
-    if backend.driver in ("cuda", "hip") and not os.environ.get("FLYDSL_GPU_ARCH"):
+    if backend.driver in GPU_DRIVERS and not os.environ.get("FLYDSL_GPU_ARCH"):
         from .errors import FlydslError
-        from .runtime.devices import tensors_arch
         try:
             arch = tensors_arch(backend.driver, runtime)
         except FlydslError:   # mixed devices or no driver: the launch checks report it

@@ -26,11 +26,16 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from .options import env_flag
+
 MAGIC = b"FLYDSLC1"
 SUFFIX = ".fdc"
 _HEADER = struct.Struct("<Q")
 _warned: set[str] = set()
 _warn_lock = threading.Lock()
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 #: Counters for tests and ``flydsl cache info`` (per process).
 stats = {"disk_hits": 0, "disk_misses": 0, "compiles": 0, "corrupt": 0, "writes": 0}
@@ -73,17 +78,13 @@ class CacheEntry:
         return cls(meta, blobs)
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def cache_dir() -> str:
     return os.path.abspath(os.path.expanduser(
         os.environ.get("FLYDSL_CACHE_DIR") or os.path.join("~", ".cache", "flydsl")))
 
 
 def enabled() -> bool:
-    return not _env_flag("FLYDSL_CACHE_DISABLE")
+    return not env_flag("FLYDSL_CACHE_DISABLE")
 
 
 def max_bytes() -> Optional[int]:
@@ -123,8 +124,9 @@ class DiskCache:
         except FileNotFoundError:
             stats["disk_misses"] += 1
             return None
-        except OSError as e:
-            _warn_once(self.dir, f"cannot read ({e})")
+        except OSError as e:   # e.g. out of file descriptors: this read fails, later ones may not
+            warnings.warn(f"flydsl cache entry {path} cannot be read ({e}); compiling instead",
+                          RuntimeWarning, stacklevel=2)
             return None
         try:
             entry = CacheEntry.decode(data)
@@ -151,6 +153,7 @@ class DiskCache:
                                        suffix=SUFFIX)
             try:
                 with os.fdopen(fd, "wb") as f:
+                    os.fchmod(f.fileno(), 0o644 & ~_UMASK)   # mkstemp makes it 0600
                     f.write(entry.encode())
                     f.flush()
                     os.fsync(f.fileno())
@@ -203,9 +206,6 @@ class DiskCache:
                         st = os.stat(path)
                         out.append((path, st.st_size, st.st_mtime))
         return sorted(out, key=lambda e: e[2])
-
-    def total_bytes(self) -> int:
-        return sum(size for _, size, _ in self.entries())
 
     def prune(self, limit: int) -> int:
         """Evict least-recently-used entries until at most ``limit`` bytes remain."""

@@ -17,25 +17,23 @@ import re
 import tempfile
 from typing import Optional, Union
 
+from .options import env_flag
+
 _EXT = {"llir": "ll", "ptx": "ptx", "amdgcn": "s", "asm": "s", "cubin": "cubin",
         "hsaco": "hsaco", "so": "so"}
 _counter = itertools.count()
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def dump_enabled() -> bool:
-    return _flag("FLYDSL_DUMP_IR")
+    return env_flag("FLYDSL_DUMP_IR")
 
 
 def print_after_all() -> bool:
-    return _flag("FLYDSL_PRINT_AFTER_ALL")
+    return env_flag("FLYDSL_PRINT_AFTER_ALL")
 
 
 def pass_timing() -> bool:
-    return _flag("FLYDSL_PASS_TIMING")
+    return env_flag("FLYDSL_PASS_TIMING")
 
 
 def dump_root() -> str:

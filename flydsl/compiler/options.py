@@ -38,8 +38,8 @@ class CompileOptions:
             if not level.isdigit():
                 raise ValueError(f"FLYDSL_OPT_LEVEL must be 0..3, got {level!r}")
             values["opt_level"] = int(level)
-        values["debug"] = _env_flag("FLYDSL_DEBUG")
-        values["fast_math"] = _env_flag("FLYDSL_FAST_MATH")
+        values["debug"] = env_flag("FLYDSL_DEBUG")
+        values["fast_math"] = env_flag("FLYDSL_FAST_MATH")
         values.update(overrides)
         return cls(**values)
 
@@ -47,5 +47,6 @@ class CompileOptions:
         return tuple((f.name, getattr(self, f.name)) for f in fields(self))
 
 
-def _env_flag(name: str) -> bool:
+def env_flag(name: str) -> bool:
+    """A boolean environment switch: 1/true/yes/on."""
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

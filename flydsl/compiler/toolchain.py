@@ -101,9 +101,6 @@ def find_ptxas() -> Optional[str]:
     return None
 
 
-def ptxas_version(path: Optional[str]) -> str:
-    return _cached_version((path,)) if path else ""
-
 
 def find_lld() -> Optional[list[str]]:
     """An ``ld.lld`` of LLVM >= 17: ``FLYDSL_LLD``, PATH ``ld.lld``/``ld.lld-NN``, or ziglang.
@@ -131,8 +128,6 @@ def find_lld() -> Optional[list[str]]:
         return None
 
 
-def lld_version(argv: Optional[list[str]]) -> str:
-    return _cached_version(tuple(argv)) if argv else ""
 
 
 def _lld_major(version_text: str) -> int:

@@ -39,6 +39,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL._max_workers != workers:
+            if _POOL is not None:   # FLYDSL_CPU_THREADS changed: let the old threads go
+                _POOL.shutdown(wait=False)
             _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flydsl-cpu")
         return _POOL
 

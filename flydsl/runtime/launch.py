@@ -8,8 +8,6 @@ from ..errors import FlydslRuntimeError, LaunchError
 #: Static + dynamic shared memory a block may use, per driver: upper bounds over all
 #: devices (sm_90/sm_100 opt-in, gfx950); the GPU launchers check the device's own limit.
 MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 227 * 1024, "hip": 160 * 1024}
-#: Drivers launched through flydsl.runtime.<driver>_driver.
-GPU_DRIVERS = ("cuda", "hip")
 
 
 def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None:
@@ -23,6 +21,7 @@ def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None
 def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence) -> None:
     """Every tensor must live where the driver runs: host memory for the CPU, one
     device of the driver's GPUs for cuda/hip (LaunchError naming the arguments)."""
+    from .devices import GPU_DRIVERS
     if driver in GPU_DRIVERS:
         from .devices import common_device
         common_device(kernel, driver, names, args)

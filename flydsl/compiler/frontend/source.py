@@ -36,7 +36,11 @@ def function_source(fn: Callable) -> FunctionSource:
         raise DSLError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r}: {e}; "
                        "flydsl kernels must be defined in a file") from None
     text = textwrap.dedent("".join(lines))
-    tree = ast.parse(text)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:   # e.g. a lambda: its "source" is the line it sits in
+        raise DSLError(f"{getattr(fn, '__qualname__', fn)!r} is not a function definition "
+                       "flydsl can trace") from None
     node = tree.body[0]
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise DSLError(f"{fn!r} is not a plain function")
