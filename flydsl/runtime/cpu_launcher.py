@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from .packing import scalar_packer, tensor_packer, tensor_slot_count
+from .packing import SlotTable, param_layout, scalar_packer, tensor_packer
 from .shared_object import load_shared_object
 
 PACKED_PREFIX = "_flydsl_packed_"
@@ -45,43 +45,33 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _POOL
 
 
-class _Slots:
-    """One packed-argument buffer: int64 slots and the void* table pointing at them."""
+class _Slots(SlotTable):
+    """A slot table that also remembers the launch dims last written into it."""
 
     def __init__(self, n: int):
-        self.values = (ctypes.c_int64 * n)()
-        base = ctypes.addressof(self.values)
-        self.table = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        self.table_ptr = ctypes.addressof(self.table)
-        self.grid = self.block = None   # dims last written into the slots
+        super().__init__(n)
+        self.grid = self.block = None
         self.nblocks = self.threads = 0
 
 
 class CpuLauncher:
-    """Calls one compiled CPU kernel.
+    """Calls one compiled CPU kernel (a :class:`~flydsl.compiler.kernel_compiler.CompiledKernel`).
 
-    ``layout`` lists the runtime params as ("tensor", rank) or ("scalar", dtype).
-    ``debug_sites`` (the ``debug_sites`` stage of a kernel compiled with
-    ``FLYDSL_DEBUG=1``): check every launch for out-of-bounds accesses;
-    ``arg_names`` (runtime parameter names) name the tensors in the report.
+    A kernel compiled with ``FLYDSL_DEBUG=1`` carries a ``debug_sites`` stage:
+    every launch is then checked for out-of-bounds accesses.
     """
 
-    def __init__(self, shared_object: bytes, kernel_name: str, layout: Sequence[tuple],
-                 debug_sites: str = "", arg_names: Sequence[str] = ()):
-        self.lib = load_shared_object(shared_object, kernel_name)
+    def __init__(self, compiled):
+        kernel_name = compiled.name
+        self.lib = load_shared_object(compiled.binary, kernel_name)
         self.kernel_name = kernel_name
-        self.debug_sites = debug_sites
-        self.arg_names = tuple(arg_names)
+        self.debug_sites = compiled.asm.get("debug_sites", "")
+        names, self.layout, self.offsets, n = param_layout(compiled.specs)
+        self.arg_names = tuple(names)
         fn = getattr(self.lib, PACKED_PREFIX + kernel_name)
         fn.argtypes = [ctypes.c_void_p]
         fn.restype = None
         self.fn = fn
-        self.layout = tuple(layout)
-        offsets, n = [], 0
-        for kind, info in self.layout:
-            offsets.append(n)
-            n += tensor_slot_count(info) if kind == "tensor" else 1
-        self.offsets = offsets
         self.dims_at = n
         self.nslots = n + 8
         self._local = threading.local()

@@ -23,7 +23,7 @@ from typing import Callable, ClassVar, Iterator, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
 from .args import is_torch_tensor
-from .packing import scalar_packer, tensor_packer, tensor_slot_count
+from .packing import SlotTable, param_layout, scalar_packer, tensor_packer
 
 if sys.byteorder != "little":  # pragma: no cover - no big-endian GPU hosts
     raise ImportError("flydsl's GPU launchers assume a little-endian host")
@@ -242,33 +242,6 @@ def default_stream_getter(samples: Sequence, index: int) -> Callable[[], int]:
 
 # -- argument packing ------------------------------------------------------------
 
-class ArgBuffer:
-    """int64 value slots and the constant ``void*`` table pointing at them."""
-
-    def __init__(self, n: int):
-        import ctypes
-        self.values = (ctypes.c_int64 * max(n, 1))()
-        base = ctypes.addressof(self.values)
-        self.table = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))])
-        # A kernel without parameters gets NULL: drivers reject a table they cannot size.
-        self.table_ptr = ctypes.addressof(self.table) if n else None
-
-
-def param_layout(compiled) -> tuple[list, list, list, int]:
-    """``(names, layout, offsets, nslots)`` of a compiled kernel's runtime parameters;
-    ``layout`` holds ("tensor", rank) or ("scalar", dtype), ``offsets`` each one's
-    first slot."""
-    names, layout, offsets, n = [], [], [], 0
-    for s in compiled.specs:
-        if s.kind == "constexpr":
-            continue
-        names.append(s.name)
-        layout.append(("tensor", s.rank) if s.kind == "tensor" else ("scalar", s.dtype))
-        offsets.append(n)
-        n += tensor_slot_count(s.rank) if s.kind == "tensor" else 1
-    return names, layout, offsets, n
-
-
 # -- the launcher ----------------------------------------------------------------
 
 class _DeviceFunction:
@@ -313,7 +286,7 @@ class GpuLauncher:
         self.backend = compiled.backend_name
         self.arch = compiled.target.arch
         self.static_shared = compiled.shared_bytes
-        self.names, self.layout, self.offsets, self.nslots = param_layout(compiled)
+        self.names, self.layout, self.offsets, self.nslots = param_layout(compiled.specs)
         self.images = self._images(compiled)
         try:
             self.driver = self.load_driver()
@@ -439,7 +412,7 @@ class GpuLauncher:
             try:
                 buf = local.buf
             except AttributeError:
-                buf = local.buf = ArgBuffer(nslots)
+                buf = local.buf = SlotTable(nslots)
             vals = buf.values
             for pack, a in zip(packers, args):
                 pack(vals, a)

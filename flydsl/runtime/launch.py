@@ -37,16 +37,11 @@ def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence
 
 
 def make_launcher(compiled) -> object:
-    """The driver-specific launcher of ``compiled`` (has ``bind(samples) -> run``)."""
+    """The driver-specific launcher of ``compiled`` (has ``bind(samples, check_smem) -> run``)."""
     driver = compiled.driver
-    layout = [("tensor", s.rank) if s.kind == "tensor" else ("scalar", s.dtype)
-              for s in compiled.specs if s.kind != "constexpr"]
     if driver == "cpu":
         from .cpu_launcher import CpuLauncher
-        runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
-        return CpuLauncher(compiled.binary, compiled.name, layout,
-                           debug_sites=compiled.asm.get("debug_sites", ""),
-                           arg_names=runtime_names)
+        return CpuLauncher(compiled)
     if driver == "cuda":
         from .cuda_driver import CudaLauncher
         return CudaLauncher(compiled)
@@ -54,8 +49,8 @@ def make_launcher(compiled) -> object:
         from .hip_driver import HipLauncher
         return HipLauncher(compiled)
     raise FlydslRuntimeError(
-        f"kernel {compiled.kernel_name!r}: launching on the {compiled.backend_name} backend "
-        "needs its device driver, which is not available here; compile-only still works "
+        f"kernel {compiled.kernel_name!r}: the {compiled.backend_name} backend names driver "
+        f"{driver!r}, which flydsl cannot launch; compile-only still works "
         "(flydsl.compile(fn, *args, backend=...))")
 
 

@@ -49,6 +49,35 @@ def tensor_slot_count(rank: int) -> int:
     return 3 + 2 * rank
 
 
+class SlotTable:
+    """int64 value slots and the constant ``void*`` table pointing at them: the packed
+    argument array both the CPU entry points and the GPU drivers take."""
+
+    def __init__(self, n: int):
+        import ctypes
+        size = max(n, 1)
+        self.values = (ctypes.c_int64 * size)()
+        base = ctypes.addressof(self.values)
+        self.table = (ctypes.c_void_p * size)(*[base + 8 * i for i in range(size)])
+        # A kernel without parameters gets NULL: GPU drivers reject a table they cannot size.
+        self.table_ptr = ctypes.addressof(self.table) if n else None
+
+
+def param_layout(specs) -> tuple[list, list, list, int]:
+    """``(names, layout, offsets, nslots)`` of a specialization's runtime parameters;
+    ``layout`` holds ("tensor", rank) or ("scalar", dtype), ``offsets`` each one's
+    first slot."""
+    names, layout, offsets, n = [], [], [], 0
+    for s in specs:
+        if s.kind == "constexpr":
+            continue
+        names.append(s.name)
+        layout.append(("tensor", s.rank) if s.kind == "tensor" else ("scalar", s.dtype))
+        offsets.append(n)
+        n += tensor_slot_count(s.rank) if s.kind == "tensor" else 1
+    return names, layout, offsets, n
+
+
 def scalar_bits(dtype: DType) -> Callable[[object], int]:
     """Converter from a Python number to the integer bit pattern stored in a slot."""
     if dtype.kind == "bool":
