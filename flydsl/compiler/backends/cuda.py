@@ -113,37 +113,15 @@ class CudaBackend(BaseBackend):
 
 @functools.cache
 def _detect_target() -> Optional[GPUTarget]:
-    """Query device 0 once per process; any missing piece or driver error means None."""
+    """The target of cuda device 0 through flydsl's driver layer; None without the
+    Python bindings, a driver, a device, or a supported arch (detection never raises)."""
+    from ...runtime.devices import device_arch, device_count
     try:
-        from cuda.bindings import driver as cu  # type: ignore
-    except Exception:  # ImportError, or a broken install
+        if device_count("cuda") < 1:
+            return None
+        return CudaBackend.make_target(device_arch("cuda", 0))
+    except Exception:  # noqa: BLE001 - a broken install counts as no device
         return None
-    try:
-        ok = cu.CUresult.CUDA_SUCCESS
-        (err,) = cu.cuInit(0)
-        if err != ok:
-            return None
-        err, count = cu.cuDeviceGetCount()
-        if err != ok or count <= 0:
-            return None
-        err, dev = cu.cuDeviceGet(0)
-        if err != ok:
-            return None
-        attr = cu.CUdevice_attribute
-        err, major = cu.cuDeviceGetAttribute(
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        if err != ok:
-            return None
-        err, minor = cu.cuDeviceGetAttribute(
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-        if err != ok:
-            return None
-        arch = f"sm_{int(major)}{int(minor)}"
-    except Exception:
-        return None
-    if _ARCH_RE.fullmatch(arch) is None:
-        return None
-    return GPUTarget("cuda", arch, CUDA_WARP_SIZE)
 
 
 def _single_gpu_module(module, kernel: str):

@@ -119,26 +119,12 @@ class RocmBackend(BaseBackend):
 
 @functools.cache
 def _detect_target() -> Optional[GPUTarget]:
-    """The first HIP device's target via hip-python; None without device, hip-python, or on error."""
+    """The target of hip device 0 through flydsl's driver layer; None without the
+    Python bindings, a driver, a device, or a supported arch (detection never raises)."""
+    from ...runtime.devices import device_arch, device_count
     try:
-        from hip import hip  # type: ignore
-
-        def check(result):  # hip-python returns (err, *values)
-            result = result if isinstance(result, tuple) else (result,)
-            if result[0] != hip.hipError_t.hipSuccess:
-                raise RuntimeError(result[0])
-            return result[1:]
-
-        count, = check(hip.hipGetDeviceCount())
-        if count < 1:
+        if device_count("hip") < 1:
             return None
-        props = hip.hipDeviceProp_t()
-        check(hip.hipGetDeviceProperties(props, 0))
-        name = props.gcnArchName
-        arch = name.decode() if isinstance(name, bytes) else str(name)
-        return RocmBackend.make_target(arch)  # an unsupported GPU counts as none
-    except Exception:  # noqa: BLE001 - detection must never raise
+        return RocmBackend.make_target(device_arch("hip", 0))
+    except Exception:  # noqa: BLE001 - a broken install counts as no device
         return None
-
-
-__all__ = ["ARCH_WARP_SIZE", "DEFAULT_ARCH", "RocmBackend"]
