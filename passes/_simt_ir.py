@@ -103,22 +103,6 @@ def defining_op(value) -> Optional[ir.Operation]:
     return None
 
 
-def value_parent_op(value) -> ir.Operation:
-    """The op whose region holds ``value``'s definition (or the def itself)."""
-    if isinstance(value, ir.BlockArgument):
-        return op_of(value.owner.owner)
-    return op_of(value.owner)
-
-
-def is_ancestor(anc: ir.Operation, op: ir.Operation) -> bool:
-    p = op
-    while p is not None:
-        if p == anc:
-            return True
-        p = p.parent
-    return False
-
-
 # -- types ------------------------------------------------------------------
 
 def strip_memory_space(t: ir.Type) -> ir.Type:

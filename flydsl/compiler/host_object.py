@@ -69,15 +69,20 @@ def linker_version() -> str:
         return "none"
 
 
-def link_shared_object(obj: bytes) -> bytes:
-    """Link a relocatable host object into a shared library and return its bytes."""
+def link_shared_object(obj: bytes, libs: list[str] = ()) -> bytes:
+    """Link a relocatable host object into a shared library and return its bytes.
+
+    ``libs`` (e.g. ``["m"]``) are linked with a C compiler driver; a bare ld.lld
+    leaves their symbols to be resolved when the library is loaded into Python,
+    which already has them.
+    """
     argv = linker_argv()
     with tempfile.TemporaryDirectory(prefix="flydsl-so-") as tmp:
         src, out = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.so")
         with open(src, "wb") as f:
             f.write(obj)
-        proc = subprocess.run([*argv, src, "-o", out, "-lm"] if "-nostartfiles" in argv
-                              else [*argv, src, "-o", out],
+        link_libs = [f"-l{lib}" for lib in libs] if "-nostartfiles" in argv else []
+        proc = subprocess.run([*argv, src, "-o", out, *link_libs],
                               capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise ToolchainError(f"{argv[0]} failed to link the CPU kernel library",

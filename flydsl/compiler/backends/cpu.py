@@ -55,6 +55,10 @@ class CpuBackend(BaseBackend):
             "convert-to-llvm,reconcile-unrealized-casts",
         ]
 
+    def runtime_libs(self) -> list[str]:
+        """libm: math the pipeline lowers to library calls (``tanhf``, ``expf``, ...)."""
+        return ["m"]
+
     def toolchain_versions(self) -> dict[str, str]:
         # Cheap on purpose: a warm process hashes this before every disk-cache lookup.
         from ..host_object import linker_argv
@@ -80,7 +84,7 @@ class CpuBackend(BaseBackend):
         tm = llvm_codegen.target_machine(triple, cpu, features, options.opt_level)
         _, obj = llvm_codegen.optimize_and_emit(llir, tm, triple, options.opt_level,
                                                 stage="obj", want_asm=False)
-        artifact.asm["so"] = link_shared_object(obj)
+        artifact.asm["so"] = link_shared_object(obj, self.runtime_libs())
         artifact.engine = HostLibrary(artifact.asm["so"])
 
 
