@@ -457,11 +457,10 @@ class Codegen:
     def _drop_loop_locals(self, node, body, carried, before: dict, after: dict) -> None:
         """Names first bound inside a runtime loop do not survive it; a non-number
         bound before the loop must not be rebound inside it."""
+        loop_var = node.target.id if isinstance(node, ast.For) else None
         for n in assigned_names(body) - set(carried) - {RETURN}:
             if n in before:
-                if after.get(n) is not before[n] and not isinstance(node, ast.For) \
-                        or (isinstance(node, ast.For) and n != node.target.id
-                            and after.get(n) is not before[n]):
+                if n != loop_var and after.get(n) is not before[n]:
                     raise self.error(node, f"variable {n!r} ({type(before[n]).__name__}) is "
                                            "rebound inside a runtime loop; only numbers can "
                                            "be loop-carried", DSLTypeError)
