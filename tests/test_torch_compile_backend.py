@@ -184,6 +184,111 @@ def test_dtypes_casts_and_comparisons():
         torch.testing.assert_close(g, w)
 
 
+def _assert_same_as_eager(fn, *args, launches=1):
+    """``fn`` compiled with every pointwise op fused (``launches`` kernels) gives
+    eager's results exactly."""
+    compiled = torch.compile(fn, backend="flydsl", options={"min_group_size": 1})
+    before = _stats()
+    got, want = compiled(*args), fn(*args)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert torch.equal(g, w), (g, w)
+    d = _delta(before, _stats())
+    assert d["launches"] == launches and d["eager_fallbacks"] == 0
+
+
+def _near(values, dtype):
+    """``values`` rounded to ``dtype`` with their neighbours in ``dtype``."""
+    x = torch.tensor(values).to(dtype)
+    return torch.cat([x, torch.nextafter(x, x + 1), torch.nextafter(x, x - 1)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32],
+                         ids=str)
+def test_comparisons_with_literals_round_them_to_the_tensor_dtype(dtype):
+    """Eager compares a half tensor with half(0.1), not with the float 0.1."""
+    def fn(x):
+        y = x + 0
+        return (y == 0.1, y < 0.1, y <= 0.2, y > 0.2, y >= 0.3, y != 0.3,
+                torch.where(y >= 0.2, 1.0, 0.0), y > -1e5)
+    x = _near([0.1, 0.2, 0.3], dtype)
+    assert fn(x)[0].any()          # the rounded literal is in x
+    _assert_same_as_eager(fn, x)
+
+
+def test_comparisons_with_runtime_scalars_and_0d_float64_tensors():
+    """A symbolic float (a Float64 kernel parameter) or a 0-d float64 tensor does not
+    promote the comparison: eager compares in the tensor's dtype."""
+    def compare(y, s):
+        return y == s, y < s, torch.where(y >= s, y, 0.0)
+
+    def fn(x, s):
+        return compare(x * 1.0, s)
+
+    def with_tensors(x, t, tiny):   # 0-d float64s; logical_and converts to x's dtype too
+        y = x * 1.0
+        return compare(y, t) + (torch.logical_and(y, tiny),)
+    for dtype in (torch.float32, torch.float16):
+        x = _near([0.1, 0.2], dtype)
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="flydsl", dynamic=True,
+                                 options={"min_group_size": 1})
+        before = _stats()
+        for s in (0.1, 0.2):
+            assert fn(x, s)[0].any()
+            for g, w in zip(compiled(x, s), fn(x, s)):
+                assert torch.equal(g, w), (dtype, s, g, w)
+        d = _delta(before, _stats())      # one graph: s is a runtime scalar
+        assert d["graphs"] == 1 and d["launches"] >= 2 and d["eager_fallbacks"] == 0
+        torch._dynamo.reset()
+        t, tiny = torch.tensor(0.1, dtype=torch.float64), torch.tensor(1e-50, dtype=torch.float64)
+        assert with_tensors(x, t, tiny)[0].any() and not with_tensors(x, t, tiny)[-1].any()
+        _assert_same_as_eager(with_tensors, x, t, tiny)
+
+
+def test_integer_comparisons_and_math_wrap_scalars_like_eager():
+    """Eager converts an int scalar to the integer tensor's dtype (int8 > 200 compares
+    with -56); a float scalar promotes to float; bools promote to the scalar's kind."""
+    def fn(i8, i32, b):
+        a, c, bb = i8 + 0, i32 * 1, torch.logical_or(b, b)   # one kernel per input
+        return (a > 200, a < -129, a == 300, (a + 1000) * 2, a < 3.5, c < 2**40,
+                c != -2**32, bb < 0.5, bb == 1)
+    i8 = torch.tensor([0, 1, 44, -56, 100, -128, 127], dtype=torch.int8)
+    i32 = torch.tensor([0, 1, -1, 2**31 - 1, -2**31, 7, 8], dtype=torch.int32)
+    b = torch.tensor([True, False, True, False, True, True, False])
+    _assert_same_as_eager(fn, i8, i32, b, launches=3)
+
+
+def test_narrowing_casts_round_through_float32_like_eager():
+    """torch converts float64 (and int64) to half/bfloat16 via float32 (rounding twice)."""
+    def fn(d, i):
+        e = d * 1
+        return e.half(), e.bfloat16(), (i + 0).bfloat16()
+    d = torch.tensor([1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40, 0.1], dtype=torch.float64)
+    i = torch.tensor([2**31 + 2**23 + 1, 3, -5])
+    _assert_same_as_eager(fn, d, i, launches=2)
+
+
+def _floor_divide(a, b):
+    c = a * 1
+    return torch.div(c, b, rounding_mode="floor"), c // b
+
+
+def test_float_floor_division_matches_eager():
+    """torch's float floor division is Python's (fmod based): 1.0 // 0.1 == 9.0, not
+    floor(1.0 / 0.1) == 10.0."""
+    a = torch.tensor([1.0, -7.0, 0.5, 7.0, -0.5, 0.0, -1.0, 3.0, -3.0, 1e30])
+    b = torch.tensor([0.1, 0.7, 0.1, -0.7, 0.1, -1.0, 0.1, float("inf"), float("inf"), 3.0])
+    _assert_same_as_eager(_floor_divide, a, b)
+
+
+def test_float_floor_division_by_zero_matches_eager():
+    a = torch.tensor([5.0, -5.0, 0.0])
+    b = torch.tensor([0.0, 0.0, 0.0])
+    _assert_same_as_eager(_floor_divide, a, b)
+
+
 def test_strided_and_broadcast_inputs():
     def fn(a, b, c, s):
         return torch.tanh(a * b + c) - s, (a - c).exp() * 2

@@ -11,9 +11,11 @@ own operator schemas: an ``OpOverload`` is fusible when it carries
 
 An emitter receives an :class:`EmitContext` and the op's arguments by schema
 name: tensor operands as expression strings (already converted to the
-compute dtype), numbers as :class:`Lit` (a ``str`` holding the literal, with
-``.value``) or an expression for a runtime scalar, constants as their Python
-values. It returns the expression text, or ``None`` when it cannot express
+compute dtype: a float result's own, else the operands' common dtype as
+torch promotes them, see :func:`common_dtype`), numbers as :class:`Lit` (a
+``str`` holding the literal, with ``.value``; converted to that common dtype
+for non-float results) or an expression for a runtime scalar, constants as
+their Python values. It returns the expression text, or ``None`` when it cannot express
 that particular call (which then stays in eager mode).
 """
 from __future__ import annotations
@@ -338,6 +340,12 @@ _SCALAR_DTYPES = {torch.SymInt: torch.int64, torch.SymFloat: torch.float64,
 _SCALAR_SAMPLES = {torch.int64: 0, torch.float64: 0.0, torch.bool: False}
 
 
+#: Ops whose eager kernels wrap an out-of-range integer scalar into the integer
+#: computation dtype (``int8_tensor > 200`` compares with -56); the others (clamp,
+#: where, ...) raise, so such calls stay eager.
+_WRAPS_SCALARS = frozenset({"add", "sub", "rsub", "mul", "lt", "le", "gt", "ge", "eq", "ne"})
+
+
 def _promoted(entry: PointwiseOp, name: str) -> bool:
     """Whether argument ``name`` takes part in the op's type promotion (all numbers and
     tensors but ``alpha`` and where's ``condition``)."""
@@ -432,8 +440,9 @@ def emit_call(entry: PointwiseOp, bound: dict, out_dtype: torch.dtype,
         elif spec.kind in ("tensor", "number") and isinstance(value, (int, float)):
             # also a Python number in a Tensor slot; a float result uses it unrounded
             lit = Lit(value) if is_float or not promoted else _literal(value, comp)
-            if lit is None:
-                return None
+            if lit is None or (not comp.is_floating_point and lit.value != value
+                               and entry.base not in _WRAPS_SCALARS):
+                return None     # eager refuses an integer scalar out of range here
             kwargs[spec.name] = lit
         elif spec.kind != "tensor" and isinstance(value, _CONSTANT_TYPES):
             kwargs[spec.name] = value

@@ -248,8 +248,11 @@ def _python_floordiv(a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
     half = constant(0.5, dtype).v
     fl = arith.select(arith.cmpf(arith.CmpFPredicate.OGT, arith.subf(div, fl), half),
                       arith.addf(fl, one), fl)
-    signed_zero = mmath.copysign(zero, arith.divf(a, b))
-    return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, div, zero), signed_zero, fl)
+    quotient = arith.divf(a, b)
+    signed_zero = mmath.copysign(zero, quotient)
+    result = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, div, zero), signed_zero, fl)
+    # b == 0: IEEE a / b (inf, -inf or nan), as torch gives (Python would raise)
+    return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, b, zero), quotient, result)
 
 
 def _int_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
