@@ -115,8 +115,8 @@ def kernel_source(pattern: FusedPattern, rank: int) -> tuple[str, str]:
 
 def cache_dir() -> Path:
     """Where generated kernel sources are written (created on first use)."""
-    root = os.environ.get("FLYDSL_CACHE_DIR") or os.path.join("~", ".cache", "flydsl")
-    path = Path(os.path.expanduser(root)) / "generated"
+    from ..compiler.cache import cache_dir as compile_cache_dir
+    path = Path(compile_cache_dir()) / "generated"
     try:
         path.mkdir(parents=True, exist_ok=True)
         if os.access(path, os.W_OK):
