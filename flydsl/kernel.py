@@ -266,12 +266,45 @@ def _arg_error(message: str, kernel: str) -> DSLTypeError:
 
 def _resolve_string_annotation(fn, text: str):
     """Annotations as strings (``from __future__ import annotations``) are evaluated in
-    the kernel's module; one that does not resolve is an error, not a silent guess."""
+    the kernel's module; failing that (``fx`` imported inside a function), the DSL's
+    own spellings (``fx.Int32``, ``fx.Tensor[fx.Float32]``, ``fx.Constexpr[int]``) are
+    read by name. Anything else is an error, not a silent guess."""
     try:
         return eval(text, fn.__globals__, dict(vars(__import__("builtins"))))
     except Exception as e:  # noqa: BLE001
+        resolved = _dsl_annotation_by_name(text)
+        if resolved is not None:
+            return resolved
         raise DSLTypeError(f"cannot resolve the annotation {text!r}: {type(e).__name__}: {e}",
                            kernel=fn.__name__) from None
+
+
+def _dsl_annotation_by_name(text: str):
+    import ast
+    from .expr import dtypes
+
+    def last_name(node) -> str:
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return node.id if isinstance(node, ast.Name) else ""
+
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    head = last_name(node.value if isinstance(node, ast.Subscript) else node)
+    if head == "Constexpr":
+        return dtypes.ConstexprAnnotation(None)
+    if head == "Tensor":
+        if not isinstance(node, ast.Subscript):
+            return dtypes.Tensor
+        inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        dtype = getattr(dtypes, last_name(inner[0]), None)
+        rank = inner[1].value if len(inner) > 1 and isinstance(inner[1], ast.Constant) else None
+        return dtypes.Tensor[dtype, rank] if isinstance(dtype, dtypes.DType) else None
+    found = getattr(dtypes, head, None)
+    return found if isinstance(found, dtypes.DType) and not isinstance(node, ast.Subscript) \
+        else None
 
 
 class KernelCall:

@@ -286,3 +286,25 @@ def test_return_inside_unrolled_loops():
         return_in_unrolled_loop[1, 1](np.array([1, 1, -1, 1], np.float32), out)
     static_return_in_unrolled_loop[1, 1](out, 2)       # a compile-time return is fine
     assert list(out) == [1, 1, 0, 0]
+
+
+def test_string_annotations_of_a_local_fx_import_are_read_by_name(tmp_path):
+    import importlib.util
+    path = tmp_path / "local_fx.py"
+    path.write_text(
+        "from __future__ import annotations\n"
+        "import flydsl\n\n\n"
+        "def make():\n"
+        "    import flydsl.expr as fx\n\n"
+        "    @flydsl.kernel\n"
+        "    def k(x: fx.Tensor[fx.Float32, 1], n: fx.Int32, C: fx.Constexpr[int]):\n"
+        "        x[0] = n + C\n"
+        "    return k\n")
+    spec = importlib.util.spec_from_file_location("local_fx", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    k = module.make()
+    assert [p.kind for p in k.params] == ["tensor", "scalar", "constexpr"]
+    x = np.zeros(1, np.float32)
+    k[1, 1](x, 2, 3)
+    assert x[0] == 5
