@@ -14,7 +14,7 @@ ir = pytest.importorskip("mlir.ir")
 from gpu_modules import ALL, BARRIER_SMEM, MATH_EXP, VADD  # noqa: E402
 
 from flydsl.compiler.backends import GPUTarget, get_backend  # noqa: E402
-from flydsl.compiler.backends import cuda as cuda_mod  # noqa: E402
+from flydsl.compiler.backends.base import detect_device_target  # noqa: E402
 from flydsl.compiler.backends.cuda import CudaBackend  # noqa: E402
 from flydsl.compiler.mlir_compiler import MlirCompiler  # noqa: E402
 from flydsl.compiler.options import CompileOptions  # noqa: E402
@@ -201,11 +201,11 @@ def test_detect_target_reads_device_0(monkeypatch, driver, expected):
     monkeypatch.setitem(sys.modules, "cuda", cuda_pkg)
     monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
     monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
-    cuda_mod._detect_target.cache_clear()
+    detect_device_target.cache_clear()
     try:
         assert CudaBackend.detect_target() == expected
     finally:
-        cuda_mod._detect_target.cache_clear()
+        detect_device_target.cache_clear()
 
 
 # -- pipeline and identity ---------------------------------------------

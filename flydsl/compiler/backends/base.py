@@ -5,6 +5,7 @@ How a binary is *launched* lives in :mod:`flydsl.runtime`, not here.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -50,6 +51,20 @@ class PythonPass:
         import importlib
         module, _, attr = self.run.partition(":")
         return getattr(importlib.import_module(module), attr)
+
+
+@functools.cache
+def detect_device_target(cls: type) -> Optional[GPUTarget]:
+    """The target of device 0 of ``cls.driver`` through flydsl's driver layer, once per
+    process; None without the Python bindings, a driver, a device or a supported arch
+    (detection never raises)."""
+    from ...runtime.devices import device_arch, device_count
+    try:
+        if device_count(cls.driver) < 1:
+            return None
+        return cls.make_target(device_arch(cls.driver, 0))
+    except Exception:  # noqa: BLE001 - a broken install counts as no device
+        return None
 
 
 class BaseBackend(ABC):

@@ -12,7 +12,6 @@ is 64-bit.
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
@@ -22,7 +21,7 @@ from typing import Optional
 from ...errors import CompilationError, ToolchainError
 from ..options import CompileOptions
 from ..toolchain import file_identity, find_ptxas
-from .base import BaseBackend, GPUTarget
+from .base import BaseBackend, GPUTarget, detect_device_target
 
 CUDA_WARP_SIZE = 32
 #: ``sm_<major><minor>`` with the optional arch-specific (``a``) or family (``f``) suffix.
@@ -59,7 +58,7 @@ class CudaBackend(BaseBackend):
     @classmethod
     def detect_target(cls) -> Optional[GPUTarget]:
         """Target of CUDA device 0 via ``cuda.bindings.driver``; None without driver or device."""
-        return _detect_target()
+        return detect_device_target(cls)
 
     @classmethod
     def default_arch(cls) -> str:
@@ -109,19 +108,6 @@ class CudaBackend(BaseBackend):
             artifact.binary_stage = "ptx"  # the driver JIT-compiles PTX
             return
         artifact.asm["cubin"] = _run_ptxas(ptxas, ptx, self.target.arch, options, kernel)
-
-
-@functools.cache
-def _detect_target() -> Optional[GPUTarget]:
-    """The target of cuda device 0 through flydsl's driver layer; None without the
-    Python bindings, a driver, a device, or a supported arch (detection never raises)."""
-    from ...runtime.devices import device_arch, device_count
-    try:
-        if device_count("cuda") < 1:
-            return None
-        return CudaBackend.make_target(device_arch("cuda", 0))
-    except Exception:  # noqa: BLE001 - a broken install counts as no device
-        return None
 
 
 def _single_gpu_module(module, kernel: str):

@@ -12,12 +12,11 @@ convention, with ``index`` as i64.
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 from ...errors import CompilationError
 from ..options import CompileOptions
-from .base import BaseBackend, GPUTarget, PythonPass
+from .base import BaseBackend, GPUTarget, detect_device_target, PythonPass
 
 #: Supported arches and their wavefront size (CDNA: 64, RDNA: wave32).
 ARCH_WARP_SIZE = {"gfx90a": 64, "gfx942": 64, "gfx950": 64, "gfx1100": 32, "gfx1201": 32}
@@ -52,7 +51,7 @@ class RocmBackend(BaseBackend):
 
     @classmethod
     def detect_target(cls) -> Optional[GPUTarget]:
-        return _detect_target()
+        return detect_device_target(cls)
 
     @classmethod
     def default_arch(cls) -> str:
@@ -115,16 +114,3 @@ class RocmBackend(BaseBackend):
         except CompilationError as err:
             err.artifact = artifact  # the stages so far stay inspectable (e.g. with no linker)
             raise
-
-
-@functools.cache
-def _detect_target() -> Optional[GPUTarget]:
-    """The target of hip device 0 through flydsl's driver layer; None without the
-    Python bindings, a driver, a device, or a supported arch (detection never raises)."""
-    from ...runtime.devices import device_arch, device_count
-    try:
-        if device_count("hip") < 1:
-            return None
-        return RocmBackend.make_target(device_arch("hip", 0))
-    except Exception:  # noqa: BLE001 - a broken install counts as no device
-        return None
