@@ -255,44 +255,26 @@ def _python_floordiv(a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
     return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, b, zero), quotient, result)
 
 
+_INT_OPS = {"+": arith.addi, "-": arith.subi, "*": arith.muli, "//": arith.floordivsi,
+            "&": arith.andi, "|": arith.ori, "^": arith.xori, "<<": arith.shli,
+            ">>": arith.shrsi}
+_FLOAT_OPS = {"+": arith.addf, "-": arith.subf, "*": arith.mulf, "/": arith.divf}
+
+
 def _int_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
-    if op == "+":
-        return arith.addi(a, b)
-    if op == "-":
-        return arith.subi(a, b)
-    if op == "*":
-        return arith.muli(a, b)
-    if op == "//":
-        return arith.floordivsi(a, b)
     if op == "%":
         return _python_mod(arith.remsi(a, b), b, dtype)
-    if op == "&":
-        return arith.andi(a, b)
-    if op == "|":
-        return arith.ori(a, b)
-    if op == "^":
-        return arith.xori(a, b)
-    if op == "<<":
-        return arith.shli(a, b)
-    if op == ">>":
-        return arith.shrsi(a, b)
-    raise AssertionError(op)
+    return _INT_OPS[op](a, b)
 
 
 def _float_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
-    if op == "+":
-        return arith.addf(a, b)
-    if op == "-":
-        return arith.subf(a, b)
-    if op == "*":
-        return arith.mulf(a, b)
-    if op == "/":
-        return arith.divf(a, b)
     if op == "//":
         return _python_floordiv(a, b, dtype)
     if op == "%":
         return _python_mod(arith.remf(a, b), b, dtype)
-    raise DSLTypeError(f"operator {op!r} is not defined for {dtype.name}")
+    if op not in _FLOAT_OPS:
+        raise DSLTypeError(f"operator {op!r} is not defined for {dtype.name}")
+    return _FLOAT_OPS[op](a, b)
 
 
 def binary(op: str, a, b) -> Value:
