@@ -27,15 +27,15 @@ class _Dim3:
 
     @property
     def x(self):
-        return getattr(_ops(), self._name)("x")
+        return _ops().launch_index(self._name, "x")
 
     @property
     def y(self):
-        return getattr(_ops(), self._name)("y")
+        return _ops().launch_index(self._name, "y")
 
     @property
     def z(self):
-        return getattr(_ops(), self._name)("z")
+        return _ops().launch_index(self._name, "z")
 
 
 thread_idx = _Dim3("thread_idx")

@@ -23,24 +23,14 @@ def _index_to_i32(v: ir.Value) -> Value:
     return Value(arith.index_cast(dt.Int32.mlir_type(), v), dt.Int32)
 
 
-def thread_idx(axis: str) -> Value:
+_LAUNCH_INDEX = {"thread_idx": gpu.thread_id, "block_idx": gpu.block_id,
+                 "block_dim": gpu.block_dim, "grid_dim": gpu.grid_dim}
+
+
+def launch_index(name: str, axis: str) -> Value:
+    """``fx.thread_idx.x`` & co as an Int32 value (``name`` is the fx attribute)."""
     context.current()
-    return _index_to_i32(gpu.thread_id(_dim(axis)))
-
-
-def block_idx(axis: str) -> Value:
-    context.current()
-    return _index_to_i32(gpu.block_id(_dim(axis)))
-
-
-def block_dim(axis: str) -> Value:
-    context.current()
-    return _index_to_i32(gpu.block_dim(_dim(axis)))
-
-
-def grid_dim(axis: str) -> Value:
-    context.current()
-    return _index_to_i32(gpu.grid_dim(_dim(axis)))
+    return _index_to_i32(_LAUNCH_INDEX[name](_dim(axis)))
 
 
 def warp_size() -> int:
