@@ -31,6 +31,7 @@ from flydsl.errors import FlydslRuntimeError, LaunchError
 from flydsl.runtime import devices, gpu_common, packing
 from flydsl.runtime.cuda_driver import CudaLauncher
 from flydsl.runtime.hip_driver import HipLauncher
+from flydsl.testing.stub_libcuda import build_stub_libcuda
 
 # ----------------------------------------------------------------------------------
 # Fake CUDA driver
@@ -901,26 +902,14 @@ def test_hip_load_failure_and_missing_runtime(fake_hip, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------
-# Through the real launch path (needs the launch.py / args.py integration)
+# Through the real launch path: flydsl.kernel / flydsl.jit with the fake driver
 # ----------------------------------------------------------------------------------
-
-def _integrated() -> bool:
-    from flydsl.runtime import args, launch
-    import inspect
-    return ("cuda_driver" in inspect.getsource(launch.make_launcher)
-            and args.as_host_tensor(DevArray(np.zeros(2, np.float32))) is not None)
-
-
-needs_integration = pytest.mark.skipif(
-    not _integrated(), reason="needs the GPU launchers wired into flydsl.runtime.launch/args")
-
 
 @flydsl.jit
 def vadd(a, b, c, n, BLOCK: fx.Constexpr[int] = 128):
     vadd_kernel(a, b, c, n).launch(grid=((n + BLOCK - 1) // BLOCK, 1, 1), block=(BLOCK, 1, 1))
 
 
-@needs_integration
 def test_jit_launch_through_the_fake_driver(fake_cuda, monkeypatch):
     monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cuda")
     register(fake_cuda, compiled_vadd())
@@ -935,13 +924,75 @@ def test_jit_launch_through_the_fake_driver(fake_cuda, monkeypatch):
         vadd(a, np.zeros(300, np.float32), c, 300)
 
 
-@needs_integration
 def test_direct_launch_with_stream_through_the_fake_driver(fake_cuda, monkeypatch):
     monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cuda")
     register(fake_cuda, compiled_vadd())
     a = dev(64)
     vadd_kernel[1, 64, 0, 0x77](a, a, a, 64)
     assert fake_cuda.launches[-1]["stream"] == 0x77
+
+
+class PlainCai:
+    """A ``__cuda_array_interface__`` array without CuPy's ``.device`` (as Numba's)."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+        self.__cuda_array_interface__ = {"version": 2, "shape": host.shape,
+                                         "typestr": host.dtype.str, "strides": host.strides,
+                                         "data": (host.ctypes.data, False)}
+
+
+def count_slow_launches(monkeypatch, kernel) -> list:
+    calls: list = []
+    slow = kernel._launch_slow
+
+    def counting(*args):
+        calls.append(args)
+        return slow(*args)
+    monkeypatch.setattr(kernel, "_launch_slow", counting)
+    return calls
+
+
+def test_warm_cai_launches_take_the_fast_path_with_new_arrays(fake_cuda, monkeypatch):
+    """New CuPy-like arrays of the same dtype/rank/layout/device reuse the prepared
+    launch (keyed by the interface, not the object) and pack their own pointers."""
+    monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cuda")
+    register(fake_cuda, compiled_vadd())
+    slow = count_slow_launches(monkeypatch, vadd_kernel)
+    arrays = [(dev(64), dev(64), dev(64)) for _ in range(4)]
+    for a, b, c in arrays:
+        vadd_kernel[1, 64](a, b, c, 64)
+    assert len(slow) == 1 and len(fake_cuda.launches) == 4
+    for (a, b, c), launch in zip(arrays, fake_cuda.launches):
+        assert launch["params"][:15] == [a.ptr, a.ptr, 0, 64, 1, b.ptr, b.ptr, 0, 64, 1,
+                                         c.ptr, c.ptr, 0, 64, 1]
+    # Another layout, dtype or device is another key: the slow path checks it.
+    wide = DevArray(np.zeros(128, np.float32)[::2])
+    vadd_kernel[1, 64](wide, b, c, 64)
+    assert len(slow) == 2 and fake_cuda.launches[-1]["params"][:5] == [wide.ptr, wide.ptr,
+                                                                        0, 64, 2]
+    vadd_kernel[1, 64](wide, b, c, 64)
+    assert len(slow) == 2
+    with pytest.raises(LaunchError, match="different devices"):
+        vadd_kernel[1, 64](dev(64, device=1), b, c, 64)
+    assert len(slow) == 3
+
+
+def test_cai_arrays_without_device_query_pointers_only_with_several_devices(fake_cuda):
+    host = np.zeros(8, np.float32)
+    one = devices.cai_key(PlainCai(host), PlainCai(host).__cuda_array_interface__)
+    assert one[-1] == 0 and "cuPointerGetAttribute" not in fake_cuda.names()
+    assert devices.cai_key(PlainCai(host[::2]), PlainCai(host[::2]).__cuda_array_interface__) \
+        != one   # not innermost-contiguous
+
+
+def test_cai_device_from_pointer_on_two_devices(fake_cuda):
+    host = np.zeros(8, np.float32)
+    fake_cuda.archs = ["sm_90", "sm_90"]
+    fake_cuda.pointer_devices[host.ctypes.data] = 1
+    arr = PlainCai(host)
+    assert devices.cai_key(arr, arr.__cuda_array_interface__)[-1] == 1
+    assert "cuPointerGetAttribute" in fake_cuda.names()
 
 
 def test_explicit_cuda_backend_without_driver_says_compile_only_works(monkeypatch):
@@ -961,46 +1012,6 @@ def test_explicit_cuda_backend_without_driver_says_compile_only_works(monkeypatc
 # The real cuda-python bindings over a stub libcuda.so.1 (argument types, NULLs)
 # ----------------------------------------------------------------------------------
 
-STUB_LIBCUDA = r"""
-#include <dlfcn.h>
-#include <stdint.h>
-#include <string.h>
-typedef int CUresult;
-static void *current = 0;
-uint64_t stub_params[64]; int stub_nparams = 0; unsigned stub_dims[7];
-uint64_t stub_stream, stub_extra; int stub_launches = 0, stub_fail_launch = 0, stub_smem_attr = 0;
-CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st) {
-  *pfn = dlsym(RTLD_DEFAULT, sym); if (st) *st = *pfn ? 0 : 1; return *pfn ? 0 : 500; }
-CUresult cuInit(unsigned f) { return 0; }
-CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
-CUresult cuDeviceGet(int *d, int o) { if (o) return 101; *d = o; return 0; }
-CUresult cuDeviceGetAttribute(int *v, int a, int d) {
-  *v = a == 75 ? 9 : a == 76 ? 0 : a == 97 ? 232448 : 0; return 0; }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(uintptr_t)(0x1000 + d); return 0; }
-CUresult cuCtxGetCurrent(void **c) { *c = current; return 0; }
-CUresult cuCtxSetCurrent(void *c) { current = c; return 0; }
-CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
-CUresult cuModuleLoadData(void **m, const void *image) {
-  *m = (void *)0x2000; return memcmp(image, "\x7f" "ELF", 4) == 0 ? 0 : 200; }
-CUresult cuModuleGetFunction(void **f, void *m, const char *name) { *f = (void *)0x3000; return 0; }
-CUresult cuModuleUnload(void *m) { return 0; }
-CUresult cuFuncSetAttribute(void *f, int a, int v) { if (a == 8) stub_smem_attr = v; return 0; }
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                        unsigned by, unsigned bz, unsigned smem, void *stream, void **params,
-                        void **extra) {
-  if (!current) return 201;
-  if (stub_fail_launch) return stub_fail_launch;
-  for (int i = 0; i < stub_nparams; i++) stub_params[i] = *(uint64_t *)params[i];
-  unsigned d[7] = {gx, gy, gz, bx, by, bz, smem}; memcpy(stub_dims, d, sizeof d);
-  stub_stream = (uint64_t)(uintptr_t)stream; stub_extra = (uint64_t)(uintptr_t)extra;
-  stub_launches++; return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
-CUresult cuStreamSynchronize(void *s) { return 0; }
-CUresult cuGetErrorName(int e, const char **s) { *s = e == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "?"; return 0; }
-CUresult cuGetErrorString(int e, const char **s) { *s = "unspecified launch failure"; return 0; }
-CUresult cuPointerGetAttribute(void *data, int a, uint64_t p) { *(int *)data = 0; return 0; }
-"""
 
 STUB_CHILD = r"""
 import ctypes, json, sys
@@ -1061,13 +1072,9 @@ def test_real_cuda_python_over_a_stub_driver(tmp_path):
     if importlib.util.find_spec("cuda") is None or \
             importlib.util.find_spec("cuda.bindings") is None:
         pytest.skip("cuda-python is not installed")
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler for the stub driver")
-    (tmp_path / "stub.c").write_text(STUB_LIBCUDA)
-    lib = tmp_path / "libcuda.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "stub.c"), "-ldl"],
-                   check=True)
+    build_stub_libcuda(tmp_path)
     (tmp_path / "child.py").write_text(STUB_CHILD)   # kernels need a source file
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FLYDSL_COMPILE_BACKEND="cuda")
     proc = subprocess.run([sys.executable, str(tmp_path / "child.py")], capture_output=True,

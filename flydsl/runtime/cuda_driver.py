@@ -16,6 +16,7 @@ is reported by the next synchronize (:func:`flydsl.runtime.devices.synchronize`,
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import Callable, Optional
 
@@ -32,6 +33,9 @@ def bindings():
     """cuda-python's driver module; FlydslRuntimeError when cuda-python is missing."""
     first = None
     for name in BINDING_MODULES:
+        module = sys.modules.get(name)   # every warm CAI launch asks: skip importlib
+        if module is not None:
+            return module
         try:
             return importlib.import_module(name)
         except ImportError as e:
@@ -59,6 +63,7 @@ class CudaDriver(GpuDriver):
             raise FlydslRuntimeError(f"the CUDA driver (libcuda) is not available: {e}") from None
         self.check(result, "cuInit")
         self.launch = cu.cuLaunchKernel
+        self._count: Optional[int] = None
         self._contexts: dict[int, object] = {}
         self._lock = threading.Lock()
 
@@ -69,7 +74,10 @@ class CudaDriver(GpuDriver):
 
     # -- devices -----------------------------------------------------------
     def device_count(self) -> int:
-        return int(self.check(self.cu.cuDeviceGetCount(), "cuDeviceGetCount"))
+        # Fixed once cuInit ran (CUDA_VISIBLE_DEVICES is read then): asked once.
+        if self._count is None:
+            self._count = int(self.check(self.cu.cuDeviceGetCount(), "cuDeviceGetCount"))
+        return self._count
 
     def _device(self, index: int):
         return self.check(self.cu.cuDeviceGet(index), f"cuDeviceGet({index})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -42,7 +43,8 @@ def _driver_name(name: str) -> str:
 def load_driver(name: str):
     """The process's driver object for ``name`` (``cuda``/``hip``); raises
     FlydslRuntimeError when its Python bindings or runtime are missing."""
-    return importlib.import_module(GPU_DRIVERS[_driver_name(name)]).load_driver()
+    module = GPU_DRIVERS[_driver_name(name)]
+    return (sys.modules.get(module) or importlib.import_module(module)).load_driver()
 
 
 # -- detection -------------------------------------------------------------------
@@ -102,7 +104,8 @@ def device_tensor(x) -> Optional[HostTensor]:
     return None
 
 
-def _contiguous_strides(shape: tuple) -> tuple:
+def contiguous_strides(shape: tuple) -> tuple:
+    """Row-major strides (in elements) of ``shape``."""
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
@@ -124,7 +127,7 @@ def _from_cuda_array_interface(x, cai: dict) -> HostTensor:
     shape = tuple(int(n) for n in cai["shape"])
     ptr = int(cai["data"][0] or 0)
     if cai.get("strides") is None:
-        strides = _contiguous_strides(shape)
+        strides = contiguous_strides(shape)
     else:
         item = np_dtype.itemsize
         if any(int(s) % item for s in cai["strides"]):
@@ -140,12 +143,41 @@ def _cai_device(x, ptr: int) -> int:
         return index
     if ptr:
         try:
-            found = load_driver("cuda").pointer_device(ptr)
+            drv = load_driver("cuda")
+            # One visible device owns every device pointer: no query per launch.
+            found = drv.pointer_device(ptr) if drv.device_count() > 1 else None
         except FlydslRuntimeError:
             found = None
         if found is not None:
             return found
     return 0
+
+
+_ITEMSIZES: dict = {}
+
+
+def cai_itemsize(typestr: str) -> int:
+    """Bytes per element of a ``__cuda_array_interface__`` typestr (memoized)."""
+    size = _ITEMSIZES.get(typestr)
+    if size is None:
+        size = _ITEMSIZES[typestr] = np.dtype(typestr).itemsize
+    return size
+
+
+def cai_key(x, cai: dict) -> tuple:
+    """The warm-launch key of a ``__cuda_array_interface__`` array: what its
+    specialization and launch checks depend on (typestr, rank, innermost contiguity,
+    mask, device), read from the interface without building a HostTensor."""
+    shape = cai["shape"]
+    strides = cai.get("strides")
+    typestr = cai["typestr"]
+    nd = len(shape)
+    inner = (strides is None or nd == 0 or shape[-1] == 1
+             or strides[-1] == cai_itemsize(typestr))
+    device = getattr(getattr(x, "device", None), "id", None)   # CuPy: no driver query
+    if not isinstance(device, int):
+        device = _cai_device(x, cai["data"][0])
+    return (type(x), typestr, nd, inner, cai.get("mask") is not None, device)
 
 
 class _DLDevice(ctypes.Structure):
@@ -180,7 +212,7 @@ def _from_dlpack(x, dev_type: int, dev_id: int) -> HostTensor:
                         f"{t.dtype.lanes} lanes) is not supported by flydsl")
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = (tuple(t.strides[i] for i in range(t.ndim)) if t.strides
-               else _contiguous_strides(shape))
+               else contiguous_strides(shape))
     ptr = (t.data or 0) + t.byte_offset
     kind = _DLPACK_DEVICES.get(dev_type, f"dlpack{dev_type}")
     return HostTensor(ptr, shape, strides, d, f"{kind}:{dev_id}", (x, capsule))

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import LaunchError
 from .args import is_torch_tensor
+from .devices import cai_key
 
 #: Environment variables that change what gets compiled or where it runs.
 ENV_KEYS = ("FLYDSL_COMPILE_BACKEND", "FLYDSL_GPU_ARCH", "FLYDSL_OPT_LEVEL", "FLYDSL_DEBUG",
@@ -30,13 +31,33 @@ else:  # pragma: no cover - other platforms
         return tuple(map(os.environ.get, ENV_KEYS))
 
 _ndarray = np.ndarray
+#: Argument classes other than ndarray/int/float/bool, classified once each (the
+#: probing in is_torch_tensor and the numpy isinstance checks cost more than a key).
+_kinds: dict = {}
+
+
+def _kind(t: type, a) -> str:
+    if is_torch_tensor(a):
+        kind = "torch"
+    elif issubclass(t, np.integer):
+        kind = "npint"
+    elif issubclass(t, (np.floating, np.bool_)):
+        kind = "npscalar"
+    elif getattr(a, "__cuda_array_interface__", None) is not None:
+        kind = "cai"
+    else:
+        kind = "other"
+    if len(_kinds) < 1024:
+        _kinds[t] = kind
+    return kind
 
 
 def arg_key(a) -> object:
     """What about ``a`` decides its specialization and its launch-time checks.
 
     Tensors: type, dtype (byte order included), rank, innermost contiguity,
-    device. Ints: bit length and sign (so a value that needs range checking
+    device; ``__cuda_array_interface__`` arrays likewise, read from the interface.
+    Ints: bit length and sign (so a value that needs range checking
     for a narrower declared type never reuses a check made for another).
     Constexpr values are keyed separately (see :func:`constexpr_key`).
     """
@@ -48,12 +69,17 @@ def arg_key(a) -> object:
         return (t, a.bit_length(), a < 0)
     if t is float or t is bool:
         return t
-    if is_torch_tensor(a):
-        nd = a.dim()
-        return (t, a.dtype, nd, nd == 0 or a.stride(-1) == 1 or a.shape[-1] == 1, a.device)
-    if isinstance(a, np.integer):
+    kind = _kinds.get(t) or _kind(t, a)
+    if kind == "torch":
+        st = a.stride()   # the tuple: ~2x cheaper than a.stride(-1)
+        return (t, a.dtype, len(st), not st or st[-1] == 1 or a.shape[-1] == 1, a.device)
+    if kind == "cai":   # CuPy, Numba, ...: keyed by the interface, not the object
+        cai = a.__cuda_array_interface__
+        if cai is not None:
+            return cai_key(a, cai)
+    elif kind == "npint":
         return (t, int(a).bit_length(), a < 0)
-    if isinstance(a, (np.floating, np.bool_)):
+    elif kind == "npscalar":
         return t
     return (t, a)  # anything else: keyed by value (and by identity if unhashable-by-value)
 
