@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 os.environ.setdefault("FLYDSL_COMPILE_BACKEND", "cpu")
 
-from common import print_table  # noqa: E402
+from common import per_call_us, print_table  # noqa: E402
 
 FIRST_CALL = textwrap.dedent('''
     import json, sys, time
@@ -47,18 +47,6 @@ def first_call(cache_dir: str) -> dict:
     out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def per_call_us(fn, n: int = 20000) -> float:
-    for _ in range(1000):
-        fn()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best * 1e6
 
 
 def main() -> None:
