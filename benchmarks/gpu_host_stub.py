@@ -118,7 +118,7 @@ def main() -> None:
         import cuda.bindings.driver  # noqa: F401
     except ImportError:
         sys.exit("benchmarks/gpu_host_stub.py: needs cuda-python (pip install -e '.[cuda]')")
-    from flydsl.testing.stub_libcuda import build_stub_libcuda
+    from flydsl.testing.stub_drivers import build_stub_libcuda
     with tempfile.TemporaryDirectory() as d:
         try:
             build_stub_libcuda(d)

@@ -1,6 +1,6 @@
 """The GPU runtime layer against fake driver modules (no GPU, no cuda-python needed).
 
-A fake ``cuda.bindings.driver`` / ``hip.hip`` is injected into ``sys.modules``. Its
+A fake ``cuda.bindings.driver`` / ``hip.hip`` (hip-python < 10's name) is injected into ``sys.modules``. Its
 launch entry point reads the ``kernelParams`` table back from memory, with each
 parameter's width taken from the PTX signature of the really compiled kernel, so
 the tests prove the argument layout the kernels expect. They also cover error
@@ -28,10 +28,10 @@ from flydsl.compiler.backends import GPUTarget
 from flydsl.compiler.frontend.params import ParamSpec
 from flydsl.compiler.kernel_compiler import CompiledKernel
 from flydsl.errors import FlydslRuntimeError, LaunchError
-from flydsl.runtime import devices, gpu_common, packing
+from flydsl.runtime import cuda_driver, devices, gpu_common, hip_driver, packing
 from flydsl.runtime.cuda_driver import CudaLauncher
 from flydsl.runtime.hip_driver import HipLauncher
-from flydsl.testing.stub_libcuda import build_stub_libcuda
+from flydsl.testing.stub_drivers import build_stub_libamdhip64, build_stub_libcuda
 
 # ----------------------------------------------------------------------------------
 # Fake CUDA driver
@@ -777,6 +777,7 @@ class FakeHip:
         self.launches: list = []
         self.fail: dict = {}
         self.widths: list = []
+        self.old_properties_api = False
 
     def module(self) -> types.ModuleType:
         m = types.ModuleType("hip.hip")
@@ -809,10 +810,17 @@ class FakeHip:
             fake.current = i
             return (hipError_t.hipSuccess,)
 
-        @api
-        def hipGetDeviceProperties(props, i):
-            props.gcnArchName = fake.archs[i].encode()
-            return (hipError_t.hipSuccess,)
+        if fake.old_properties_api:   # hip-python < 10: fills the caller's struct
+            @api
+            def hipGetDeviceProperties(props, i):
+                props.gcnArchName = fake.archs[i].encode()
+                return (hipError_t.hipSuccess,)
+        else:                         # hip-python 10: returns its own
+            @api
+            def hipGetDeviceProperties(i):
+                props = hipDeviceProp_t()
+                props.gcnArchName = fake.archs[i]
+                return hipError_t.hipSuccess, props
 
         @api
         def hipDeviceGetAttribute(attr, i):
@@ -845,8 +853,12 @@ class FakeHip:
         def hipStreamSynchronize(stream):
             return (hipError_t.hipSuccess,)
 
-        m.hipGetErrorName = lambda err: hipError_t(err).name.encode()   # bare bytes
-        m.hipGetErrorString = lambda err: "hip error text"
+        def enum_only(err):   # as hip-python: the enum, not an int
+            if not isinstance(err, hipError_t):
+                raise TypeError("argument 'hip_error' must be of type '_hipError_t__Base'")
+            return err
+        m.hipGetErrorName = lambda err: enum_only(err).name.encode()   # bare bytes
+        m.hipGetErrorString = lambda err: enum_only(err) and "hip error text"
         return m
 
 
@@ -890,12 +902,26 @@ def test_hip_errors_use_hip_names(fake_hip):
         run([x, 7, 1.0], (1, 1, 1), (1, 1, 1), 0, None)
 
 
+def test_hip_error_text_from_an_int_code(fake_hip):
+    drv = devices.load_driver("rocm")
+    assert drv.error_text(int(hipError_t.hipErrorLaunchFailure)) == \
+        "hipErrorLaunchFailure (hip error text)"
+
+
+def test_hip_device_properties_of_older_hip_python(monkeypatch):
+    fake = FakeHip(archs=("gfx90a:xnack-",))
+    fake.old_properties_api = True
+    monkeypatch.setitem(sys.modules, "hip.hip", fake.module())
+    assert devices.device_arch("rocm", 0) == "gfx90a"
+
+
 def test_hip_load_failure_and_missing_runtime(fake_hip, monkeypatch):
     fake_hip.fail["hipModuleLoadData"] = hipError_t.hipErrorNoBinaryForGpu
     launcher = HipLauncher(handmade("hsaco", specs=ROCM_SPECS, driver="hip"))
     with pytest.raises(FlydslRuntimeError, match="compiled for gfx942.*hipErrorNoBinaryForGpu"):
         launcher.bind([dev((2, 2)), 1, 1.0], no_smem_check)
-    monkeypatch.setitem(sys.modules, "hip.hip", None)
+    for name in ("hip.hip", "rocm.bindings.hip"):   # hip-python < 10 and >= 10
+        monkeypatch.setitem(sys.modules, name, None)
     assert devices.device_count("hip") == 0
     with pytest.raises(FlydslRuntimeError, match="hip-python is not installed.*Compile-only"):
         HipLauncher(handmade("hsaco", specs=ROCM_SPECS, driver="hip"))
@@ -1062,27 +1088,35 @@ print(json.dumps(out))
 """
 
 
-def test_real_cuda_python_over_a_stub_driver(tmp_path):
-    """cuda-python's real argument conversion (ints for NULL, bytes images, handles)
-    with a C stub standing in for libcuda.so.1; skipped without cuda-python or cc."""
-    import importlib.util
+def run_over_stub(tmp_path, bindings, build, child_source: str, backend: str) -> dict:
+    """Run ``child_source`` in a process whose driver library is the stub; its last
+    stdout line (JSON) is the result. Skips without the Python bindings (``bindings()``
+    raises) or a C compiler."""
     import json
     import shutil
     import subprocess
-    if importlib.util.find_spec("cuda") is None or \
-            importlib.util.find_spec("cuda.bindings") is None:
-        pytest.skip("cuda-python is not installed")
+    try:
+        bindings()
+    except FlydslRuntimeError as e:
+        pytest.skip(str(e))
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler for the stub driver")
-    build_stub_libcuda(tmp_path)
-    (tmp_path / "child.py").write_text(STUB_CHILD)   # kernels need a source file
-    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FLYDSL_COMPILE_BACKEND="cuda")
+    build(tmp_path)
+    (tmp_path / "child.py").write_text(child_source)   # kernels need a source file
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FLYDSL_COMPILE_BACKEND=backend)
     proc = subprocess.run([sys.executable, str(tmp_path / "child.py")], capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if "skip" in out:
         pytest.skip(out["skip"])
+    return out
+
+
+def test_real_cuda_python_over_a_stub_driver(tmp_path):
+    """cuda-python's real argument conversion (ints for NULL, bytes images, handles)
+    with a C stub standing in for libcuda.so.1."""
+    out = run_over_stub(tmp_path, cuda_driver.bindings, build_stub_libcuda, STUB_CHILD, "cuda")
     pa, pb, pc = out["ptrs"]
     assert out["count"] == 1 and out["arch"] == "sm_90" and out["current"] == 0
     assert out["params"][:15] == [pa, pa, 0, 50, 1, pb, pb, 0, 50, 1, pc, pc, 0, 50, 1]
@@ -1090,3 +1124,79 @@ def test_real_cuda_python_over_a_stub_driver(tmp_path):
     assert out["dims"] == [2, 1, 1, 32, 1, 1, 64 * 1024]
     assert out["stream"] == 0x1234 and out["extra"] == 0 and out["smem_attr"] == 64 * 1024
     assert "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)" in out["error"]
+
+
+HIP_STUB_CHILD = r"""
+import ctypes, json, sys, types
+import numpy as np
+from hip import hip
+import flydsl, flydsl.expr as fx
+from flydsl.compiler.toolchain import find_lld
+from flydsl.errors import FlydslRuntimeError
+from flydsl.runtime import devices
+from flydsl.runtime.hip_driver import HipLauncher
+from flydsl.testing.stub_drivers import hip_arch_offset
+
+@flydsl.kernel
+def vadd_kernel(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        c[i] = a[i] + b[i]
+
+class Dev:   # CuPy-like: the device index comes with the array
+    def __init__(self, n, device=0):
+        self.host = np.zeros(n, np.float32)
+        self.device = types.SimpleNamespace(id=device)
+        self.__cuda_array_interface__ = {"version": 3, "shape": (n,), "typestr": "<f4",
+                                         "data": (self.host.ctypes.data, False), "strides": None}
+
+if find_lld() is None:
+    print(json.dumps({"skip": "no ld.lld: no HSACO to load"})); sys.exit(0)
+lib = ctypes.CDLL("libamdhip64.so")
+g = lambda t, name: t.in_dll(lib, name)
+g(ctypes.c_long, "stub_arch_offset").value = hip_arch_offset(hip)
+g(ctypes.c_int, "stub_device_count").value = 2
+g(ctypes.c_int, "stub_nparams").value = 16
+a, b, c = Dev(50), Dev(50), Dev(50)
+compiled = flydsl.compile(vadd_kernel, a.host, a.host, a.host, 50, backend="rocm",
+                          arch="gfx942").kernels[0]
+out = {"count": devices.device_count("rocm"), "arch": devices.device_arch("rocm", 1),
+       "current": devices.load_driver("rocm").current_device()}
+launcher = HipLauncher(compiled)
+run = launcher.bind([a, b, c, 50], lambda smem: None)
+run([a, b, c, -9], (2, 1, 1), (64, 1, 1), 1024, 0x1234)
+out["params"] = list(g(ctypes.c_uint64 * 16, "stub_params"))
+out["dims"] = list(g(ctypes.c_uint * 7, "stub_dims"))
+out["stream"] = g(ctypes.c_uint64, "stub_stream").value
+out["extra"] = g(ctypes.c_uint64, "stub_extra").value
+out["attr"] = g(ctypes.c_int, "stub_last_attr").value
+out["want_attr"] = int(hip.hipDeviceAttribute_t.hipDeviceAttributeMaxSharedMemoryPerBlock)
+out["ptrs"] = [a.host.ctypes.data, b.host.ctypes.data, c.host.ctypes.data]
+d1 = [Dev(50, device=1) for _ in range(3)]
+launcher.bind(d1 + [50], lambda smem: None)(d1 + [50], (1, 1, 1), (64, 1, 1), 0, None)
+out["second_device"] = g(ctypes.c_int, "stub_launch_device").value
+out["current_after"] = devices.load_driver("rocm").current_device()
+devices.synchronize()
+devices.synchronize(stream=5)
+g(ctypes.c_int, "stub_fail_launch").value = 719
+try:
+    run([a, b, c, 1], (1, 1, 1), (64, 1, 1), 0, None)
+except FlydslRuntimeError as e:
+    out["error"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_real_hip_python_over_a_stub_driver(tmp_path):
+    """hip-python's real argument conversion (kernelParams address, int stream and
+    NULL extra, bytes image, the device-properties call, enum-only error names) with a
+    C stub standing in for libamdhip64.so, on two devices."""
+    out = run_over_stub(tmp_path, hip_driver.bindings, build_stub_libamdhip64, HIP_STUB_CHILD, "rocm")
+    pa, pb, pc = out["ptrs"]
+    assert out["count"] == 2 and out["arch"] == "gfx942" and out["current"] == 0
+    assert out["params"][:15] == [pa, pa, 0, 50, 1, pb, pb, 0, 50, 1, pc, pc, 0, 50, 1]
+    assert out["params"][15] & 0xFFFFFFFF == u64(-9) & 0xFFFFFFFF
+    assert out["dims"] == [2, 1, 1, 64, 1, 1, 1024]
+    assert out["stream"] == 0x1234 and out["extra"] == 0 and out["attr"] == out["want_attr"]
+    assert out["second_device"] == 1 and out["current_after"] == 0
+    assert "hipErrorLaunchFailure (unspecified launch failure)" in out["error"]

@@ -175,7 +175,8 @@ class GpuDriver(ABC):
 def binding_text(fn: Callable, code) -> str:
     """The string an error-name/-description binding returns for ``code``, or "".
 
-    cuda-python returns ``(status, bytes)``, hip-python the bare bytes or str.
+    cuda-python returns ``(status, bytes)``; hip-python the bare bytes or str
+    (before 10) or ``(status, CStr)``, a C-string object with ``decode()`` (10).
     """
     try:
         r = fn(code)
@@ -187,6 +188,11 @@ def binding_text(fn: Callable, code) -> str:
         r = r[-1]
     if isinstance(r, bytes):
         r = r.decode(errors="replace")
+    elif not isinstance(r, str) and callable(getattr(r, "decode", None)):
+        try:
+            r = r.decode()
+        except Exception:  # noqa: BLE001 - only used while reporting another error
+            return ""
     return r if isinstance(r, str) else ""
 
 

@@ -10,23 +10,33 @@ kernel is reported by the next synchronize
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Callable
 
 from ..errors import FlydslRuntimeError
 from .gpu_common import DriverSlot, GpuDriver, GpuLauncher, binding_text
 
-BINDING_MODULE = "hip.hip"
+#: Where hip-python keeps the HIP bindings: releases before 10, then 10 and later
+#: (whose ``hip`` package only aliases ``rocm.bindings.hip`` as an attribute, so
+#: ``import hip.hip`` fails there while ``from hip import hip`` works).
+BINDING_MODULES = ("hip.hip", "rocm.bindings.hip")
 
 _SLOT = DriverSlot(lambda bindings: HipDriver(bindings))
 
 
 def bindings():
-    """hip-python's ``hip.hip`` module; FlydslRuntimeError when hip-python is missing."""
-    try:
-        return importlib.import_module(BINDING_MODULE)
-    except ImportError as e:
-        raise FlydslRuntimeError(f"hip-python is not installed (pip install hip-python "
-                                 f"matching your ROCm version): {e}") from None
+    """hip-python's HIP module; FlydslRuntimeError when hip-python is missing."""
+    first = None
+    for name in BINDING_MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            return module
+        try:
+            return importlib.import_module(name)
+        except ImportError as e:
+            first = first or e
+    raise FlydslRuntimeError(f"hip-python is not installed (pip install hip-python "
+                             f"matching your ROCm version): {first}")
 
 
 def load_driver() -> "HipDriver":
@@ -51,6 +61,10 @@ class HipDriver(GpuDriver):
         self.launch = hip.hipModuleLaunchKernel
 
     def error_text(self, code) -> str:
+        try:   # hip-python's error functions take the enum only
+            code = self.hip.hipError_t(code)
+        except (ValueError, TypeError, AttributeError):
+            pass
         name = binding_text(self.hip.hipGetErrorName, code) or f"HIP error {int(code)}"
         text = binding_text(self.hip.hipGetErrorString, code)
         return f"{name} ({text})" if text and text != name else name
@@ -59,11 +73,19 @@ class HipDriver(GpuDriver):
     def device_count(self) -> int:
         return int(self.check(self.hip.hipGetDeviceCount(), "hipGetDeviceCount"))
 
+    def device_properties(self, index: int):
+        """Device ``index``'s ``hipDeviceProp_t``."""
+        get = self.hip.hipGetDeviceProperties
+        try:   # hip-python >= 10 allocates and returns them: (err, props)
+            result = get(index)
+        except TypeError:   # earlier releases fill a caller's struct: (err,)
+            props = self.hip.hipDeviceProp_t()
+            self.check(get(props, index), f"hipGetDeviceProperties({index})")
+            return props
+        return self.check(result, f"hipGetDeviceProperties({index})")
+
     def device_arch(self, index: int) -> str:
-        props = self.hip.hipDeviceProp_t()
-        self.check(self.hip.hipGetDeviceProperties(props, index),
-                   f"hipGetDeviceProperties({index})")
-        name = props.gcnArchName
+        name = self.device_properties(index).gcnArchName
         name = name.decode() if isinstance(name, bytes) else str(name)
         return name.split(":", 1)[0].strip().lower()   # gfx942:sramecc+:xnack- -> gfx942
 
