@@ -1062,6 +1062,8 @@ class Dev:
 lib = ctypes.CDLL("libcuda.so.1")
 g = lambda t, name: t.in_dll(lib, name)
 g(ctypes.c_int, "stub_nparams").value = 16
+ndev = int(sys.argv[1])
+g(ctypes.c_int, "stub_device_count").value = ndev
 a, b, c = Dev(50), Dev(50), Dev(50)
 compiled = flydsl.compile(vadd_kernel, a.host, a.host, a.host, 50, backend="cuda",
                           arch="sm_90").kernels[0]
@@ -1084,11 +1086,26 @@ try:
     run([a, b, c, 1], (1, 1, 1), (32, 1, 1), 0, None)
 except FlydslRuntimeError as e:
     out["error"] = str(e)
+g(ctypes.c_int, "stub_fail_launch").value = 0
+if ndev > 1:   # Numba-like arrays on device 1: found by pointer, launched there
+    xs = [Dev(8) for _ in range(3)]
+    for i, x in enumerate(xs):
+        g(ctypes.c_uint64 * 8, "stub_pointers")[i] = x.host.ctypes.data
+        g(ctypes.c_int * 8, "stub_pointer_devices")[i] = 1
+    g(ctypes.c_int, "stub_npointers").value = 3
+    for _ in range(2):   # cold, then warm
+        vadd_kernel[1, 32](*xs, 8)
+    out["device1"] = g(ctypes.c_int, "stub_launch_device").value
+    out["device1_ptr"] = g(ctypes.c_uint64 * 16, "stub_params")[0] == xs[0].host.ctypes.data
+    out["current_after"] = devices.load_driver("cuda").current_device()
+    run([a, b, c, 3], (1, 1, 1), (32, 1, 1), 0, None)
+    out["device0_again"] = g(ctypes.c_int, "stub_launch_device").value
 print(json.dumps(out))
 """
 
 
-def run_over_stub(tmp_path, bindings, build, child_source: str, backend: str) -> dict:
+def run_over_stub(tmp_path, bindings, build, child_source: str, backend: str,
+                  *child_args: str) -> dict:
     """Run ``child_source`` in a process whose driver library is the stub; its last
     stdout line (JSON) is the result. Skips without the Python bindings (``bindings()``
     raises) or a C compiler."""
@@ -1104,7 +1121,8 @@ def run_over_stub(tmp_path, bindings, build, child_source: str, backend: str) ->
     build(tmp_path)
     (tmp_path / "child.py").write_text(child_source)   # kernels need a source file
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FLYDSL_COMPILE_BACKEND=backend)
-    proc = subprocess.run([sys.executable, str(tmp_path / "child.py")], capture_output=True,
+    proc = subprocess.run([sys.executable, str(tmp_path / "child.py"), *child_args],
+                          capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -1113,17 +1131,23 @@ def run_over_stub(tmp_path, bindings, build, child_source: str, backend: str) ->
     return out
 
 
-def test_real_cuda_python_over_a_stub_driver(tmp_path):
+@pytest.mark.parametrize("ndev", [1, 2])
+def test_real_cuda_python_over_a_stub_driver(tmp_path, ndev):
     """cuda-python's real argument conversion (ints for NULL, bytes images, handles)
-    with a C stub standing in for libcuda.so.1."""
-    out = run_over_stub(tmp_path, cuda_driver.bindings, build_stub_libcuda, STUB_CHILD, "cuda")
+    with a C stub standing in for libcuda.so.1; with two devices, arrays found on
+    device 1 by their pointers launch in its context, and the caller's is restored."""
+    out = run_over_stub(tmp_path, cuda_driver.bindings, build_stub_libcuda, STUB_CHILD, "cuda",
+                        str(ndev))
     pa, pb, pc = out["ptrs"]
-    assert out["count"] == 1 and out["arch"] == "sm_90" and out["current"] == 0
+    assert out["count"] == ndev and out["arch"] == "sm_90" and out["current"] == 0
     assert out["params"][:15] == [pa, pa, 0, 50, 1, pb, pb, 0, 50, 1, pc, pc, 0, 50, 1]
     assert out["params"][15] & 0xFFFFFFFF == u64(-9) & 0xFFFFFFFF   # the i32 the driver reads
     assert out["dims"] == [2, 1, 1, 32, 1, 1, 64 * 1024]
     assert out["stream"] == 0x1234 and out["extra"] == 0 and out["smem_attr"] == 64 * 1024
     assert "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)" in out["error"]
+    if ndev > 1:
+        assert out["device1"] == 1 and out["device1_ptr"]
+        assert out["current_after"] == 0 and out["device0_again"] == 0
 
 
 HIP_STUB_CHILD = r"""
@@ -1191,7 +1215,8 @@ def test_real_hip_python_over_a_stub_driver(tmp_path):
     """hip-python's real argument conversion (kernelParams address, int stream and
     NULL extra, bytes image, the device-properties call, enum-only error names) with a
     C stub standing in for libamdhip64.so, on two devices."""
-    out = run_over_stub(tmp_path, hip_driver.bindings, build_stub_libamdhip64, HIP_STUB_CHILD, "rocm")
+    out = run_over_stub(tmp_path, hip_driver.bindings, build_stub_libamdhip64, HIP_STUB_CHILD,
+                        "rocm")
     pa, pb, pc = out["ptrs"]
     assert out["count"] == 2 and out["arch"] == "gfx942" and out["current"] == 0
     assert out["params"][:15] == [pa, pa, 0, 50, 1, pb, pb, 0, 50, 1, pc, pc, 0, 50, 1]
