@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from .packing import SlotTable, param_layout, scalar_packer, tensor_packer
+from .packing import BoundLaunch, SlotTable, param_layout, scalar_packer, tensor_packer
 from .shared_object import load_shared_object
 
 PACKED_PREFIX = "_flydsl_packed_"
@@ -81,12 +81,13 @@ class CpuLauncher:
         if have is None or len(have) < count:
             have = [_Slots(self.nslots) for _ in range(count)]
             self._local.slots = have
-            self._local.first = have[0]
+            self._local.buf = have[0]
         return have
 
-    def bind(self, samples: Sequence, check_smem: Callable[[int], None]) -> Callable:
-        """A launch function ``run(args, grid, block, smem, stream)`` specialized to the
-        samples' types (``stream`` is ignored: CPU launches are synchronous).
+    def bind(self, samples: Sequence, check_smem: Callable[[int], None]) -> BoundLaunch:
+        """The launch for arguments of the samples' types (a :class:`BoundLaunch`,
+        called as ``run(args, grid, block, smem, stream)``; ``stream`` is ignored: CPU
+        launches are synchronous).
 
         Slot buffers are per host thread: a launch releases the GIL while the
         kernel runs, so two Python threads may launch the same kernel at once.
@@ -95,39 +96,33 @@ class CpuLauncher:
                    for (kind, info), off, a in zip(self.layout, self.offsets, samples)]
         d = self.dims_at
         fn = self.fn
-        local = self._local
-        make_slots = self._slots
         parallel = self._run_parallel
 
-        def run(args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
+        def submit(slots: _Slots, grid: tuple, block: tuple, smem: int, stream) -> None:
             if smem:
                 check_smem(smem)
-            try:
-                slots = local.first
-            except AttributeError:
-                slots = make_slots(1)[0]
-            vals = slots.values
-            for pack, a in zip(packers, args):
-                pack(vals, a)
             if slots.grid is not grid or slots.block is not block:
                 # launch dims come from a memo, so identity means "same as last time"
                 slots.grid, slots.block = grid, block
                 slots.nblocks = grid[0] * grid[1] * grid[2]
                 slots.threads = slots.nblocks * block[0] * block[1] * block[2]
-                vals[d:d + 8] = (*grid, *block, 0, slots.nblocks)
+                slots.values[d:d + 8] = (*grid, *block, 0, slots.nblocks)
             if slots.threads < _PARALLEL_MIN_THREADS or slots.nblocks == 1:
                 fn(slots.table_ptr)
             else:
                 parallel(slots, slots.nblocks)
-        if not self.debug_sites:
-            return run
-        from .debug_checks import check_oob
-        lib, sites, kernel, names = self.lib, self.debug_sites, self.kernel_name, self.arg_names
+        if self.debug_sites:
+            from .debug_checks import check_oob
+            lib, sites, kernel, names = (self.lib, self.debug_sites, self.kernel_name,
+                                         self.arg_names)
+            submit_unchecked = submit
 
-        def run_checked(args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
-            run(args, grid, block, smem, stream)
-            check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
-        return run_checked
+            def submit(slots, grid, block, smem, stream) -> None:  # noqa: F811
+                submit_unchecked(slots, grid, block, smem, stream)
+                check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
+        make_slots = self._slots
+        return BoundLaunch(self.layout, self.offsets, samples, packers, self._local,
+                           lambda: make_slots(1)[0], submit)
 
     def _run_parallel(self, first: _Slots, nblocks: int) -> None:
         """Run the grid on ``cpu_workers()`` host threads (the caller is one of them).

@@ -23,7 +23,7 @@ from typing import Callable, ClassVar, Iterator, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
 from .args import is_torch_tensor
-from .packing import SlotTable, param_layout, scalar_packer, tensor_packer
+from .packing import BoundLaunch, SlotTable, param_layout, scalar_packer, tensor_packer
 
 if sys.byteorder != "little":  # pragma: no cover - no big-endian GPU hosts
     raise ImportError("flydsl's GPU launchers assume a little-endian host")
@@ -276,7 +276,7 @@ def _unload_modules(driver: GpuDriver, devices: dict) -> None:
 
 class GpuLauncher:
     """Launches one compiled kernel on a GPU; same protocol as the CPU launcher:
-    ``bind(samples, check_smem) -> run(args, grid, block, smem, stream)``.
+    ``bind(samples, check_smem)`` returns a :class:`~flydsl.runtime.packing.BoundLaunch`.
 
     The binary is loaded once per device (the device holding the tensors) into that
     device's primary context. ``run`` writes pointers, sizes, strides and scalars into
@@ -380,9 +380,10 @@ class GpuLauncher:
                     dev.dynamic_ok = smem
 
     # -- launching ---------------------------------------------------------
-    def bind(self, samples: Sequence, check_smem: Callable[[int], None]) -> Callable:
-        """A launch function ``run(args, grid, block, smem, stream)`` for arguments of
-        the samples' types, on the device holding the samples' tensors."""
+    def bind(self, samples: Sequence, check_smem: Callable[[int], None]) -> BoundLaunch:
+        """The launch for arguments of the samples' types, on the device holding the
+        samples' tensors (a :class:`BoundLaunch`, called as
+        ``run(args, grid, block, smem, stream)``)."""
         from .devices import common_device
         index = common_device(self.kernel, self.driver.name, self.names, samples)
         if index is None:   # no tensor arguments: the thread's current device
@@ -401,6 +402,10 @@ class GpuLauncher:
         prepare = self._prepare_shared
         fail = self._launch_failed
 
+        def new_buffer() -> SlotTable:
+            buf = local.buf = SlotTable(nslots)
+            return buf
+
         def launch_on_device(grid, block, smem, handle, params):
             token = enter()
             try:
@@ -410,18 +415,11 @@ class GpuLauncher:
                 if token is not None:
                     leave(token)
 
-        def run(args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
+        def submit(buf: SlotTable, grid: tuple, block: tuple, smem: int, stream) -> None:
             if smem not in shared_ok:
                 check_smem(smem)
                 prepare(dev, index, smem)
                 shared_ok.add(smem)
-            try:
-                buf = local.buf
-            except AttributeError:
-                buf = local.buf = SlotTable(nslots)
-            vals = buf.values
-            for pack, a in zip(packers, args):
-                pack(vals, a)
             if stream is None:
                 handle = default_stream()
             elif type(stream) is int:
@@ -440,7 +438,8 @@ class GpuLauncher:
                     code = result[0] if type(result) is tuple else result
                 if code:
                     fail(code, index, grid, block, smem, handle)
-        return run
+        return BoundLaunch(self.layout, self.offsets, samples, packers, local, new_buffer,
+                           submit)
 
     def _launch_failed(self, code, index: int, grid, block, smem: int, handle: int) -> None:
         drv = self.driver

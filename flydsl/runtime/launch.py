@@ -1,7 +1,7 @@
 """Launchers for compiled kernels, chosen by the backend's driver, and launch checks."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
 
@@ -37,7 +37,8 @@ def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence
 
 
 def make_launcher(compiled) -> object:
-    """The driver-specific launcher of ``compiled`` (has ``bind(samples, check_smem) -> run``)."""
+    """The driver-specific launcher of ``compiled`` (``bind(samples, check_smem)`` returns
+    a :class:`~flydsl.runtime.packing.BoundLaunch`)."""
     driver = compiled.driver
     if driver == "cpu":
         from .cpu_launcher import CpuLauncher
@@ -54,8 +55,9 @@ def make_launcher(compiled) -> object:
         "(flydsl.compile(fn, *args, backend=...))")
 
 
-def bind_launch(compiled, samples: Sequence) -> Callable:
-    """Check a first launch's arguments and return ``run(args, grid, block, smem, stream)``."""
+def bind_launch(compiled, samples: Sequence):
+    """Check a first launch's arguments and return the launch bound to their types (a
+    :class:`~flydsl.runtime.packing.BoundLaunch`: ``run(args, grid, block, smem, stream)``)."""
     launcher = compiled.launcher()   # first: a missing GPU driver explains everything else
     runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
     check_devices(compiled.kernel_name, compiled.driver, runtime_names, samples)

@@ -9,7 +9,7 @@ elements).
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -200,3 +200,34 @@ def scalar_packer(offset: int, dtype: DType) -> Packer:
     def pack(slots, v) -> None:
         slots[offset] = conv(v)
     return pack
+
+
+class BoundLaunch:
+    """A launcher bound to argument types: what ``launcher.bind(samples, ...)`` returns.
+
+    ``packers[i](values, arg)`` writes runtime argument ``i`` (laid out as
+    ``layout[i]``, from slot ``offsets[i]``) into a slot table. Each thread has its
+    own table (launches release the GIL): ``local.buf``, made by ``new_buffer()`` on
+    a thread's first launch. ``submit(buf, grid, block, smem, stream)`` launches what
+    was written. Calling the object packs and submits; the generated warm path
+    (:mod:`flydsl.runtime.fastpath`) does the same steps inline.
+    """
+
+    __slots__ = ("layout", "offsets", "samples", "packers", "local", "new_buffer", "submit")
+
+    def __init__(self, layout: Sequence, offsets: Sequence, samples: Sequence,
+                 packers: Sequence[Packer], local, new_buffer: Callable[[], SlotTable],
+                 submit: Callable):
+        self.layout, self.offsets, self.samples = tuple(layout), tuple(offsets), tuple(samples)
+        self.packers = tuple(packers)
+        self.local, self.new_buffer, self.submit = local, new_buffer, submit
+
+    def __call__(self, args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
+        try:
+            buf = self.local.buf
+        except AttributeError:
+            buf = self.new_buffer()
+        vals = buf.values
+        for pack, a in zip(self.packers, args):
+            pack(vals, a)
+        self.submit(buf, grid, block, smem, stream)
