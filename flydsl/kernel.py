@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import inspect
-import operator
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -58,7 +57,8 @@ class KernelFunction:
         self.params = tuple(params)
         self._constexpr_pos = tuple(i for i, p in enumerate(params) if p.kind == "constexpr")
         self._compiled: dict = {}     # full specialization key -> CompiledKernel
-        self._dispatch: dict = {}     # fast key -> prepared launch function
+        self._dispatch: dict = {}     # fast key -> generated warm launch (runtime.fastpath)
+        self._last = None             # the warm launch that ran last: tried first
         self._configs: dict = {}      # kernel[grid, block] -> launcher
         self._lock = threading.Lock()
 
@@ -107,6 +107,10 @@ class KernelFunction:
 
     def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream):
         if not kwargs and _override.backend is None:
+            # The last specialization's guards first: most launches repeat it.
+            last = self._last
+            if last is not None and last(args, grid3, block3, smem, stream):
+                return None
             try:
                 if self._constexpr_pos:
                     key = (env_token(), self._constexpr_values(args), *map(arg_key, args))
@@ -115,8 +119,9 @@ class KernelFunction:
                 hit = self._dispatch.get(key)
             except TypeError:   # an unhashable argument: take the slow path
                 hit = key = None
-            if hit is not None:
-                return hit(args, grid3, block3, smem, stream)
+            if hit is not None and hit(args, grid3, block3, smem, stream):
+                self._last = hit
+                return None
         else:
             key = None
         return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key)
@@ -136,39 +141,27 @@ class KernelFunction:
         if sink is not None:  # flydsl.compile(): record instead of running
             sink.append(compiled)
             return None
-        run = bind_launch(compiled, runtime)
-        run(runtime, grid3, block3, smem, stream)
+        bound = bind_launch(compiled, runtime)
+        bound(runtime, grid3, block3, smem, stream)
         if fast_key is not None:
-            self._install_fast_path(fast_key, compiled, run, len(args))
+            self._install_fast_path(fast_key, bound, args)
         return None
 
-    def _install_fast_path(self, key, compiled, run, nargs: int) -> None:
-        """Remember ``run`` for calls whose fast key is ``key``.
-
-        ``run`` takes the runtime arguments: constexprs are dropped and omitted
-        trailing defaults appended, by a getter fixed for this argument count.
-        """
-        runtime_pos = [i for i, p in enumerate(self.params) if p.kind != "constexpr"]
-        tail = tuple(self.params[i].default for i in runtime_pos if i >= nargs)
-        present = [i for i in runtime_pos if i < nargs]
-        if present == list(range(nargs)) and not tail:
-            fast = run          # every argument is a runtime argument, in order
-        else:
-            if len(present) == 1:
-                one = operator.itemgetter(present[0])
-                pick = lambda args: (one(args), *tail)  # noqa: E731
-            elif present:
-                many = operator.itemgetter(*present)
-                pick = (lambda args: (*many(args), *tail)) if tail else many
-            else:
-                pick = lambda args: tail  # noqa: E731
-
-            def fast(args, grid3, block3, smem, stream):
-                return run(pick(args), grid3, block3, smem, stream)
+    def _install_fast_path(self, key: tuple, bound, args: tuple) -> None:
+        """Generate the warm launch of calls whose fast key is ``key`` (positional
+        ``args`` like these): guards, packing and submit inline (runtime.fastpath)."""
+        from .runtime.fastpath import build_fast_launch
+        nargs = len(args)
+        arg_keys = key[len(key) - nargs:]
+        runtime = [("arg", i, arg_keys[i], p.kind) if i < nargs else ("default", p.default)
+                   for i, p in enumerate(self.params) if p.kind != "constexpr"]
+        constexprs = [(i, args[i]) for i in self._constexpr_pos if i < nargs]
+        fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name)
         with self._lock:
             if len(self._dispatch) > 1024:
                 self._dispatch.clear()
             self._dispatch[key] = fast
+            self._last = fast
 
     # -- specialization ------------------------------------------------
     def bind(self, args: Sequence, kwargs: dict) -> list:
@@ -253,6 +246,7 @@ class KernelFunction:
         with self._lock:
             self._compiled.clear()
             self._dispatch.clear()
+            self._last = None
             self._configs.clear()
 
 

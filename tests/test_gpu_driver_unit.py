@@ -1,12 +1,13 @@
-"""The GPU runtime layer against fake driver modules (no GPU, no cuda-python needed).
+"""The GPU runtime layer against fake driver modules (no GPU needed).
 
-A fake ``cuda.bindings.driver`` / ``hip.hip`` (hip-python < 10's name) is injected into ``sys.modules``. Its
-launch entry point reads the ``kernelParams`` table back from memory, with each
-parameter's width taken from the PTX signature of the really compiled kernel, so
-the tests prove the argument layout the kernels expect. They also cover error
-codes, contexts, streams, module loading, shared memory and device errors. One
-test runs cuda-python's real bindings over a C stub of ``libcuda.so.1`` (when
-cuda-python and a C compiler are present) to check the argument types they take.
+A fake ``cuda.bindings.driver`` / ``hip.hip`` (hip-python < 10's name) is injected
+into ``sys.modules``. Its launch entry point reads the ``kernelParams`` table back
+from memory, with each parameter's width taken from the PTX signature of the really
+compiled kernel, so the tests prove the argument layout the kernels expect. They
+also cover error codes, contexts, streams, module loading, shared memory and device
+errors. The last tests run the real cuda-python and hip-python bindings over C stubs
+of ``libcuda.so.1`` and ``libamdhip64.so`` (flydsl.testing.stub_drivers) to check
+the argument types they take.
 """
 from __future__ import annotations
 
@@ -273,8 +274,9 @@ class DevArray:
     @property
     def __cuda_array_interface__(self) -> dict:
         h = self.host
+        strides = None if h.flags.c_contiguous else h.strides   # as CuPy reports them
         return {"version": 3, "shape": h.shape, "typestr": h.dtype.str,
-                "data": (h.ctypes.data, False), "strides": h.strides, "stream": None}
+                "data": (h.ctypes.data, False), "strides": strides, "stream": None}
 
     @property
     def ptr(self) -> int:
@@ -1002,6 +1004,36 @@ def test_warm_cai_launches_take_the_fast_path_with_new_arrays(fake_cuda, monkeyp
     with pytest.raises(LaunchError, match="different devices"):
         vadd_kernel[1, 64](dev(64, device=1), b, c, 64)
     assert len(slow) == 3
+
+
+def test_generated_cai_launch_notices_dtype_and_device(fake_cuda, monkeypatch):
+    """The generated warm launch of the last specialization must not take arrays that
+    differ only in dtype or device (CuPy-like: .device.id; Numba-like: by pointer)."""
+    fake_cuda.archs = ["sm_90", "sm_90"]
+    monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cuda")
+    register(fake_cuda, compiled_vadd())
+    f64 = np.zeros(4, np.float64)
+    register(fake_cuda, compile_cuda(vadd_kernel, f64, f64, f64, 4))
+    slow = count_slow_launches(monkeypatch, vadd_kernel)
+
+    def launch_ctx_device() -> int:
+        return fake_cuda.launches[-1]["ctx"].info["device"]
+    for _ in range(2):
+        vadd_kernel[1, 64](dev(64), dev(64), dev(64), 64)
+    assert len(slow) == 1 and launch_ctx_device() == 0
+    vadd_kernel[1, 64](dev(64, device=1), dev(64, device=1), dev(64, device=1), 64)
+    assert len(slow) == 2 and launch_ctx_device() == 1
+    vadd_kernel[1, 64](dev(64, np.float64, 1), dev(64, np.float64, 1), dev(64, np.float64, 1),
+                       64)
+    assert len(slow) == 3
+    plain = [PlainCai(np.zeros(64, np.float32)) for _ in range(6)]
+    for k, arr in enumerate(plain):
+        fake_cuda.pointer_devices[arr.host.ctypes.data] = k // 3   # 3 on 0, 3 on 1
+    for _ in range(2):
+        vadd_kernel[1, 64](*plain[:3], 64)
+    assert len(slow) == 4 and launch_ctx_device() == 0
+    vadd_kernel[1, 64](*plain[3:], 64)
+    assert len(slow) == 5 and launch_ctx_device() == 1
 
 
 def test_cai_arrays_without_device_query_pointers_only_with_several_devices(fake_cuda):

@@ -134,10 +134,12 @@ def _from_cuda_array_interface(x, cai: dict) -> HostTensor:
             raise TypeError("__cuda_array_interface__ strides are not a multiple of the "
                             "item size")
         strides = tuple(int(s) // item for s in cai["strides"])
-    return HostTensor(ptr, shape, strides, d, f"cuda:{_cai_device(x, ptr)}", x)
+    return HostTensor(ptr, shape, strides, d, f"cuda:{cai_device(x, ptr)}", x)
 
 
-def _cai_device(x, ptr: int) -> int:
+def cai_device(x, ptr: int) -> int:
+    """The device index of a CAI array: CuPy's ``.device.id``, else the driver's answer
+    for its pointer (asked only with several devices), else 0."""
     index = getattr(getattr(x, "device", None), "id", None)   # CuPy
     if isinstance(index, int):
         return index
@@ -176,7 +178,7 @@ def cai_key(x, cai: dict) -> tuple:
              or strides[-1] == cai_itemsize(typestr))
     device = getattr(getattr(x, "device", None), "id", None)   # CuPy: no driver query
     if not isinstance(device, int):
-        device = _cai_device(x, cai["data"][0])
+        device = cai_device(x, cai["data"][0])
     return (type(x), typestr, nd, inner, cai.get("mask") is not None, device)
 
 

@@ -3,13 +3,14 @@
 ``libcuda.so.1`` and ``libamdhip64.so`` stubs implement the driver calls flydsl
 makes, with ``stub_device_count`` devices (sm_90 / the arch the caller sets), one
 context per device that modules and functions belong to, modules that accept any
-ELF image, and (CUDA) device pointers listed in ``stub_pointers``. The launch entry point records its arguments (the first
-``stub_nparams`` kernel parameters as 8-byte words, the dims, stream and ``extra``)
-and returns, or fails with ``stub_fail_launch`` when that is set. Loaded under their
-real names through ``LD_LIBRARY_PATH``, they let the real cuda-python and hip-python
-bindings run: the driver-argument tests use them, and
-``benchmarks/gpu_host_stub.py`` times the host side of a launch with the CUDA one
-(no device work, so only flydsl and the binding count).
+ELF image, and (CUDA) device pointers listed in ``stub_pointers``. The launch entry
+point records its arguments (the first ``stub_nparams`` kernel parameters as 8-byte
+words, the dims, stream and ``extra``) and returns, or fails with
+``stub_fail_launch`` when that is set. Loaded under their real names through
+``LD_LIBRARY_PATH``, they let the real cuda-python and hip-python bindings run: the
+driver-argument tests use them, and ``benchmarks/gpu_host_stub.py`` times the host
+side of a launch with the CUDA one (no device work, so only flydsl and the binding
+count).
 
     build_stub_libcuda(directory)       # -> directory/libcuda.so.1
     build_stub_libamdhip64(directory)   # -> directory/libamdhip64.so
@@ -40,10 +41,13 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
   *pfn = dlsym(RTLD_DEFAULT, sym); if (st) *st = *pfn ? 0 : 1; return *pfn ? 0 : 500; }
 CUresult cuInit(unsigned f) { return 0; }
 CUresult cuDeviceGetCount(int *n) { *n = stub_device_count; return 0; }
-CUresult cuDeviceGet(int *d, int o) { if (o < 0 || o >= stub_device_count) return 101; *d = o; return 0; }
+CUresult cuDeviceGet(int *d, int o) {
+  if (o < 0 || o >= stub_device_count) return 101;
+  *d = o; return 0; }
 CUresult cuDeviceGetAttribute(int *v, int a, int d) {
   *v = a == 75 ? 9 : a == 76 ? 0 : a == 97 ? 232448 : 0; return 0; }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(uintptr_t)(0x1000 + d); return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
+  *c = (void *)(uintptr_t)(0x1000 + d); return 0; }
 CUresult cuCtxGetCurrent(void **c) { *c = current; return 0; }
 CUresult cuCtxSetCurrent(void *c) { current = c; return 0; }
 CUresult cuCtxGetDevice(int *d) { if (!current) return 201; *d = current_device(); return 0; }
@@ -67,7 +71,8 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   stub_launch_device = current_device(); stub_launches++; return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuStreamSynchronize(void *s) { return 0; }
-CUresult cuGetErrorName(int e, const char **s) { *s = e == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "?"; return 0; }
+CUresult cuGetErrorName(int e, const char **s) {
+  *s = e == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "?"; return 0; }
 CUresult cuGetErrorString(int e, const char **s) { *s = "unspecified launch failure"; return 0; }
 CUresult cuPointerGetAttribute(void *data, int a, uint64_t p) {
   for (int i = 0; i < stub_npointers; i++)

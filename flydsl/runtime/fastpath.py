@@ -1,0 +1,208 @@
+"""The warm-launch fast path: one generated function per specialization.
+
+A warm launch must check that its arguments still fit the prepared launch, pack
+them into the thread's slot table and submit. Doing that with one key tuple per
+call (:func:`~flydsl.runtime.dispatch.arg_key` for each argument, a hash, a dict
+lookup) and one packer call per argument costs a few microseconds of Python calls.
+So, once a specialization is bound, this module writes a function for it that
+does the same work inline:
+
+* guards that hold exactly when the argument's fast key would be the same (for
+  ints: when the value fits the parameter's type, which is what that key
+  protects), in the order of the arguments, returning ``False`` at the first
+  mismatch so that the caller falls back to the keyed lookup;
+* the packing of numpy, torch and ``__cuda_array_interface__`` tensors and of ints
+  written out, reusing what the guards read (stride tuples, the interface dict);
+  every other argument kind uses its packer and an exact key comparison;
+* the launcher's ``submit``.
+
+The generated source is kept on the function (``__flydsl_source__``) for debugging.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .args import is_torch_tensor
+from .devices import cai_device, cai_itemsize, contiguous_strides
+from .dispatch import arg_key, constexpr_key, env_token
+from .packing import BoundLaunch, numpy_data
+
+#: Constexpr types whose ``==`` agrees with constexpr_key's (type, repr) equality.
+_PLAIN_CONSTEXPR = (int, bool, str, type(None))
+
+
+def _same(a, b) -> bool:
+    """Key equality that never raises (exotic objects may compare elementwise)."""
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - "not the same" is the safe answer
+        return False
+
+
+class _Writer:
+    """Collects the generated lines and the constants they refer to."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.names: dict[str, object] = {}
+
+    def const(self, prefix: str, value) -> str:
+        name = f"_{prefix}{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def emit(self, line: str, indent: int = 1) -> None:
+        self.lines.append("    " * indent + line)
+
+
+def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
+    """Guard a numpy or torch tensor inline, and pack it where that is written out:
+    ``"packed"``, ``"guarded"`` (the packer still has to run) or ``""`` (another
+    kind: nothing emitted)."""
+    if type(sample) is np.ndarray:
+        t, dtype, nd, inner = key
+        dt, item = w.const("dt", dtype), sample.itemsize
+        sd, sh = f"sd{off}", f"sh{off}"   # each .strides/.shape builds a tuple: read once
+        w.emit(f"if type({a}) is not _ndarray: return False")
+        w.emit(f"if {a}.dtype is not {dt} and {a}.dtype != {dt}: return False")
+        w.emit(f"{sd} = {a}.strides")
+        w.emit(f"if len({sd}) != {nd}: return False")
+        w.emit(f"{sh} = {a}.shape")
+        if nd:
+            test = f"({sd}[-1] == {item} or {sh}[-1] == 1)"
+            w.emit(f"if {'not ' if inner else ''}{test}: return False")
+        if rank == 1:
+            w.emit(f"p = _numpy_data({a}); v[{off}] = p; v[{off + 1}] = p")
+            w.emit(f"v[{off + 3}] = {sh}[0]; v[{off + 4}] = {sd}[0] // {item}")
+            return "packed"
+        return "guarded"
+    if is_torch_tensor(sample) and len(key) == 5:
+        t, dtype, nd, inner, device = key
+        tt, dt, dev = w.const("tt", t), w.const("dt", dtype), w.const("dev", device)
+        st = f"st{off}"
+        w.emit(f"if type({a}) is not {tt} or {a}.dtype is not {dt} or {a}.device != {dev}: "
+               "return False")
+        w.emit(f"{st} = {a}.stride()")
+        w.emit(f"if len({st}) != {nd}: return False")
+        if nd:
+            test = f"({st}[-1] == 1 or {a}.shape[-1] == 1)"
+            w.emit(f"if {'not ' if inner else ''}{test}: return False")
+        w.emit(f"p = {a}.data_ptr(); v[{off}] = p; v[{off + 1}] = p")
+        if rank == 1:
+            w.emit(f"v[{off + 3}] = {a}.shape[0]; v[{off + 4}] = {st}[0]")
+        elif rank:
+            w.emit(f"v[{off + 3}:{off + 3 + rank}] = {a}.shape; "
+                   f"v[{off + 3 + rank}:{off + 3 + 2 * rank}] = {st}")
+        return "packed"
+    if len(key) == 6 and getattr(sample, "__cuda_array_interface__", None) is not None:
+        return _cai_code(w, a, off, rank, sample, key)
+    return ""
+
+
+def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
+    """A ``__cuda_array_interface__`` array (CuPy, Numba): the interface is read once
+    for the guards (those of :func:`~flydsl.runtime.devices.cai_key`) and the packing."""
+    t, typestr, nd, inner, masked, device = key
+    item = cai_itemsize(typestr)
+    cai, sh, st = f"cai{off}", f"sh{off}", f"st{off}"
+    w.emit(f"if type({a}) is not {w.const('tt', t)}: return False")
+    w.emit(f"{cai} = {a}.__cuda_array_interface__")
+    w.emit(f"{sh} = {cai}['shape']; {st} = {cai}.get('strides')")
+    w.emit(f"if {cai}['typestr'] != {typestr!r} or len({sh}) != {nd}: return False")
+    if nd:
+        test = f"({st} is None or {sh}[-1] == 1 or {st}[-1] == {item})"
+        w.emit(f"if {'not ' if inner else ''}{test}: return False")
+    w.emit(f"if ({cai}.get('mask') is not None) is not {masked}: return False")
+    w.emit(f"p = {cai}['data'][0] or 0")
+    if isinstance(getattr(getattr(sample, "device", None), "id", None), int):   # CuPy
+        w.emit(f"if {a}.device.id != {device}: return False")
+    else:
+        w.emit(f"if cai_device({a}, p) != {device}: return False")
+    w.emit(f"v[{off}] = p; v[{off + 1}] = p")
+    if rank == 1:
+        w.emit(f"v[{off + 3}] = {sh}[0]; v[{off + 4}] = 1 if {st} is None else {st}[0] // {item}")
+    elif rank:
+        w.emit(f"v[{off + 3}:{off + 3 + rank}] = {sh}")
+        w.emit(f"v[{off + 3 + rank}:{off + 3 + 2 * rank}] = _contiguous_strides({sh}) "
+               f"if {st} is None else [s // {item} for s in {st}]")
+    return "packed"
+
+
+def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool) -> None:
+    """An int argument of an integer parameter: guarded by the range of the parameter's
+    type (an inferred Int64 also by *not* fitting Int32, which would infer Int32)."""
+    lo, hi = -(1 << (dtype.bits - 1)), 1 << (dtype.bits - 1)
+    w.emit(f"if type({a}) is not int or not {lo} <= {a} < {hi}: return False")
+    if inferred and dtype.bits == 64:
+        w.emit(f"if -2147483648 <= {a} < 2147483648: return False")
+    w.emit(f"v[{off}] = {a}")
+
+
+def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
+                      constexprs: Sequence[tuple[int, object]],
+                      runtime: Sequence[tuple], name: str = "kernel") -> Callable:
+    """The warm launch ``fast(args, grid, block, smem, stream) -> bool`` of one
+    specialization: True when it launched, False when ``args`` do not fit it.
+
+    ``runtime`` has one entry per runtime parameter of ``bound``, in its order:
+    ``("arg", position, fast_key, param_kind)`` for a passed argument (its
+    :func:`~flydsl.runtime.dispatch.arg_key` when bound and the kernel parameter's
+    declared kind: ``tensor``, ``scalar`` or ``infer``) or ``("default", value)``
+    for an omitted one.
+    ``constexprs`` lists ``(position, value)`` of the constexpr arguments.
+    """
+    w = _Writer()
+    w.names.update(_ndarray=np.ndarray, _numpy_data=numpy_data, _env_token=env_token,
+                   cai_device=cai_device, _contiguous_strides=contiguous_strides,
+                   _arg_key=arg_key, _constexpr_key=constexpr_key, _same=_same,
+                   _local=bound.local, _new_buffer=bound.new_buffer, _submit=bound.submit)
+    w.lines.append("def fast(args, grid, block, smem, stream):")
+    w.emit(f"if len(args) != {nargs}: return False")
+    w.emit(f"if _env_token() != {w.const('env', env)}: return False")
+    for pos, value in constexprs:
+        if type(value) in _PLAIN_CONSTEXPR:
+            w.emit(f"if type(args[{pos}]) is not {w.const('ct', type(value))} or "
+                   f"args[{pos}] != {w.const('cv', value)}: return False")
+        else:
+            w.emit(f"if not _same(_constexpr_key(args[{pos}]), "
+                   f"{w.const('ck', constexpr_key(value))}): return False")
+    w.emit("try:")
+    w.emit("buf = _local.buf", 2)
+    w.emit("except AttributeError:")
+    w.emit("buf = _new_buffer()", 2)
+    w.emit("v = buf.values")
+    for i, (entry, (kind, info), off, pack, sample) in enumerate(
+            zip(runtime, bound.layout, bound.offsets, bound.packers, bound.samples)):
+        p = w.const("pack", pack)
+        if entry[0] == "default":
+            w.emit(f"{p}(v, {w.const('default', entry[1])})")
+            continue
+        _, pos, key, param_kind = entry
+        a = f"a{i}"
+        w.emit(f"{a} = args[{pos}]")
+        done = _tensor_code(w, a, off, info, sample, key) if kind == "tensor" else ""
+        if done == "packed":
+            continue
+        if kind == "scalar" and type(sample) is int and info.kind == "int":
+            _int_code(w, a, off, info, inferred=param_kind == "infer")
+            continue
+        if done == "guarded":
+            pass
+        elif type(sample) in (float, bool):   # their key is the type itself
+            w.emit(f"if type({a}) is not {sample.__class__.__name__}: return False")
+        else:
+            w.emit(f"if not _same(_arg_key({a}), {w.const('key', key)}): return False")
+        w.emit(f"{p}(v, {a})")
+    w.emit("_submit(buf, grid, block, smem, stream)")
+    w.emit("return True")
+    source = "\n".join(w.lines) + "\n"
+    scope = dict(w.names)
+    exec(compile(source, f"<flydsl fast launch of {name}>", "exec"), scope)  # noqa: S102
+    fast = scope["fast"]
+    fast.__flydsl_source__ = source
+    return fast
+
+
+__all__ = ["build_fast_launch"]
