@@ -241,6 +241,11 @@ class KernelFunction:
                 self._compiled[key] = hit
         return hit
 
+    def warm_launch_source(self) -> Optional[str]:
+        """The Python source generated for the warm launch that ran last (None before
+        the first launch): its argument guards and packing, for debugging."""
+        return getattr(self._last, "__flydsl_source__", None)
+
     def cache_clear(self) -> None:
         """Forget this kernel's in-memory compiled specializations."""
         with self._lock:

@@ -24,9 +24,10 @@ def expected(x, s, k):
 
 def test_warm_launch_is_generated_inline_for_numpy_and_ints():
     scale.cache_clear()
+    assert scale.warm_launch_source() is None
     x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
     scale[1, 8](x, y, 3, 1)
-    source = scale._last.__flydsl_source__
+    source = scale.warm_launch_source()
     assert "_numpy_data(a0)" in source and "v[10] = a2" in source   # x, y: 5 slots each
     assert "_arg_key" not in source and "-2147483648 <= a2 < 2147483648" in source
     x2 = np.arange(8, dtype=np.float32) * 2
@@ -105,7 +106,7 @@ def test_torch_tensors_take_the_generated_path():
     x = torch.arange(6, dtype=torch.float32)
     y = torch.zeros(6)
     scale[1, 8](x, y, 2, 1)
-    assert "data_ptr()" in scale._last.__flydsl_source__
+    assert "data_ptr()" in scale.warm_launch_source()
     x2 = torch.arange(12, dtype=torch.float32)[::2]   # strided: another specialization
     scale[1, 8](x2, y, 2, 1)
     np.testing.assert_array_equal(y.numpy(), expected(x2.numpy(), 2, 1))
