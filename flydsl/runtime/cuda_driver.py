@@ -15,13 +15,12 @@ is reported by the next synchronize (:func:`flydsl.runtime.devices.synchronize`,
 """
 from __future__ import annotations
 
-import importlib
-import sys
 import threading
 from typing import Callable, Optional
 
 from ..errors import FlydslRuntimeError
-from .gpu_common import DriverSlot, GpuDriver, GpuLauncher, as_image, binding_text
+from .gpu_common import (DriverSlot, GpuDriver, GpuLauncher, as_image, binding_text,
+                         import_bindings)
 
 #: Where cuda-python keeps the driver bindings: >= 12.6, then older releases.
 BINDING_MODULES = ("cuda.bindings.driver", "cuda.cuda")
@@ -31,16 +30,8 @@ _SLOT = DriverSlot(lambda bindings: CudaDriver(bindings))
 
 def bindings():
     """cuda-python's driver module; FlydslRuntimeError when cuda-python is missing."""
-    first = None
-    for name in BINDING_MODULES:
-        module = sys.modules.get(name)   # every warm CAI launch asks: skip importlib
-        if module is not None:
-            return module
-        try:
-            return importlib.import_module(name)
-        except ImportError as e:
-            first = first or e
-    raise FlydslRuntimeError(f"cuda-python is not installed (pip install cuda-python): {first}")
+    return import_bindings(BINDING_MODULES,
+                           "cuda-python is not installed (pip install cuda-python)")
 
 
 def load_driver() -> "CudaDriver":

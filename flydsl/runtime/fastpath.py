@@ -57,6 +57,11 @@ class _Writer:
         self.lines.append("    " * indent + line)
 
 
+def _emit_layout_guard(w: _Writer, contiguous_test: str, inner: bool) -> None:
+    """Return False unless the innermost-contiguity test gives what the key recorded."""
+    w.emit(f"if {'not ' if inner else ''}{contiguous_test}: return False")
+
+
 def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
     """Guard a numpy or torch tensor inline, and pack it where that is written out:
     ``"packed"``, ``"guarded"`` (the packer still has to run) or ``""`` (another
@@ -71,8 +76,7 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
         w.emit(f"if len({sd}) != {nd}: return False")
         w.emit(f"{sh} = {a}.shape")
         if nd:
-            test = f"({sd}[-1] == {item} or {sh}[-1] == 1)"
-            w.emit(f"if {'not ' if inner else ''}{test}: return False")
+            _emit_layout_guard(w, f"({sd}[-1] == {item} or {sh}[-1] == 1)", inner)
         if rank == 1:
             w.emit(f"p = _numpy_data({a}); v[{off}] = p; v[{off + 1}] = p")
             w.emit(f"v[{off + 3}] = {sh}[0]; v[{off + 4}] = {sd}[0] // {item}")
@@ -87,8 +91,7 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
         w.emit(f"{st} = {a}.stride()")
         w.emit(f"if len({st}) != {nd}: return False")
         if nd:
-            test = f"({st}[-1] == 1 or {a}.shape[-1] == 1)"
-            w.emit(f"if {'not ' if inner else ''}{test}: return False")
+            _emit_layout_guard(w, f"({st}[-1] == 1 or {a}.shape[-1] == 1)", inner)
         w.emit(f"p = {a}.data_ptr(); v[{off}] = p; v[{off + 1}] = p")
         if rank == 1:
             w.emit(f"v[{off + 3}] = {a}.shape[0]; v[{off + 4}] = {st}[0]")
@@ -112,8 +115,7 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
     w.emit(f"{sh} = {cai}['shape']; {st} = {cai}.get('strides')")
     w.emit(f"if {cai}['typestr'] != {typestr!r} or len({sh}) != {nd}: return False")
     if nd:
-        test = f"({st} is None or {sh}[-1] == 1 or {st}[-1] == {item})"
-        w.emit(f"if {'not ' if inner else ''}{test}: return False")
+        _emit_layout_guard(w, f"({st} is None or {sh}[-1] == 1 or {st}[-1] == {item})", inner)
     w.emit(f"if ({cai}.get('mask') is not None) is not {masked}: return False")
     w.emit(f"p = {cai}['data'][0] or 0")
     if isinstance(getattr(getattr(sample, "device", None), "id", None), int):   # CuPy

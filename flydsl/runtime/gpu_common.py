@@ -15,6 +15,7 @@ changes, and a warm launch only stores numbers and calls the driver.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import threading
 import weakref
@@ -51,6 +52,22 @@ class DriverSlot:
                     self._driver = self._factory(bindings)
                     self._bindings = bindings
         return self._driver
+
+
+def import_bindings(modules: Sequence[str], missing: str):
+    """The first importable module of ``modules`` (a binding's names across its
+    releases; one already in ``sys.modules`` first, so a warm launch skips importlib);
+    FlydslRuntimeError saying ``missing`` when there is none."""
+    first = None
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is not None:
+            return module
+        try:
+            return importlib.import_module(name)
+        except ImportError as e:
+            first = first or e
+    raise FlydslRuntimeError(f"{missing}: {first}")
 
 
 def result_parts(result) -> tuple:

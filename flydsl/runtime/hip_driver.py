@@ -9,12 +9,10 @@ kernel is reported by the next synchronize
 """
 from __future__ import annotations
 
-import importlib
-import sys
 from typing import Callable
 
 from ..errors import FlydslRuntimeError
-from .gpu_common import DriverSlot, GpuDriver, GpuLauncher, binding_text
+from .gpu_common import DriverSlot, GpuDriver, GpuLauncher, binding_text, import_bindings
 
 #: Where hip-python keeps the HIP bindings: releases before 10, then 10 and later
 #: (whose ``hip`` package only aliases ``rocm.bindings.hip`` as an attribute, so
@@ -26,17 +24,8 @@ _SLOT = DriverSlot(lambda bindings: HipDriver(bindings))
 
 def bindings():
     """hip-python's HIP module; FlydslRuntimeError when hip-python is missing."""
-    first = None
-    for name in BINDING_MODULES:
-        module = sys.modules.get(name)
-        if module is not None:
-            return module
-        try:
-            return importlib.import_module(name)
-        except ImportError as e:
-            first = first or e
-    raise FlydslRuntimeError(f"hip-python is not installed (pip install hip-python "
-                             f"matching your ROCm version): {first}")
+    return import_bindings(BINDING_MODULES, "hip-python is not installed (pip install "
+                                            "hip-python matching your ROCm version)")
 
 
 def load_driver() -> "HipDriver":
