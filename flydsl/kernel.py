@@ -153,7 +153,8 @@ class KernelFunction:
         from .runtime.fastpath import build_fast_launch
         nargs = len(args)
         arg_keys = key[len(key) - nargs:]
-        runtime = [("arg", i, arg_keys[i], p.kind) if i < nargs else ("default", p.default)
+        runtime = [("arg", i, arg_keys[i], p.kind, args[i]) if i < nargs
+                   else ("default", p.default)
                    for i, p in enumerate(self.params) if p.kind != "constexpr"]
         constexprs = [(i, args[i]) for i in self._constexpr_pos if i < nargs]
         fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name)

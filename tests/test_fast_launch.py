@@ -1,7 +1,9 @@
 """The generated warm launch (flydsl.runtime.fastpath): its guards must send every
 call that does not fit the prepared specialization elsewhere, and pack the ones
 that do exactly as the generic path would."""
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -195,3 +197,14 @@ def test_inferred_int_type_follows_the_value_not_the_last_launch():
     assert out[0] == 2 ** 62
     square[1, 1](out, n)
     assert out[0] == small
+
+
+def test_warm_launches_do_not_keep_the_first_arguments_alive():
+    scale.cache_clear()
+    x, y = np.ones(1 << 16, np.float32), np.zeros(1 << 16, np.float32)
+    scale[1, 8](x, y, 2, 0)
+    scale[1, 8](x, y, 2, 0)
+    refs = [weakref.ref(x), weakref.ref(y)]
+    del x, y
+    gc.collect()
+    assert all(r() is None for r in refs)

@@ -121,7 +121,7 @@ class CpuLauncher:
                 submit_unchecked(slots, grid, block, smem, stream)
                 check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
         make_slots = self._slots
-        return BoundLaunch(self.layout, self.offsets, samples, packers, self._local,
+        return BoundLaunch(self.layout, self.offsets, packers, self._local,
                            lambda: make_slots(1)[0], submit)
 
     def _run_parallel(self, first: _Slots, nblocks: int) -> None:

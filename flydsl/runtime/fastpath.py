@@ -149,10 +149,10 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     specialization: True when it launched, False when ``args`` do not fit it.
 
     ``runtime`` has one entry per runtime parameter of ``bound``, in its order:
-    ``("arg", position, fast_key, param_kind)`` for a passed argument (its
-    :func:`~flydsl.runtime.dispatch.arg_key` when bound and the kernel parameter's
-    declared kind: ``tensor``, ``scalar`` or ``infer``) or ``("default", value)``
-    for an omitted one.
+    ``("arg", position, fast_key, param_kind, sample)`` for a passed argument (its
+    :func:`~flydsl.runtime.dispatch.arg_key` when bound, the kernel parameter's
+    declared kind: ``tensor``, ``scalar`` or ``infer``, and the argument itself, read
+    while generating and not kept) or ``("default", value)`` for an omitted one.
     ``constexprs`` lists ``(position, value)`` of the constexpr arguments.
     """
     w = _Writer()
@@ -175,13 +175,13 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     w.emit("except AttributeError:")
     w.emit("buf = _new_buffer()", 2)
     w.emit("v = buf.values")
-    for i, (entry, (kind, info), off, pack, sample) in enumerate(
-            zip(runtime, bound.layout, bound.offsets, bound.packers, bound.samples)):
+    for i, (entry, (kind, info), off, pack) in enumerate(
+            zip(runtime, bound.layout, bound.offsets, bound.packers)):
         p = w.const("pack", pack)
         if entry[0] == "default":
             w.emit(f"{p}(v, {w.const('default', entry[1])})")
             continue
-        _, pos, key, param_kind = entry
+        _, pos, key, param_kind, sample = entry
         a = f"a{i}"
         w.emit(f"{a} = args[{pos}]")
         done = _tensor_code(w, a, off, info, sample, key) if kind == "tensor" else ""

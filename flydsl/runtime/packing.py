@@ -213,12 +213,12 @@ class BoundLaunch:
     (:mod:`flydsl.runtime.fastpath`) does the same steps inline.
     """
 
-    __slots__ = ("layout", "offsets", "samples", "packers", "local", "new_buffer", "submit")
+    __slots__ = ("layout", "offsets", "packers", "local", "new_buffer", "submit")
 
-    def __init__(self, layout: Sequence, offsets: Sequence, samples: Sequence,
-                 packers: Sequence[Packer], local, new_buffer: Callable[[], SlotTable],
-                 submit: Callable):
-        self.layout, self.offsets, self.samples = tuple(layout), tuple(offsets), tuple(samples)
+    def __init__(self, layout: Sequence, offsets: Sequence, packers: Sequence[Packer], local,
+                 new_buffer: Callable[[], SlotTable], submit: Callable):
+        # No sample arguments are kept: a bound launch must not hold users' tensors alive.
+        self.layout, self.offsets = tuple(layout), tuple(offsets)
         self.packers = tuple(packers)
         self.local, self.new_buffer, self.submit = local, new_buffer, submit
 
