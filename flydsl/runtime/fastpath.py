@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .args import is_torch_tensor
-from .devices import cai_device, cai_itemsize, contiguous_strides
+from ..errors import FlydslRuntimeError
+from .devices import cai_device, cai_itemsize, contiguous_strides, load_driver
 from .dispatch import arg_key, constexpr_key, env_token
 from .packing import BoundLaunch, numpy_data
 
@@ -120,7 +121,7 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
     w.emit(f"p = {cai}['data'][0] or 0")
     if isinstance(getattr(getattr(sample, "device", None), "id", None), int):   # CuPy
         w.emit(f"if {a}.device.id != {device}: return False")
-    else:
+    elif _several_cuda_devices():   # else cai_device() answers 0 for every pointer
         w.emit(f"if cai_device({a}, p) != {device}: return False")
     w.emit(f"v[{off}] = p; v[{off + 1}] = p")
     if rank == 1:
@@ -130,6 +131,13 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
         w.emit(f"v[{off + 3 + rank}:{off + 3 + 2 * rank}] = _contiguous_strides({sh}) "
                f"if {st} is None else [s // {item} for s in {st}]")
     return "packed"
+
+
+def _several_cuda_devices() -> bool:
+    try:
+        return load_driver("cuda").device_count() > 1
+    except FlydslRuntimeError:
+        return False
 
 
 def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool) -> None:
