@@ -55,6 +55,10 @@ class KernelFunction:
             kind = annotation_kind(ann) if ann is not inspect.Parameter.empty else "infer"
             params.append(_Param(p.name, kind, ann, p.default))
         self.params = tuple(params)
+        # Keyword arguments can be turned into positions (for the warm path) unless a
+        # parameter is keyword-only or positional-only.
+        self._kwargs_as_positions = all(p.kind == p.POSITIONAL_OR_KEYWORD
+                                        for p in sig.parameters.values())
         self._constexpr_pos = tuple(i for i, p in enumerate(params) if p.kind == "constexpr")
         self._compiled: dict = {}     # full specialization key -> CompiledKernel
         self._dispatch: dict = {}     # fast key -> generated warm launch (runtime.fastpath)
@@ -106,6 +110,10 @@ class KernelFunction:
                             dim3(block, "block", self.name), smem, stream)
 
     def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream):
+        if kwargs:
+            positional = self._positional(args, kwargs)
+            if positional is not None:
+                args, kwargs = positional, {}
         if not kwargs and _override.backend is None:
             # The last specialization's guards first: most launches repeat it.
             last = self._last
@@ -125,6 +133,26 @@ class KernelFunction:
         else:
             key = None
         return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key)
+
+    def _positional(self, args: tuple, kwargs: dict) -> Optional[tuple]:
+        """``args`` extended by ``kwargs`` in parameter order (defaults filling the gaps
+        before the last one given): the same binding as ``signature.bind``. None when
+        that is not possible (unknown or repeated names, a required one missing,
+        keyword-only parameters): the slow path then binds and reports."""
+        if not self._kwargs_as_positions:
+            return None
+        out, left = list(args), len(kwargs)
+        for p in self.params[len(args):]:
+            if not left:
+                break
+            if p.name in kwargs:
+                out.append(kwargs[p.name])
+                left -= 1
+            elif p.default is not inspect.Parameter.empty:
+                out.append(p.default)
+            else:
+                return None
+        return None if left else tuple(out)
 
     def _constexpr_values(self, args: tuple) -> tuple:
         """Constexpr arguments by type and repr: they are part of the specialization."""

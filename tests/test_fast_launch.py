@@ -208,3 +208,22 @@ def test_warm_launches_do_not_keep_the_first_arguments_alive():
     del x, y
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_keyword_arguments_take_the_warm_path(monkeypatch):
+    with_default.cache_clear()
+    slow: list = []
+    real = with_default._launch_slow
+    monkeypatch.setattr(with_default, "_launch_slow", lambda *a: slow.append(a) or real(*a))
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    for _ in range(3):
+        with_default[1, 4](x, y=y, bias=2.0)
+        np.testing.assert_array_equal(y, [3.0] * 4)
+        with_default(x=x, y=y).launch(grid=1, block=4)
+        np.testing.assert_array_equal(y, [1.5] * 4)
+    # one specialization, one slow call per call shape (3 or 2 arguments); the rest warm
+    assert len(slow) == 2 and len(with_default._compiled) == 1
+    with pytest.raises(TypeError, match="bias2"):
+        with_default[1, 4](x, y, bias2=1.0)
+    with pytest.raises(TypeError, match="multiple values"):
+        with_default[1, 4](x, y, x=x)
