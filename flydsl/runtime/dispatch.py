@@ -1,10 +1,12 @@
-"""The warm-launch fast path: cheap keys for arguments, env and launch dims.
+"""Keys for the warm launch path: arguments, env and launch dims.
 
 A warm launch must not bind signatures, build strings or classify tensors.
-It hashes a tuple made of: the codegen-relevant environment, each
-argument's *type signature* (type, dtype, rank, innermost contiguity, device;
-for ints whether they fit in 32 bits) and the values of the constexpr
-arguments. That tuple picks a launch function prepared on the first call.
+A kernel first tries the generated launch of its last specialization
+(:mod:`flydsl.runtime.fastpath`, whose guards mirror these keys); otherwise it
+hashes a tuple made of: the codegen-relevant environment, each argument's *type
+signature* (type, dtype, rank, innermost contiguity, device; for ints their bit
+length and sign) and the values of the constexpr arguments. That tuple picks the
+generated launch of another specialization seen before.
 """
 from __future__ import annotations
 
