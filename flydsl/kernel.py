@@ -114,16 +114,24 @@ class KernelFunction:
             positional = self._positional(args, kwargs)
             if positional is not None:
                 args, kwargs = positional, {}
-        if not kwargs and _override.backend is None:
+        if not kwargs:
             # The last specialization's guards first: most launches repeat it.
             last = self._last
             if last is not None and last(args, grid3, block3, smem, stream):
                 return None
+            forced = _override.backend   # set by a CompiledProgram call or flydsl.compile()
+            if forced is None:
+                mode = None
+            elif _override.sink is None:
+                mode = (forced, _override.options)
+            else:   # flydsl.compile(): record the kernel, never launch it
+                return self._launch_slow(args, kwargs, grid3, block3, smem, stream, None)
             try:
                 if self._constexpr_pos:
-                    key = (env_token(), self._constexpr_values(args), *map(arg_key, args))
+                    key = (env_token(), mode, self._constexpr_values(args),
+                           *map(arg_key, args))
                 else:
-                    key = (env_token(), *map(arg_key, args))
+                    key = (env_token(), mode, *map(arg_key, args))
                 hit = self._dispatch.get(key)
             except TypeError:   # an unhashable argument: take the slow path
                 hit = key = None
@@ -185,7 +193,8 @@ class KernelFunction:
                    else ("default", p.default)
                    for i, p in enumerate(self.params) if p.kind != "constexpr"]
         constexprs = [(i, args[i]) for i in self._constexpr_pos if i < nargs]
-        fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name)
+        fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name,
+                                 override=_override, forced=key[1])
         with self._lock:
             if len(self._dispatch) > 1024:
                 self._dispatch.clear()

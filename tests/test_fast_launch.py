@@ -227,3 +227,29 @@ def test_keyword_arguments_take_the_warm_path(monkeypatch):
         with_default[1, 4](x, y, bias2=1.0)
     with pytest.raises(TypeError, match="multiple values"):
         with_default[1, 4](x, y, x=x)
+
+
+def test_compiled_program_calls_are_warm_and_compile_never_launches(monkeypatch):
+    scale.cache_clear()
+    x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    prog = flydsl.compile(scale, x, y, 2, 1, backend="cpu")
+    slow: list = []
+    real = scale._launch_slow
+    monkeypatch.setattr(scale, "_launch_slow", lambda *a: slow.append(a) or real(*a))
+    for s in (2, 3, 4):
+        prog(x, y, s, 1, grid=1, block=8)
+        np.testing.assert_array_equal(y, expected(x, s, 1))
+    assert len(slow) == 1
+    assert "_override.backend is not" in scale.warm_launch_source()
+    # flydsl.compile() with the same (cached) backend object records, never launches.
+    y[:] = -1
+    again = flydsl.compile(scale, x, y, 5, 1, backend="cpu")
+    assert again.kernels and (y == -1).all()
+    # A plain launch is not taken by the program's warm launch (and vice versa).
+    scale[1, 8](x, y, 6, 1)
+    np.testing.assert_array_equal(y, expected(x, 6, 1))
+    y[:] = -1
+    flydsl.compile(scale, x, y, 6, 1, backend="cpu")   # right after a plain warm launch
+    assert (y == -1).all()
+    prog(x, y, 7, 1, grid=1, block=8)
+    np.testing.assert_array_equal(y, expected(x, 7, 1))

@@ -20,7 +20,7 @@ The generated source is kept on the function (``__flydsl_source__``) for debuggi
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -152,7 +152,8 @@ def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool) -> None:
 
 def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
                       constexprs: Sequence[tuple[int, object]],
-                      runtime: Sequence[tuple], name: str = "kernel") -> Callable:
+                      runtime: Sequence[tuple], name: str = "kernel", *,
+                      override=None, forced: Optional[tuple] = None) -> Callable:
     """The warm launch ``fast(args, grid, block, smem, stream) -> bool`` of one
     specialization: True when it launched, False when ``args`` do not fit it.
 
@@ -162,6 +163,10 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     declared kind: ``tensor``, ``scalar`` or ``infer``, and the argument itself, read
     while generating and not kept) or ``("default", value)`` for an omitted one.
     ``constexprs`` lists ``(position, value)`` of the constexpr arguments.
+    ``override`` is the kernel module's per-thread override (``backend``, ``options``,
+    ``sink``); ``forced`` the ``(backend, options)`` it held when this launch was
+    bound (a CompiledProgram call), or None: the launch only runs in that state, and
+    never while flydsl.compile() records.
     """
     w = _Writer()
     w.names.update(_ndarray=np.ndarray, _numpy_data=numpy_data, _env_token=env_token,
@@ -171,6 +176,16 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     w.lines.append("def fast(args, grid, block, smem, stream):")
     w.emit(f"if len(args) != {nargs}: return False")
     w.emit(f"if _env_token() != {w.const('env', env)}: return False")
+    if override is not None:
+        w.names["_override"] = override
+        if forced is None:
+            w.emit("if _override.backend is not None: return False")
+        else:
+            be, opts = w.const("backend", forced[0]), w.const("options", forced[1])
+            w.emit(f"if _override.backend is not {be} or _override.sink is not None: "
+                   "return False")
+            w.emit("o = _override.options")
+            w.emit(f"if o is not {opts} and o != {opts}: return False")
     for pos, value in constexprs:
         if type(value) in _PLAIN_CONSTEXPR:
             w.emit(f"if type(args[{pos}]) is not {w.const('ct', type(value))} or "
