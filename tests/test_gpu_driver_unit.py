@@ -1232,6 +1232,12 @@ d1 = [Dev(50, device=1) for _ in range(3)]
 launcher.bind(d1 + [50], lambda smem: None)(d1 + [50], (1, 1, 1), (64, 1, 1), 0, None)
 out["second_device"] = g(ctypes.c_int, "stub_launch_device").value
 out["current_after"] = devices.load_driver("rocm").current_device()
+before = g(ctypes.c_int, "stub_launches").value
+for _ in range(3):   # through the kernel: arch detected from the device, then warm launches
+    vadd_kernel[1, 64](*d1, 50)
+out["kernel_launches"] = g(ctypes.c_int, "stub_launches").value - before
+out["kernel_device"] = g(ctypes.c_int, "stub_launch_device").value
+out["warm_source"] = vadd_kernel.warm_launch_source() or ""
 devices.synchronize()
 devices.synchronize(stream=5)
 g(ctypes.c_int, "stub_fail_launch").value = 719
@@ -1256,4 +1262,6 @@ def test_real_hip_python_over_a_stub_driver(tmp_path):
     assert out["dims"] == [2, 1, 1, 64, 1, 1, 1024]
     assert out["stream"] == 0x1234 and out["extra"] == 0 and out["attr"] == out["want_attr"]
     assert out["second_device"] == 1 and out["current_after"] == 0
+    assert out["kernel_launches"] == 3 and out["kernel_device"] == 1
+    assert "cai" in out["warm_source"]   # the generated launch ran over the real binding
     assert "hipErrorLaunchFailure (unspecified launch failure)" in out["error"]
