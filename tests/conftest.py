@@ -27,6 +27,19 @@ def _cpu_backend_by_default(monkeypatch, session_cache_dir):
         monkeypatch.delenv(name, raising=False)
 
 
+def count_slow_launches(monkeypatch, kernel) -> list:
+    """A list that gets one entry per launch of ``kernel`` taking the slow path (bind,
+    specialize, bind the launcher) instead of a warm one."""
+    calls: list = []
+    slow = kernel._launch_slow
+
+    def counting(*args):
+        calls.append(args)
+        return slow(*args)
+    monkeypatch.setattr(kernel, "_launch_slow", counting)
+    return calls
+
+
 def gpu_available(backend: str) -> bool:
     from flydsl.compiler.backends import lookup_backend_class
     return lookup_backend_class(backend).device_present()

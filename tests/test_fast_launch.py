@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import flydsl
 import flydsl.expr as fx
+from conftest import count_slow_launches
 
 
 @flydsl.kernel
@@ -212,9 +213,7 @@ def test_warm_launches_do_not_keep_the_first_arguments_alive():
 
 def test_keyword_arguments_take_the_warm_path(monkeypatch):
     with_default.cache_clear()
-    slow: list = []
-    real = with_default._launch_slow
-    monkeypatch.setattr(with_default, "_launch_slow", lambda *a: slow.append(a) or real(*a))
+    slow = count_slow_launches(monkeypatch, with_default)
     x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
     for _ in range(3):
         with_default[1, 4](x, y=y, bias=2.0)
@@ -233,9 +232,7 @@ def test_compiled_program_calls_are_warm_and_compile_never_launches(monkeypatch)
     scale.cache_clear()
     x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
     prog = flydsl.compile(scale, x, y, 2, 1, backend="cpu")
-    slow: list = []
-    real = scale._launch_slow
-    monkeypatch.setattr(scale, "_launch_slow", lambda *a: slow.append(a) or real(*a))
+    slow = count_slow_launches(monkeypatch, scale)
     for s in (2, 3, 4):
         prog(x, y, s, 1, grid=1, block=8)
         np.testing.assert_array_equal(y, expected(x, s, 1))

@@ -25,6 +25,7 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
+from conftest import count_slow_launches
 from flydsl.compiler.backends import GPUTarget
 from flydsl.compiler.frontend.params import ParamSpec
 from flydsl.compiler.kernel_compiler import CompiledKernel
@@ -968,17 +969,6 @@ class PlainCai:
         self.__cuda_array_interface__ = {"version": 2, "shape": host.shape,
                                          "typestr": host.dtype.str, "strides": host.strides,
                                          "data": (host.ctypes.data, False)}
-
-
-def count_slow_launches(monkeypatch, kernel) -> list:
-    calls: list = []
-    slow = kernel._launch_slow
-
-    def counting(*args):
-        calls.append(args)
-        return slow(*args)
-    monkeypatch.setattr(kernel, "_launch_slow", counting)
-    return calls
 
 
 def test_warm_cai_launches_take_the_fast_path_with_new_arrays(fake_cuda, monkeypatch):

@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from .packing import BoundLaunch, SlotTable, param_layout, scalar_packer, tensor_packer
+from .packing import BoundLaunch, SlotTable, make_packers, param_layout
 from .shared_object import load_shared_object
 
 PACKED_PREFIX = "_flydsl_packed_"
@@ -92,8 +92,7 @@ class CpuLauncher:
         Slot buffers are per host thread: a launch releases the GIL while the
         kernel runs, so two Python threads may launch the same kernel at once.
         """
-        packers = [tensor_packer(off, info, a) if kind == "tensor" else scalar_packer(off, info)
-                   for (kind, info), off, a in zip(self.layout, self.offsets, samples)]
+        packers = make_packers(self.layout, self.offsets, samples)
         d = self.dims_at
         fn = self.fn
         parallel = self._run_parallel
@@ -111,18 +110,18 @@ class CpuLauncher:
                 fn(slots.table_ptr)
             else:
                 parallel(slots, slots.nblocks)
-        if self.debug_sites:
-            from .debug_checks import check_oob
-            lib, sites, kernel, names = (self.lib, self.debug_sites, self.kernel_name,
-                                         self.arg_names)
-            submit_unchecked = submit
-
-            def submit(slots, grid, block, smem, stream) -> None:  # noqa: F811
-                submit_unchecked(slots, grid, block, smem, stream)
-                check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
         make_slots = self._slots
+        if not self.debug_sites:
+            return BoundLaunch(self.layout, self.offsets, packers, self._local,
+                               lambda: make_slots(1)[0], submit)
+        from .debug_checks import check_oob
+        lib, sites, kernel, names = self.lib, self.debug_sites, self.kernel_name, self.arg_names
+
+        def submit_checked(slots, grid, block, smem, stream) -> None:
+            submit(slots, grid, block, smem, stream)
+            check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
         return BoundLaunch(self.layout, self.offsets, packers, self._local,
-                           lambda: make_slots(1)[0], submit)
+                           lambda: make_slots(1)[0], submit_checked)
 
     def _run_parallel(self, first: _Slots, nblocks: int) -> None:
         """Run the grid on ``cpu_workers()`` host threads (the caller is one of them).

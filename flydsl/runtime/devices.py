@@ -137,11 +137,17 @@ def _from_cuda_array_interface(x, cai: dict) -> HostTensor:
     return HostTensor(ptr, shape, strides, d, f"cuda:{cai_device(x, ptr)}", x)
 
 
+def device_id_attribute(x) -> Optional[int]:
+    """The device index an array object carries itself (CuPy's ``.device.id``), or None."""
+    index = getattr(getattr(x, "device", None), "id", None)
+    return index if isinstance(index, int) else None
+
+
 def cai_device(x, ptr: int) -> int:
     """The device index of a CAI array: CuPy's ``.device.id``, else the driver's answer
     for its pointer (asked only with several devices), else 0."""
-    index = getattr(getattr(x, "device", None), "id", None)   # CuPy
-    if isinstance(index, int):
+    index = device_id_attribute(x)
+    if index is not None:
         return index
     if ptr:
         try:
@@ -176,10 +182,8 @@ def cai_key(x, cai: dict) -> tuple:
     nd = len(shape)
     inner = (strides is None or nd == 0 or shape[-1] == 1
              or strides[-1] == cai_itemsize(typestr))
-    device = getattr(getattr(x, "device", None), "id", None)   # CuPy: no driver query
-    if not isinstance(device, int):
-        device = cai_device(x, cai["data"][0])
-    return (type(x), typestr, nd, inner, cai.get("mask") is not None, device)
+    return (type(x), typestr, nd, inner, cai.get("mask") is not None,
+            cai_device(x, cai["data"][0]))
 
 
 class _DLDevice(ctypes.Structure):

@@ -24,9 +24,10 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .args import is_torch_tensor
 from ..errors import FlydslRuntimeError
-from .devices import cai_device, cai_itemsize, contiguous_strides, load_driver
+from .args import is_torch_tensor
+from .devices import (cai_device, cai_itemsize, contiguous_strides, device_id_attribute,
+                      load_driver)
 from .dispatch import arg_key, constexpr_key, env_token
 from .packing import BoundLaunch, numpy_data
 
@@ -119,7 +120,7 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
         _emit_layout_guard(w, f"({st} is None or {sh}[-1] == 1 or {st}[-1] == {item})", inner)
     w.emit(f"if ({cai}.get('mask') is not None) is not {masked}: return False")
     w.emit(f"p = {cai}['data'][0] or 0")
-    if isinstance(getattr(getattr(sample, "device", None), "id", None), int):   # CuPy
+    if device_id_attribute(sample) is not None:   # CuPy: the array says where it lives
         w.emit(f"if {a}.device.id != {device}: return False")
     elif _several_cuda_devices():   # else cai_device() answers 0 for every pointer
         w.emit(f"if cai_device({a}, p) != {device}: return False")
@@ -200,9 +201,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     w.emit("v = buf.values")
     for i, (entry, (kind, info), off, pack) in enumerate(
             zip(runtime, bound.layout, bound.offsets, bound.packers)):
-        p = w.const("pack", pack)
         if entry[0] == "default":
-            w.emit(f"{p}(v, {w.const('default', entry[1])})")
+            w.emit(f"{w.const('pack', pack)}(v, {w.const('default', entry[1])})")
             continue
         _, pos, key, param_kind, sample = entry
         a = f"a{i}"
@@ -219,7 +219,7 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
             w.emit(f"if type({a}) is not {sample.__class__.__name__}: return False")
         else:
             w.emit(f"if not _same(_arg_key({a}), {w.const('key', key)}): return False")
-        w.emit(f"{p}(v, {a})")
+        w.emit(f"{w.const('pack', pack)}(v, {a})")
     w.emit("_submit(buf, grid, block, smem, stream)")
     w.emit("return True")
     source = "\n".join(w.lines) + "\n"

@@ -24,7 +24,7 @@ from typing import Callable, ClassVar, Iterator, Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
 from .args import is_torch_tensor
-from .packing import BoundLaunch, SlotTable, param_layout, scalar_packer, tensor_packer
+from .packing import BoundLaunch, SlotTable, make_packers, param_layout
 
 if sys.byteorder != "little":  # pragma: no cover - no big-endian GPU hosts
     raise ImportError("flydsl's GPU launchers assume a little-endian host")
@@ -406,9 +406,7 @@ class GpuLauncher:
         if index is None:   # no tensor arguments: the thread's current device
             index = self.driver.current_device()
         dev = self.device(index)
-        packers = [tensor_packer(off, info, a) if kind == "tensor"
-                   else scalar_packer(off, info)
-                   for (kind, info), off, a in zip(self.layout, self.offsets, samples)]
+        packers = make_packers(self.layout, self.offsets, samples)
         default_stream = default_stream_getter(samples, index)
         launch = self.driver.launch
         retry_on = self.driver.context_errors

@@ -16,7 +16,6 @@ import numpy as np
 from ..expr.dtypes import DType
 from ..errors import LaunchError
 from .args import as_host_tensor, is_torch_tensor
-from .devices import cai_itemsize, contiguous_strides
 
 Packer = Callable[[object, object], None]   # (slots, arg) -> None
 
@@ -128,17 +127,6 @@ def tensor_packer(offset: int, rank: int, sample) -> Packer:
                 slots[strides] = [s // item for s in a.strides]
         return pack_numpy
     if is_torch_tensor(sample):
-        if rank == 1:
-            size_at, stride_at = offset + 3, offset + 4
-
-            def pack_torch_1d(slots, t) -> None:
-                ptr = t.data_ptr()
-                slots[offset] = ptr
-                slots[offset + 1] = ptr
-                slots[size_at] = t.shape[0]
-                slots[stride_at] = t.stride()[0]
-            return pack_torch_1d
-
         def pack_torch(slots, t) -> None:
             ptr = t.data_ptr()
             slots[offset] = ptr
@@ -147,36 +135,6 @@ def tensor_packer(offset: int, rank: int, sample) -> Packer:
                 slots[sizes] = t.shape
                 slots[strides] = t.stride()
         return pack_torch
-
-    if getattr(sample, "__cuda_array_interface__", None) is not None:
-        # dtype and rank are fixed by the warm key (dispatch.arg_key): read the
-        # interface's numbers directly.
-        item = cai_itemsize(sample.__cuda_array_interface__["typestr"])
-        if rank == 1:
-            size_at, stride_at = offset + 3, offset + 4
-
-            def pack_cai_1d(slots, a) -> None:
-                cai = a.__cuda_array_interface__
-                ptr = cai["data"][0] or 0
-                slots[offset] = ptr
-                slots[offset + 1] = ptr
-                slots[size_at] = cai["shape"][0]
-                st = cai.get("strides")
-                slots[stride_at] = 1 if st is None else st[0] // item
-            return pack_cai_1d
-
-        def pack_cai(slots, a) -> None:
-            cai = a.__cuda_array_interface__
-            ptr = cai["data"][0] or 0
-            slots[offset] = ptr
-            slots[offset + 1] = ptr
-            if rank:
-                shape = cai["shape"]
-                slots[sizes] = shape
-                st = cai.get("strides")
-                slots[strides] = contiguous_strides(shape) if st is None else \
-                    [s // item for s in st]
-        return pack_cai
 
     def pack_generic(slots, a) -> None:
         t = as_host_tensor(a)   # DLPack, __cuda_array_interface__, ...
@@ -188,6 +146,13 @@ def tensor_packer(offset: int, rank: int, sample) -> Packer:
             slots[sizes] = t.shape
             slots[strides] = t.strides
     return pack_generic
+
+
+def make_packers(layout: Sequence, offsets: Sequence, samples: Sequence) -> list[Packer]:
+    """One packer per runtime parameter (``param_layout``'s layout and offsets), chosen
+    by the type of its sample argument."""
+    return [tensor_packer(off, info, a) if kind == "tensor" else scalar_packer(off, info)
+            for (kind, info), off, a in zip(layout, offsets, samples)]
 
 
 def scalar_packer(offset: int, dtype: DType) -> Packer:
