@@ -1,5 +1,6 @@
 """The compile cache: what the key covers, disk hits across processes, crash and
-corruption safety, degraded modes, eviction, and the CLI."""
+corruption safety, degraded modes, eviction, and the CLI. (What the trace reads,
+edited between processes, is in test_cache_key.py.)"""
 import importlib.util
 import json
 import os
@@ -50,34 +51,47 @@ def load_kernel(tmp_path, name="kmod", scale=2.0, helper_factor=3, extra=""):
 
 
 F32_VECTOR = ParamSpec("x", "tensor", dtype=fx.Float32, rank=1, inner_contiguous=True)
+VEC = np.zeros(4, np.float32)
 
 
-def key_of(kern, *, arch=None, backend="cpu", options=None, specs=(F32_VECTOR,)):
+def base_of(kern, *, arch=None, backend="cpu", options=None, specs=(F32_VECTOR,)):
     be = get_backend(backend, arch=arch)
-    return fingerprint.cache_key(kern.fn, specs, be, options or CompileOptions())
+    return fingerprint.base_key(kern.fn, specs, be, options or CompileOptions())
 
 
-def test_each_input_of_the_key_changes_it_and_nothing_else_does(tmp_path, monkeypatch):
-    base = key_of(load_kernel(tmp_path, "a"))
-    assert key_of(load_kernel(tmp_path, "b")) == base                     # nothing changed
-    assert key_of(load_kernel(tmp_path, "c", extra=" + 0.0")) != base      # kernel source
-    assert key_of(load_kernel(tmp_path, "d", helper_factor=4)) != base     # helper source
-    assert key_of(load_kernel(tmp_path, "e", scale=2.5)) != base           # global constant
+def key_of(kern, *args):
+    """The full cache key the kernel is stored under (compiled, not launched)."""
+    [compiled] = flydsl.compile(kern, *(args or (VEC, VEC, 4))).kernels
+    assert compiled.cache_key
+    return compiled.cache_key
+
+
+def test_each_input_of_the_base_key_changes_it_and_nothing_else_does(tmp_path, monkeypatch):
+    base = base_of(load_kernel(tmp_path, "a"))
+    assert base_of(load_kernel(tmp_path, "a")) == base                    # nothing changed
+    assert base_of(load_kernel(tmp_path, "a", extra=" + 0.0")) != base     # kernel source
     k = load_kernel(tmp_path, "f")
-    assert key_of(k, specs=(ParamSpec("x", "tensor", dtype=fx.Float32, rank=2),)) != base
-    assert key_of(k, backend="cuda", arch="sm_80") != key_of(k, backend="cuda", arch="sm_90")
-    assert key_of(k, options=CompileOptions(opt_level=1)) != base          # codegen option
+    assert base_of(k, specs=(ParamSpec("x", "tensor", dtype=fx.Float32, rank=2),)) != base
+    assert base_of(k, backend="cuda", arch="sm_80") != base_of(k, backend="cuda", arch="sm_90")
+    assert base_of(k, options=CompileOptions(opt_level=1)) != base         # codegen option
     monkeypatch.setenv("FLYDSL_OPT_LEVEL", "2")
-    assert key_of(k, options=CompileOptions.from_env()) != base           # ... from the env
+    assert base_of(k, options=CompileOptions.from_env()) != base          # ... from the env
     monkeypatch.setattr(fingerprint, "flydsl_sources_hash", lambda: "patched")
-    assert key_of(k) != base                                               # compiler sources
+    assert base_of(k) != base                                              # compiler sources
+
+
+def test_what_the_trace_reads_is_in_the_full_key(tmp_path):
+    base = key_of(load_kernel(tmp_path, "t"))
+    assert key_of(load_kernel(tmp_path, "t")) == base                      # nothing changed
+    assert key_of(load_kernel(tmp_path, "t", helper_factor=4)) != base     # helper source
+    assert key_of(load_kernel(tmp_path, "t", scale=2.5)) != base           # global constant
 
 
 def test_flydsl_version_is_in_the_key(tmp_path, monkeypatch):
     k = load_kernel(tmp_path, "v")
-    before = key_of(k)
+    before = base_of(k)
     monkeypatch.setattr(flydsl, "__version__", "999.0")
-    assert key_of(k) != before
+    assert base_of(k) != before
 
 
 def test_closure_constants_are_in_the_key(tmp_path):
@@ -87,8 +101,8 @@ def test_closure_constants_are_in_the_key(tmp_path):
             x[0] = x[0] * factor
         return closure_kernel
 
-    assert key_of(make(2.0)) != key_of(make(3.0))
-    assert key_of(make(2.0)) == key_of(make(2.0))
+    assert key_of(make(2.0), VEC) != key_of(make(3.0), VEC)
+    assert key_of(make(2.0), VEC) == key_of(make(2.0), VEC)
 
 
 def write_module(tmp_path, name, text):
@@ -120,13 +134,14 @@ def test_module_attributes_defaults_and_classes_are_in_the_key(tmp_path, monkeyp
         spec = importlib.util.spec_from_file_location("fp_kern", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return key_of(module.k)
+        return key_of(module.k, VEC)
 
     base = key()
     assert key() == base
     assert key(scale=3.0) != base                            # class attribute
     assert key(default=3.0) != base                          # helper default argument
-    write_module(tmp_path, "fp_cfg", "VAL = 3.0\n")         # a user module's attribute
+    import fp_cfg
+    monkeypatch.setattr(fp_cfg, "VAL", 3.0)                  # a user module's attribute
     assert key() != base
 
 
@@ -143,11 +158,11 @@ def test_function_constexprs_have_a_stable_key():
 
 def test_the_key_hashes_the_source_that_was_traced(tmp_path):
     k = load_kernel(tmp_path, "traced")
-    before = key_of(k)
+    before = base_of(k)
     flydsl.compile(k, np.zeros(4, np.float32), np.zeros(4, np.float32), 4)  # parses the source
     (tmp_path / "traced.py").write_text("# edited after tracing\n" + (tmp_path / "traced.py")
                                         .read_text().replace("SCALE{extra}", "SCALE"))
-    assert key_of(k) == before      # what this process compiles is what it stores
+    assert base_of(k) == before      # what this process compiles is what it stores
 
 
 WORKER = textwrap.dedent('''
@@ -214,7 +229,7 @@ def test_unusable_cache_dir_degrades_to_memory_with_one_warning(tmp_path):
     code = WORKER.replace("vector_add.vadd(a, b, c, n)",
                           "vector_add.vadd(a, b, c, n); vector_add.vadd(a, b, c, n)")
     result, stderr = run_worker(code, blocker / "cache")
-    assert stderr.count("in-memory caching only") == 1
+    assert stderr.count("compiled kernels stay in memory") == 1
     assert result["stats"]["compiles"] == 1
 
 

@@ -1,16 +1,21 @@
-"""The on-disk compile cache: content-addressed, process-safe, crash-safe.
+"""The on-disk compile cache: content-addressed, process-safe, crash-safe, private.
 
 Layout under ``FLYDSL_CACHE_DIR`` (default ``~/.cache/flydsl``)::
 
-    entries/<k[:2]>/<key>.fdc    one file per compiled specialization
-    locks/<key>.lock             per-key lock: N processes compile a key once
+    entries/<k[:2]>/<key>.fdc      one file per compiled specialization
+    manifests/<b[:2]>/<base>.fdm   per base key: what earlier traces read
+    locks/<base>.lock              while a process compiles: N processes compile once
 
-An entry is ``MAGIC | u64 meta length | meta JSON | blobs | sha256`` where the
-digest covers everything before it. Entries are written to a temp file in the
-same folder and renamed into place, so a reader sees a whole entry or none;
-a truncated or corrupt one is detected, removed and rebuilt with a warning.
-Any OS error (read-only or full disk) degrades to in-memory caching with one
-warning, never an exception in the user's program.
+A file is ``MAGIC | u64 meta length | meta JSON | blobs | sha256`` where the digest
+covers everything before it, and the meta holds the key the file was written
+under: a truncated, corrupt or misplaced file is detected, removed and rebuilt.
+Files are written to a temp file in the same folder and renamed into place, so a
+reader sees a whole file or none.
+
+Permissions: folders are created ``0700`` and files ``0600`` whatever the umask.
+A cache folder owned by another user, or writable by group or others, is not
+used (as ssh treats its keys): flydsl warns once and keeps compiled kernels in
+memory. Any OS error (read-only or full disk) only warns, never fails a launch.
 """
 from __future__ import annotations
 
@@ -18,9 +23,11 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import struct
 import tempfile
 import threading
+import time
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -28,17 +35,22 @@ from typing import Iterator, Optional
 
 from .options import env_flag
 
-MAGIC = b"FLYDSLC1"
+MAGIC = b"FLYDSLC2"
 SUFFIX = ".fdc"
+MANIFEST_SUFFIX = ".fdm"
+#: Subfolders flydsl owns (``cache clear`` empties them, ``cache info`` counts them).
+SUBDIRS = ("entries", "manifests", "locks", "generated", "runtime")
+#: Base keys keep the dependency sets of this many recent variants.
+MAX_VARIANTS = 16
 _HEADER = struct.Struct("<Q")
-_warned: set[str] = set()
+_warned: set = set()
 _warn_lock = threading.Lock()
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
+_checked: dict = {}          # directory -> None (usable) or the reason it is not
+_swept: set = set()          # directories whose stale temp files this process removed
 
 #: Counters for tests and ``flydsl cache info`` (per process).
-stats = {"disk_hits": 0, "disk_misses": 0, "compiles": 0, "corrupt": 0, "writes": 0}
+stats = {"disk_hits": 0, "disk_misses": 0, "compiles": 0, "corrupt": 0, "writes": 0,
+         "lock_timeouts": 0}
 
 
 class CacheCorrupt(Exception):
@@ -50,16 +62,17 @@ class CacheEntry:
     meta: dict
     blobs: dict  # name -> bytes
 
-    def encode(self) -> bytes:
+    def encode(self, key: str) -> bytes:
         names = sorted(self.blobs)
         packed = [zlib.compress(self.blobs[n], 1) for n in names]
-        meta = dict(self.meta, _blobs=[[n, len(p)] for n, p in zip(names, packed)])
+        meta = dict(self.meta, _key=key, _blobs=[[n, len(p)] for n, p in zip(names, packed)])
         meta_bytes = json.dumps(meta, sort_keys=True).encode()
         body = MAGIC + _HEADER.pack(len(meta_bytes)) + meta_bytes + b"".join(packed)
         return body + hashlib.sha256(body).digest()
 
     @classmethod
-    def decode(cls, data: bytes) -> "CacheEntry":
+    def decode(cls, data: bytes, key: Optional[str] = None) -> "CacheEntry":
+        """Parse and verify; ``key``: the key it must have been written under."""
         if len(data) < len(MAGIC) + _HEADER.size + 32 or not data.startswith(MAGIC):
             raise CacheCorrupt("bad header")
         body, digest = data[:-32], data[-32:]
@@ -68,6 +81,11 @@ class CacheEntry:
         (n,) = _HEADER.unpack_from(body, len(MAGIC))
         start = len(MAGIC) + _HEADER.size
         meta = json.loads(body[start:start + n])
+        if not isinstance(meta, dict):
+            raise CacheCorrupt("bad meta")
+        written_under = meta.pop("_key", None)
+        if key is not None and written_under != key:
+            raise CacheCorrupt("written under another key")
         pos = start + n
         blobs = {}
         for name, size in meta.pop("_blobs"):
@@ -92,13 +110,86 @@ def max_bytes() -> Optional[int]:
     return int(v) if v.isdigit() else None
 
 
-def _warn_once(directory: str, message: str) -> None:
+def lock_timeout() -> float:
+    """Seconds to wait for another process compiling the same kernel
+    (``FLYDSL_CACHE_LOCK_TIMEOUT``, default 60; a stopped holder is given up on sooner)."""
+    try:
+        return max(0.0, float(os.environ.get("FLYDSL_CACHE_LOCK_TIMEOUT", "60")))
+    except ValueError:
+        return 60.0
+
+
+def warn_once(tag: str, message: str) -> None:
+    """One RuntimeWarning per ``tag`` per process."""
     with _warn_lock:
-        if directory in _warned:
+        if tag in _warned:
             return
-        _warned.add(directory)
-    warnings.warn(f"flydsl cache at {directory}: {message}; "
-                  "continuing with in-memory caching only", RuntimeWarning, stacklevel=3)
+        _warned.add(tag)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# -- private folders ---------------------------------------------------------------
+
+def folder_problem(path: str) -> Optional[str]:
+    """Why the existing folder ``path`` must not be trusted (None: it may): it is owned
+    by another user, or group or others may write it."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot be read ({e})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def private_folder(path: str) -> Optional[str]:
+    """Create ``path`` (and missing parents) mode 0700 whatever the umask, then check
+    it like :func:`folder_problem`; returns the problem or None."""
+    missing = []
+    p = path
+    while p and not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)      # the umask can only take bits away from 0700
+        except FileExistsError:
+            pass
+        except OSError as e:
+            return f"cannot be created ({e})"
+    return folder_problem(path)
+
+
+def _trusted_file(fd: int) -> bool:
+    st = os.fstat(fd)
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def process_state(pid: int) -> str:
+    """The one-letter state of ``pid`` from /proc (``T`` stopped, ``t`` traced), or ""."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+        return text[text.rindex(")") + 2]
+    except (OSError, ValueError, IndexError):
+        return ""
 
 
 class DiskCache:
@@ -107,54 +198,76 @@ class DiskCache:
     def __init__(self, directory: Optional[str] = None):
         self.dir = directory or cache_dir()
 
+    # -- paths and trust ---------------------------------------------------------
     def _entry_path(self, key: str) -> str:
         return os.path.join(self.dir, "entries", key[:2], key + SUFFIX)
 
-    def _usable(self) -> bool:
-        return self.dir not in _warned
+    def _manifest_path(self, base: str) -> str:
+        return os.path.join(self.dir, "manifests", base[:2], base + MANIFEST_SUFFIX)
 
-    def get(self, key: str) -> Optional[CacheEntry]:
-        """The entry for ``key``, or None (missing, unreadable, or corrupt and removed)."""
-        if not self._usable():
+    def usable(self) -> bool:
+        """Whether this directory may be used (checked once per process)."""
+        if self.dir not in _checked:
+            problem = private_folder(self.dir)
+            _checked[self.dir] = problem
+            if problem is not None:
+                warn_once(f"dir:{self.dir}", f"flydsl cache at {self.dir} {problem}; not "
+                          "using it: compiled kernels stay in memory for this process (fix "
+                          "the folder's owner and mode, or point FLYDSL_CACHE_DIR elsewhere)")
+        return _checked[self.dir] is None
+
+    def subdir(self, *parts: str) -> Optional[str]:
+        """A private subfolder of the cache (created), or None when it cannot be used."""
+        if not self.usable():
             return None
-        path = self._entry_path(key)
+        path = os.path.join(self.dir, *parts)
+        problem = private_folder(path)
+        if problem is not None:
+            warn_once(f"dir:{path}", f"flydsl cache folder {path} {problem}; not using it")
+            return None
+        return path
+
+    # -- files -------------------------------------------------------------------
+    def _read(self, path: str, key: str) -> Optional[CacheEntry]:
         try:
             with open(path, "rb") as f:
+                if not _trusted_file(f.fileno()):
+                    warn_once(f"file:{path}", f"flydsl cache file {path} is not owned by this "
+                              "user or is writable by others; ignoring it")
+                    return None
                 data = f.read()
         except FileNotFoundError:
-            stats["disk_misses"] += 1
             return None
         except OSError as e:   # e.g. out of file descriptors: this read fails, later ones may not
-            warnings.warn(f"flydsl cache entry {path} cannot be read ({e}); compiling instead",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(f"flydsl cache file {path} cannot be read ({e}); compiling instead",
+                          RuntimeWarning, stacklevel=3)
             return None
         try:
-            entry = CacheEntry.decode(data)
-        except (CacheCorrupt, ValueError, zlib.error, KeyError, TypeError) as e:
-            stats["corrupt"] += 1
-            warnings.warn(f"flydsl cache entry {path} is corrupt ({e}); removing and "
-                          "recompiling", RuntimeWarning, stacklevel=2)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            return CacheEntry.decode(data, key)
+        except Exception as e:  # noqa: BLE001 - whatever is wrong with it, it goes
+            self.discard(path, f"is corrupt ({type(e).__name__}: {e})")
             return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # LRU: a hit makes the entry recent
-        stats["disk_hits"] += 1
-        return entry
 
-    def put(self, key: str, entry: CacheEntry) -> None:
-        """Write atomically (temp file + rename in the same folder); errors only warn."""
-        if not self._usable():
-            return
-        path = self._entry_path(key)
+    def discard(self, path: str, why: str) -> None:
+        """Remove a bad file (another process may already have): it gets rebuilt."""
+        stats["corrupt"] += 1
+        warnings.warn(f"flydsl cache file {path} {why}; removing it and recompiling",
+                      RuntimeWarning, stacklevel=3)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+    def _write(self, path: str, data: bytes) -> bool:
+        """Atomic write (temp file + rename in the same folder); errors only warn."""
+        folder = self.subdir(os.path.relpath(os.path.dirname(path), self.dir))
+        if folder is None:
+            return False
+        self._sweep_once()
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-",
-                                       suffix=SUFFIX)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{os.getpid()}-",
+                                       suffix=".part")      # mkstemp: mode 0600
             try:
                 with os.fdopen(fd, "wb") as f:
-                    os.fchmod(f.fileno(), 0o644 & ~_UMASK)   # mkstemp makes it 0600
-                    f.write(entry.encode())
+                    f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -162,50 +275,149 @@ class DiskCache:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-            stats["writes"] += 1
         except OSError as e:
-            _warn_once(self.dir, f"cannot write ({e})")
-            return
-        limit = max_bytes()
-        if limit is not None:
-            self.prune(limit)
+            warn_once(f"write:{self.dir}", f"flydsl cache at {self.dir} cannot be written "
+                      f"({e}); kernels compiled now stay in memory (entries already there "
+                      "are still used)")
+            return False
+        return True
 
+    # -- entries -----------------------------------------------------------------
+    def get(self, key: str) -> Optional[CacheEntry]:
+        """The entry for ``key``, or None (missing, unreadable, or corrupt and removed)."""
+        if not self.usable():
+            return None
+        path = self._entry_path(key)
+        entry = self._read(path, key)
+        if entry is None:
+            stats["disk_misses"] += 1
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # LRU: a hit makes the entry recent
+        stats["disk_hits"] += 1
+        return entry
+
+    def put(self, key: str, entry: CacheEntry) -> None:
+        if not self.usable():
+            return
+        if self._write(self._entry_path(key), entry.encode(key)):
+            stats["writes"] += 1
+            limit = max_bytes()
+            if limit is not None:
+                self.prune(limit)
+
+    def remove(self, key: str, why: str) -> None:
+        self.discard(self._entry_path(key), why)
+
+    # -- manifests -----------------------------------------------------------------
+    def variants(self, base: str) -> list:
+        """The dependency sets earlier traces of ``base`` recorded, newest first."""
+        if not self.usable():
+            return []
+        found = self._read(self._manifest_path(base), base)
+        if found is None:
+            return []
+        variants = found.meta.get("variants")
+        return variants if isinstance(variants, list) else []
+
+    def add_variant(self, base: str, variant: list) -> None:
+        """Record a trace's dependency set under ``base`` (call with the base's lock held)."""
+        if not self.usable():
+            return
+        variants = [v for v in self.variants(base) if v != variant]
+        variants = [variant] + variants[:MAX_VARIANTS - 1]
+        self._write(self._manifest_path(base),
+                    CacheEntry({"variants": variants}, {}).encode(base))
+
+    # -- locks -------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        """Exclusive per-key lock across processes (and threads); a no-op if unusable."""
-        if not self._usable():
-            yield
+    def lock(self, key: str, what: str = "a kernel") -> Iterator[bool]:
+        """Exclusive per-key lock across processes and threads; yields True when held.
+
+        Gives up after :func:`lock_timeout` seconds (sooner when the holder is a
+        stopped process), warns naming the holder's pid and yields False: the caller
+        then compiles privately, which is always correct. The lock file is removed
+        by its holder, so none are left behind.
+        """
+        folder = self.subdir("locks")
+        if folder is None:
+            yield False
             return
         import fcntl
-        lock_dir = os.path.join(self.dir, "locks")
-        try:
-            os.makedirs(lock_dir, exist_ok=True)
-            fd = os.open(os.path.join(lock_dir, key + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            _warn_once(self.dir, f"cannot create lock files ({e})")
-            yield
+        path = os.path.join(folder, key + ".lock")
+        start = time.monotonic()
+        delay, stopped_since = 0.001, None
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as e:
+                warn_once(f"lock:{self.dir}", f"flydsl cache at {self.dir}: cannot create "
+                          f"lock files ({e}); compiling without them")
+                yield False
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = _read_pid(fd)
+                os.close(fd)
+                waited = time.monotonic() - start
+                state = process_state(holder) if holder else ""
+                if state in ("T", "t"):
+                    stopped_since = stopped_since if stopped_since is not None else waited
+                else:
+                    stopped_since = None
+                limit = lock_timeout()
+                if waited >= limit or (stopped_since is not None
+                                       and waited - stopped_since >= min(limit, 2.0)):
+                    stats["lock_timeouts"] += 1
+                    who = f"process {holder}" if holder else "another process"
+                    if state in ("T", "t"):
+                        who += " (stopped)"
+                    warnings.warn(f"flydsl: {who} has held the compile lock of {what} for "
+                                  f"{waited:.0f} s ({path}); compiling it in this process "
+                                  "instead", RuntimeWarning, stacklevel=3)
+                    yield False
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+                continue
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except OSError:
+                same = False
+            if not same:   # the previous holder removed this file: lock the new one
+                os.close(fd)
+                continue
+            try:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, str(os.getpid()).encode(), 0)
+                yield True
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                os.close(fd)   # releases the flock
             return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
-    # -- maintenance (CLI) ----------------------------------------------
+    # -- maintenance (CLI) ----------------------------------------------------------
     def entries(self) -> list[tuple[str, int, float]]:
         """(path, size, mtime) of every entry, oldest first."""
-        root = os.path.join(self.dir, "entries")
+        return sorted(self._files("entries", SUFFIX), key=lambda e: e[2])
+
+    def _files(self, sub: str, suffix: str = "") -> list[tuple[str, int, float]]:
         out = []
-        for dirpath, _, files in os.walk(root):
+        for dirpath, _, files in os.walk(os.path.join(self.dir, sub)):
             for name in files:
-                if name.endswith(SUFFIX) and not name.startswith(".tmp-"):
+                if name.endswith(suffix) and (not suffix or not name.startswith(".tmp-")):
                     path = os.path.join(dirpath, name)
                     with contextlib.suppress(OSError):
                         st = os.stat(path)
                         out.append((path, st.st_size, st.st_mtime))
-        return sorted(out, key=lambda e: e[2])
+        return out
+
+    def total_bytes(self) -> int:
+        """Bytes of everything flydsl keeps in this directory."""
+        return sum(size for sub in SUBDIRS for _, size, _ in self._files(sub))
 
     def prune(self, limit: int) -> int:
         """Evict least-recently-used entries until at most ``limit`` bytes remain."""
@@ -222,25 +434,42 @@ class DiskCache:
         return removed
 
     def clear(self) -> int:
-        removed = 0
-        for path, _, _ in self.entries():
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                removed += 1
-        return removed
+        """Remove everything flydsl keeps here; returns the number of entries removed."""
+        import shutil
+        count = len(self.entries())
+        for sub in SUBDIRS:
+            shutil.rmtree(os.path.join(self.dir, sub), ignore_errors=True)
+        return count
 
     def remove_stale_temp_files(self, min_age_s: float = 3600.0) -> int:
-        """Remove temp files a crashed writer left behind (older than ``min_age_s``:
-        a younger one may be a write in progress)."""
-        import time
-        root = os.path.join(self.dir, "entries")
+        """Remove temp files a crashed writer left behind: its process is gone, or the
+        file is older than ``min_age_s`` (a younger one of a live process may be a
+        write in progress)."""
         removed = 0
         now = time.time()
-        for dirpath, _, files in os.walk(root):
-            for name in files:
-                path = os.path.join(dirpath, name)
-                with contextlib.suppress(OSError):
-                    if name.startswith(".tmp-") and now - os.stat(path).st_mtime >= min_age_s:
+        for sub in ("entries", "manifests", "generated"):
+            for path, _, mtime in self._files(sub):
+                name = os.path.basename(path)
+                if not name.startswith(".tmp-"):
+                    continue
+                pid = name.split("-")[1] if name.count("-") >= 2 else ""
+                dead = pid.isdigit() and not _pid_alive(int(pid))
+                if dead or now - mtime >= min_age_s:
+                    with contextlib.suppress(OSError):
                         os.unlink(path)
                         removed += 1
         return removed
+
+    def _sweep_once(self) -> None:
+        if self.dir not in _swept:
+            _swept.add(self.dir)
+            with contextlib.suppress(OSError):
+                self.remove_stale_temp_files()
+
+
+def _read_pid(fd: int) -> int:
+    try:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() else 0

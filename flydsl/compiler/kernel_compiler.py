@@ -10,7 +10,8 @@ from typing import Optional
 
 from . import cache as disk_cache
 from .backends.base import GPUTarget
-from .fingerprint import cache_key
+from .dependencies import resolve_hashes
+from .fingerprint import base_key, entry_key
 
 ENTRY_VERSION = 1
 #: Cache keys this process compiled (not loaded), in order: for tests and diagnostics.
@@ -79,22 +80,49 @@ class CompiledKernel:
 
 
 def compile_specialization(kernel, specs: tuple, backend, options) -> CompiledKernel:
-    """Disk cache hit, or trace + compile (once across processes) and store."""
-    use_disk = disk_cache.enabled()
-    key = cache_key(kernel.fn, specs, backend, options) if use_disk else ""
-    if not use_disk:
-        return _compile(kernel, specs, backend, options, key)
+    """Disk cache hit, or trace + compile (once across processes) and store.
+
+    The full key needs what the trace reads (:mod:`.dependencies`): a lookup tries
+    the dependency sets earlier traces of this base key recorded, resolved against
+    this process's values; a miss traces, and stores the entry with its set.
+    """
+    if not disk_cache.enabled():
+        return _compile(kernel, specs, backend, options)
     store = disk_cache.DiskCache()
-    hit = _load(store, key, specs)
+    if not store.usable():
+        return _compile(kernel, specs, backend, options)
+    base = base_key(kernel.fn, specs, backend, options)
+    constexprs = {s.name: s.value for s in specs if s.kind == "constexpr"}
+    hit = _lookup(store, base, kernel.fn, constexprs, specs)
     if hit is not None:
         return hit
-    with store.lock(key):
-        hit = _load(store, key, specs)   # another process may have just built it
+    with store.lock(base, f"kernel {kernel.name!r}"):
+        hit = _lookup(store, base, kernel.fn, constexprs, specs)  # another process built it
         if hit is not None:
             return hit
-        compiled = _compile(kernel, specs, backend, options, key)
-        store.put(key, compiled.to_entry())
-        return compiled
+        traced = _trace(kernel, specs, backend, options)
+        deps = traced.dependencies
+        if deps.problems:
+            _warn_memory_only(kernel.name, deps.problems)
+            return _build(kernel, traced, specs, backend, options, "")
+        key = entry_key(base, deps.variant, deps.hashes)
+        hit = _load(store, key, specs)   # compiled before, but the manifest lost it
+        if hit is None:
+            hit = _build(kernel, traced, specs, backend, options, key)
+            store.put(key, hit.to_entry())
+        store.add_variant(base, deps.variant)
+        return hit
+
+
+def _lookup(store, base: str, fn, constexprs: dict, specs: tuple) -> Optional[CompiledKernel]:
+    for variant in store.variants(base):
+        hashes = resolve_hashes(fn, constexprs, variant)
+        if hashes is None:
+            continue
+        hit = _load(store, entry_key(base, variant, hashes), specs)
+        if hit is not None:
+            return hit
+    return None
 
 
 def _load(store, key: str, specs: tuple) -> Optional[CompiledKernel]:
@@ -103,16 +131,33 @@ def _load(store, key: str, specs: tuple) -> Optional[CompiledKernel]:
         return None
     try:
         return CompiledKernel.from_entry(entry, specs, key)
-    except (KeyError, ValueError, TypeError, UnicodeDecodeError):
+    except Exception as e:  # noqa: BLE001 - a well-formed file with bad contents: rebuild
+        store.remove(key, f"has unusable contents ({type(e).__name__}: {e})")
         return None
 
 
-def _compile(kernel, specs: tuple, backend, options, key: str) -> CompiledKernel:
+def _warn_memory_only(kernel_name: str, problems) -> None:
+    disk_cache.warn_once(
+        f"memory-only:{kernel_name}:{problems[0]}",
+        f"flydsl: kernel {kernel_name!r} is cached in memory only, for this process: "
+        f"{problems[0]}. To cache it on disk, read plain values (numbers, strings, tuples, "
+        "dataclasses) or pass them as fx.Constexpr arguments, or give the class a "
+        "__flydsl_hash__(self) method that returns its content")
+
+
+def _trace(kernel, specs: tuple, backend, options):
     from .frontend.builder import trace_kernel
+    return trace_kernel(kernel.fn, kernel.name, specs, backend.target, options)
+
+
+def _compile(kernel, specs: tuple, backend, options) -> CompiledKernel:
+    return _build(kernel, _trace(kernel, specs, backend, options), specs, backend, options, "")
+
+
+def _build(kernel, traced, specs: tuple, backend, options, key: str) -> CompiledKernel:
     from .mlir_compiler import MlirCompiler
     disk_cache.stats["compiles"] += 1
     compiled_keys.append(key)
-    traced = trace_kernel(kernel.fn, kernel.name, specs, backend.target, options)
     artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
                                     func_name=kernel.name)
     return CompiledKernel(kernel_name=kernel.name, name=traced.name, specs=specs,

@@ -21,6 +21,7 @@ class TracedKernel:
     params: tuple                # ParamSpec per parameter, in order
     shared_bytes: int = 0
     extra: dict = field(default_factory=dict)
+    dependencies: Any = None     # compiler.dependencies.Dependencies: what the trace read
 
 
 def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
@@ -43,19 +44,20 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
         with ir.InsertionPoint(gmod.regions[0].blocks[0]):
             func_op = gpu.GPUFuncOp(ftype, sym_name=name, kernel=True)
         entry = func_op.regions[0].blocks.append(*arg_types)
+        tctx = TraceContext(kernel_name=name, target=target, options=options, func_op=func_op,
+                            filename=src.filename)
         scope = {}
         args = iter(entry.arguments)
         for p in params:
-            if p.kind == "constexpr":
-                scope[p.name] = p.value
+            if p.kind == "constexpr":   # an object's attributes are read through P:name
+                scope[p.name] = tctx.deps.found((("P", p.name),), p.value)
             elif p.kind == "tensor":
                 scope[p.name] = TensorValue(next(args), p.dtype, p.rank, name=p.name)
             else:
                 scope[p.name] = Value(next(args), p.dtype)
-        tctx = TraceContext(kernel_name=name, target=target, options=options, func_op=func_op,
-                            filename=src.filename)
         with tracing(tctx), ir.InsertionPoint(entry):
             Codegen(src, scope, name).run_body()
             gpu.return_([])
     return TracedKernel(module=module, name=name, params=params,
-                        shared_bytes=tctx.extra.get("shared_bytes", 0), extra=tctx.extra)
+                        shared_bytes=tctx.extra.get("shared_bytes", 0), extra=tctx.extra,
+                        dependencies=tctx.deps.finish())

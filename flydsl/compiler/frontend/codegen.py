@@ -25,8 +25,12 @@ from mlir.dialects import scf
 from ...errors import DSLError, DSLNameError, DSLTypeError, UnsupportedConstructError
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
+from ..dependencies import (MISSING, NotFound, Path, closure_vars, constant_index, lookup_name,
+                            runs_user_code)
 from . import ops, values as V
-from .source import FunctionSource, closure_vars, function_source, is_user_function
+from .calls import unwrap_callable
+from .context import current
+from .source import FunctionSource, function_source, is_user_function
 from .tensors import TensorValue
 from .values import Value
 
@@ -88,15 +92,22 @@ def may_return(stmts) -> bool:
 
 
 class Codegen:
-    """Traces one function body (a kernel, or an inlined helper) into the current block."""
+    """Traces one function body (a kernel, or an inlined helper) into the current block.
 
-    def __init__(self, src: FunctionSource, scope: dict, kernel_name: str):
+    ``path`` is how the function was reached from the kernel (``()`` for the kernel
+    itself, None when it was computed while tracing): every global, closure variable
+    and attribute the body reads is recorded under it (:mod:`..dependencies`).
+    """
+
+    def __init__(self, src: FunctionSource, scope: dict, kernel_name: str,
+                 path: Optional[Path] = ()):
         self.src = src
         self.scope = scope
         self.kernel_name = kernel_name
-        fn = src.fn
-        self.globals = fn.__globals__
-        self.closure = closure_vars(fn)
+        self.fn = src.fn
+        self.closure = closure_vars(src.fn)
+        self.path = path
+        self.deps = current().deps
         #: How many compile-time loops enclose the statement being traced.
         self.unroll_depth = 0
 
@@ -111,6 +122,10 @@ class Codegen:
                          filename=self.src.filename, lineno=self.src.file_line(node),
                          source_line=self.src.source_line(node))
         return err
+
+    def where(self, node: ast.AST) -> str:
+        """``file:line`` of ``node``, for messages about what the trace read."""
+        return f"{self.src.filename}:{self.src.file_line(node)}"
 
     def location(self, node: ast.AST) -> ir.Location:
         return ir.Location.file(self.src.filename, self.src.file_line(node),
@@ -130,6 +145,7 @@ class Codegen:
                 # that did not return, so they move into both branches.
                 with self.located(stmt):
                     cond = self.eval_node(stmt.test)
+                    self.deps.consume(cond)
                     if is_dynamic(cond):
                         self._dynamic_if(stmt, cond, list(stmt.body) + list(rest),
                                          list(stmt.orelse) + list(rest))
@@ -193,15 +209,20 @@ class Codegen:
         if isinstance(node.target, ast.Subscript):
             base = self.eval_node(node.target.value)
             index = self.eval_node(node.target.slice)
-            base[index] = op(base[index], self.eval_node(node.value))
+            value = self.eval_node(node.value)
+            self.deps.consume(base, index, value)
+            base[index] = op(base[index], value)
             return
         current_value = self.eval_node(_load(node.target))
-        self.assign(node.target, op(current_value, self.eval_node(node.value)))
+        value = self.eval_node(node.value)
+        self.deps.consume(current_value, value)
+        self.assign(node.target, op(current_value, value))
 
     def assign(self, target: ast.AST, value: Any) -> None:
         if isinstance(target, ast.Name):
             self.scope[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
+            self.deps.consume(value)
             items = list(value) if not isinstance(value, (Value, TensorValue)) else None
             if items is None or len(items) != len(target.elts):
                 raise self.error(target, "cannot unpack this value into "
@@ -211,6 +232,7 @@ class Codegen:
         elif isinstance(target, ast.Subscript):
             base = self.eval_node(target.value)
             index = self.eval_node(target.slice)
+            self.deps.consume(base, index, value)
             base[index] = value
         else:
             raise self.error(target, f"cannot assign to {type(target).__name__}",
@@ -222,6 +244,7 @@ class Codegen:
 
     def stmt_If(self, node: ast.If) -> None:
         cond = self.eval_node(node.test)
+        self.deps.consume(cond)
         if not is_dynamic(cond):
             return self.visit_block(node.body if cond else node.orelse)
         self._dynamic_if(node, cond, node.body, node.orelse)
@@ -229,6 +252,7 @@ class Codegen:
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         cond = self.eval_node(node.test)
+        self.deps.consume(cond)
         if is_dynamic(cond):
             raise self.error(node, "assert on a dynamic value is not supported; "
                                    "asserts are checked while tracing", UnsupportedConstructError)
@@ -332,15 +356,22 @@ class Codegen:
         if is_dynamic(iterable) or isinstance(iterable, TensorValue):
             raise self.error(node, "for loops iterate over range(...) or over compile-time "
                                    "sequences", UnsupportedConstructError)
-        return self._unrolled(node, iterable)
+        path = self.deps.path_of(iterable) if isinstance(iterable, (tuple, list)) else None
+        if path is None:
+            self.deps.consume(iterable)
+        return self._unrolled(node, iterable, path)
 
-    def _unrolled(self, node: ast.For, iterable) -> bool:
+    def _unrolled(self, node: ast.For, iterable, path: Optional[Path] = None) -> bool:
+        """Unroll over a compile-time iterable; the items of a tuple or list read
+        through ``path`` are recorded one by one."""
         count = 0
         for item in iterable:
             count += 1
             if count > _UNROLL_LIMIT:
                 raise self.error(node, f"compile-time loop runs over {_UNROLL_LIMIT} times; "
                                        "use fx.range(...) for a runtime loop")
+            if path is not None:
+                self.deps.found(path + (("I", count - 1),), item, self.where(node))
             self.assign(node.target, item)
             ended = self._static_iteration(node.body)
             if ended == "return":
@@ -494,6 +525,7 @@ class Codegen:
         if node.orelse:
             raise self.error(node, "`while ... else` is not supported", UnsupportedConstructError)
         cond = self.eval_node(node.test)
+        self.deps.consume(cond)
         if not is_dynamic(cond):
             count = 0
             while cond:
@@ -507,6 +539,7 @@ class Codegen:
                 if ended == "break":
                     break
                 cond = self.eval_node(node.test)
+                self.deps.consume(cond)
                 if is_dynamic(cond):
                     raise self.error(node, "while condition became dynamic after a compile-time "
                                            "iteration; make it dynamic from the start",
@@ -548,12 +581,24 @@ class Codegen:
         return method(node)
 
     def _python_eval(self, node: ast.AST) -> Any:
-        """Fallback for expressions traced as plain Python (comprehensions, lambdas, ...)."""
+        """Fallback for expressions traced as plain Python (comprehensions, lambdas, ...).
+
+        What such code does with a value is not followed, so every global it reads
+        and every local it names counts as used as data."""
         code = compile(ast.fix_missing_locations(ast.Expression(node)), self.src.filename, "eval")
-        env = dict(self.globals)
-        env.update(self.closure)
-        env.update({k: v for k, v in self.scope.items() if k != RETURN})
-        return eval(code, env)
+        env = _EvalScope(self, node, {k: v for k, v in self.scope.items() if k != RETURN})
+        self.deps.consume(*(env[n.id] for n in ast.walk(node)
+                            if isinstance(n, ast.Name) and n.id in env))
+        return eval(code, env, env)
+
+    def lookup_global(self, name: str, node: ast.AST) -> Any:
+        """A name that is not a local: closure, globals, builtins (recorded)."""
+        try:
+            value = lookup_name(self.fn, name, self.closure)
+        except NotFound:
+            raise self.error(node, f"name {name!r} is not defined", DSLNameError) from None
+        path = None if self.path is None else self.path + (("G", name),)
+        return self.deps.found(path, value, self.where(node))
 
     def expr_Constant(self, node: ast.Constant) -> Any:
         return node.value
@@ -562,29 +607,43 @@ class Codegen:
         name = node.id
         if name in self.scope:
             return self.scope[name]
-        if name in self.closure:
-            return self.closure[name]
-        if name in self.globals:
-            return self.globals[name]
-        if hasattr(builtins, name):
-            return getattr(builtins, name)
-        raise self.error(node, f"name {name!r} is not defined", DSLNameError)
+        return self.lookup_global(name, node)
 
     def expr_Attribute(self, node: ast.Attribute) -> Any:
         base = self.eval_node(node.value)
+        return self.get_attribute(base, node.attr, node)
+
+    def get_attribute(self, base, name: str, node: ast.AST, default=MISSING) -> Any:
+        """``getattr(base, name[, default])``, recorded when ``base`` was read through
+        a path (a class whose attribute runs code is itself used as data)."""
         try:
-            return getattr(base, node.attr)
+            value = getattr(base, name) if default is MISSING else getattr(base, name, default)
         except AttributeError:
-            raise self.error(node, f"{type(base).__name__} has no attribute {node.attr!r}",
+            raise self.error(node, f"{type(base).__name__} has no attribute {name!r}",
                              DSLTypeError) from None
+        path = self.deps.child(base, ("A" if default is MISSING else "H", name))
+        if path is not None:
+            if runs_user_code(base, name):
+                self.deps.consume(self.deps.found(path[:-1] + (("T", None),), type(base)))
+            found = value if default is MISSING or hasattr(base, name) else MISSING
+            self.deps.found(path, found, self.where(node))
+        return value
 
     def expr_Subscript(self, node: ast.Subscript) -> Any:
         base = self.eval_node(node.value)
         index = self.eval_node(node.slice)
-        if is_dynamic(index) and not isinstance(base, TensorValue):
+        if isinstance(base, TensorValue):
+            return base[index]
+        if is_dynamic(index):
             raise self.error(node, "only tensors can be indexed with dynamic values",
                              DSLTypeError)
-        return base[index]
+        value = base[index]
+        path = self.deps.child(base, ("I", index)) if constant_index(index) else None
+        if path is None:
+            self.deps.consume(base, index)
+        else:
+            self.deps.found(path, value, self.where(node))
+        return value
 
     def expr_Slice(self, node: ast.Slice) -> slice:
         return slice(*(self.eval_node(p) if p is not None else None
@@ -601,10 +660,13 @@ class Codegen:
         if op is None:
             raise self.error(node, f"operator {type(node.op).__name__} is not supported",
                              UnsupportedConstructError)
-        return op(self.eval_node(node.left), self.eval_node(node.right))
+        left, right = self.eval_node(node.left), self.eval_node(node.right)
+        self.deps.consume(left, right)
+        return op(left, right)
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Any:
         x = self.eval_node(node.operand)
+        self.deps.consume(x)
         if isinstance(node.op, ast.Not):
             return V.logical_not(x) if is_dynamic(x) else (not x)
         if isinstance(node.op, ast.USub):
@@ -622,6 +684,8 @@ class Codegen:
             if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and (
                     is_dynamic(left) or is_dynamic(right)):
                 raise self.error(node, "`is`/`in` cannot compare dynamic values", DSLTypeError)
+            if not isinstance(op, (ast.Is, ast.IsNot)):   # identity: the type says enough
+                self.deps.consume(left, right)
             r = fn(left, right)
             if result is None:
                 result = r
@@ -640,6 +704,7 @@ class Codegen:
 
     def _bool_chain(self, node, operands: list, is_and: bool) -> Any:
         first = self.eval_node(operands[0])
+        self.deps.consume(first)
         if len(operands) == 1:
             return first
         if not is_dynamic(first):  # Python short-circuit at trace time
@@ -661,6 +726,7 @@ class Codegen:
 
     def expr_IfExp(self, node: ast.IfExp) -> Any:
         cond = self.eval_node(node.test)
+        self.deps.consume(cond)
         if not is_dynamic(cond):
             return self.eval_node(node.body if cond else node.orelse)
         c = V.cast(cond, dt.Bool)
@@ -700,12 +766,63 @@ class Codegen:
         dynamic = any(is_dynamic(a) or isinstance(a, TensorValue) for a in args)
         if dynamic and fn in _BUILTIN_OVERRIDES:
             return _BUILTIN_OVERRIDES[fn](*args, **kwargs)
-        from ...kernel import KernelFunction
-        if isinstance(fn, KernelFunction):
-            fn = fn.fn
-        if is_user_function(fn) and fn.__name__ != "<lambda>":  # lambdas: called
-            return inline_call(fn, args, kwargs, self.kernel_name)
+        if fn in _NAMESPACE_BUILTINS and not kwargs:
+            handled = self._namespace_builtin(fn, args, node)
+            if handled is not MISSING:
+                return handled
+        target, args, kwargs = unwrap_callable(fn, args, kwargs, dynamic, self.deps,
+                                               self.where(node))
+        if is_user_function(target) and target.__name__ != "<lambda>":  # lambdas: called
+            path = self.deps.path_of(target)
+            if path is None:
+                self.deps.problem(f"the helper {target.__qualname__} (called at "
+                                  f"{self.where(node)}) was computed while tracing, so a "
+                                  "later process cannot find it; call it through a global "
+                                  "or closure name")
+            else:
+                self.deps.traced(path)
+            return inline_call(target, args, kwargs, self.kernel_name, path)
+        self.deps.consume(fn, *args, *kwargs.values())
         return fn(*args, **kwargs)
+
+    def _namespace_builtin(self, fn, args: list, node: ast.AST) -> Any:
+        """``getattr``/``hasattr`` with a constant name read an attribute (recorded as
+        one); ``isinstance`` needs only the object's type. MISSING: not handled here."""
+        if fn is builtins.isinstance and len(args) == 2:
+            self.deps.consume(args[1])
+            return isinstance(args[0], args[1])
+        if len(args) < 2 or not isinstance(args[1], str):
+            return MISSING
+        if fn is builtins.getattr and len(args) in (2, 3):
+            return self.get_attribute(args[0], args[1], node, *args[2:])
+        if fn is builtins.hasattr and len(args) == 2:
+            return self.get_attribute(args[0], args[1], node, MISSING_DEFAULT) \
+                is not MISSING_DEFAULT
+        return MISSING
+
+
+_NAMESPACE_BUILTINS = (builtins.getattr, builtins.hasattr, builtins.isinstance)
+#: hasattr's default: an object no attribute can be.
+MISSING_DEFAULT = object()
+
+
+class _EvalScope(dict):
+    """Locals for :meth:`Codegen._python_eval`; other names resolve (and are recorded
+    as used data) on first use, also from comprehensions and lambdas."""
+
+    def __init__(self, codegen: "Codegen", node: ast.AST, local: dict):
+        super().__init__(local)
+        self._codegen, self._node = codegen, node
+
+    def __missing__(self, name: str) -> Any:
+        cg = self._codegen
+        try:
+            value = lookup_name(cg.fn, name, cg.closure)
+        except NotFound:
+            raise KeyError(name) from None
+        path = None if cg.path is None else cg.path + (("G", name),)
+        cg.deps.consume(cg.deps.found(path, value, cg.where(self._node)))
+        return value
 
 
 _BUILTIN_OVERRIDES = {
@@ -766,8 +883,10 @@ def _move_ops_and_yield(old: ir.Block, new: ir.Block, make_values) -> None:
     anchor.operation.erase()
 
 
-def inline_call(fn, args: list, kwargs: dict, kernel_name: str) -> Any:
-    """Trace a user helper's body in place, binding its parameters; returns its result."""
+def inline_call(fn, args: list, kwargs: dict, kernel_name: str,
+                path: Optional[Path] = None) -> Any:
+    """Trace a user helper's body in place, binding its parameters; returns its result.
+    ``path``: how the helper was reached from the kernel (its reads hang from it)."""
     import inspect
     src = function_source(fn)
     try:
@@ -776,4 +895,4 @@ def inline_call(fn, args: list, kwargs: dict, kernel_name: str) -> Any:
         raise DSLTypeError(f"calling {fn.__qualname__}: {e}") from None
     bound.apply_defaults()
     scope = dict(bound.arguments)
-    return Codegen(src, scope, kernel_name).run_body()
+    return Codegen(src, scope, kernel_name, path).run_body()

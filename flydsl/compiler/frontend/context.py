@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ...errors import DSLError
+from ..dependencies import DependencyRecorder
 
 _local = threading.local()
 
@@ -21,6 +22,8 @@ class TraceContext:
     filename: str = ""
     lineno: int = 0
     extra: dict = field(default_factory=dict)
+    #: What the trace read from globals, closures and attributes (the cache key's part).
+    deps: DependencyRecorder = field(default_factory=DependencyRecorder)
 
 
 def current() -> TraceContext:

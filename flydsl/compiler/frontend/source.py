@@ -58,16 +58,3 @@ def is_user_function(fn) -> bool:
     if not isinstance(fn, types.FunctionType):
         return False
     return (fn.__module__ or "").split(".")[0] not in _LIBRARIES
-
-
-def closure_vars(fn: Callable) -> dict:
-    """Free variables of ``fn`` bound in enclosing scopes."""
-    names = fn.__code__.co_freevars
-    cells = fn.__closure__ or ()
-    out = {}
-    for name, cell in zip(names, cells):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:  # cell not yet filled
-            pass
-    return out
