@@ -9,7 +9,11 @@ from typing import Any, Callable, Optional, Sequence
 from .errors import DSLTypeError, LaunchError
 from .expr.dtypes import TensorAnnotation
 from .runtime.args import annotation_kind, as_host_tensor, check_scalar, scalar_dtype_of
-from .runtime.dispatch import arg_key, check_smem_arg, constexpr_key, dim3, env_token
+from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
+                               constexpr_key, dim3, env_token)
+
+_MAX_THREADS = MAX_THREADS_PER_DIM
+
 
 class _Override(threading.local):
     """Per-thread settings of flydsl.compile(): a pinned backend, options, a sink."""
@@ -88,6 +92,7 @@ class KernelFunction:
         stream = rest[1] if len(rest) > 1 else None
         grid3 = dim3(grid, "grid", self.name)
         block3 = dim3(block, "block", self.name)
+        check_extent(grid3, block3, self.name)
         check_smem_arg(smem, self.name)
         run = self._launch
 
@@ -106,8 +111,11 @@ class KernelFunction:
         specialization. Warm calls take the fast path (no binding, no classification)."""
         if smem:
             check_smem_arg(smem, self.name)
-        return self._launch(args, kwargs, dim3(grid, "grid", self.name),
-                            dim3(block, "block", self.name), smem, stream)
+        grid3, block3 = dim3(grid, "grid", self.name), dim3(block, "block", self.name)
+        if grid3[0] * block3[0] > _MAX_THREADS or grid3[1] * block3[1] > _MAX_THREADS \
+                or grid3[2] * block3[2] > _MAX_THREADS:
+            check_extent(grid3, block3, self.name)
+        return self._launch(args, kwargs, grid3, block3, smem, stream)
 
     def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream):
         if kwargs:

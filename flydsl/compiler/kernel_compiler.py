@@ -13,7 +13,7 @@ from .backends.base import GPUTarget
 from .dependencies import resolve_hashes
 from .fingerprint import base_key, entry_key
 
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2
 #: Cache keys this process compiled (not loaded), in order: for tests and diagnostics.
 compiled_keys: list[str] = []
 
@@ -23,7 +23,8 @@ class CompiledKernel:
 
     def __init__(self, *, kernel_name: str, name: str, specs: tuple, asm: dict,
                  binary_stage: str, backend_name: str, driver: str, target: GPUTarget,
-                 shared_bytes: int, cache_key: str = "", from_cache: bool = False):
+                 shared_bytes: int, cache_key: str = "", from_cache: bool = False,
+                 written: tuple = ()):
         self.kernel_name = kernel_name
         self.name = name
         self.specs = specs
@@ -35,6 +36,8 @@ class CompiledKernel:
         self.shared_bytes = shared_bytes
         self.cache_key = cache_key
         self.from_cache = from_cache
+        #: Tensor parameters the kernel may write: read-only arguments are refused there.
+        self.written = tuple(written)
         self._launcher = None
         self._lock = threading.Lock()
 
@@ -62,7 +65,8 @@ class CompiledKernel:
                 "backend": self.backend_name, "driver": self.driver,
                 "target": [self.target.backend, self.target.arch, self.target.warp_size],
                 "binary_stage": self.binary_stage, "shared_bytes": self.shared_bytes,
-                "stages": list(self.asm), "text_stages": sorted(text)}
+                "stages": list(self.asm), "text_stages": sorted(text),
+                "written": list(self.written)}
         blobs = {k: (v.encode() if isinstance(v, str) else bytes(v)) for k, v in self.asm.items()}
         return disk_cache.CacheEntry(meta, blobs)
 
@@ -76,7 +80,8 @@ class CompiledKernel:
         return cls(kernel_name=m["kernel"], name=m["name"], specs=specs, asm=asm,
                    binary_stage=m["binary_stage"], backend_name=m["backend"],
                    driver=m["driver"], target=GPUTarget(*m["target"]),
-                   shared_bytes=m["shared_bytes"], cache_key=key, from_cache=True)
+                   shared_bytes=m["shared_bytes"], cache_key=key, from_cache=True,
+                   written=tuple(m["written"]))
 
 
 def compile_specialization(kernel, specs: tuple, backend, options) -> CompiledKernel:
@@ -145,9 +150,19 @@ def _warn_memory_only(kernel_name: str, problems) -> None:
         "__flydsl_hash__(self) method that returns its content")
 
 
+def symbol_name(name: str) -> str:
+    """The kernel's symbol in IR and binaries: PTX, AMDGPU and the CPU's packed entry
+    points take ASCII identifiers only, so other characters are spelled ``_uXXXX_``
+    (``ядро`` -> ``k__u44f__u434__u440__u43e_``); messages keep the Python name."""
+    if name.isascii() and name.isidentifier():
+        return name
+    return "k_" + "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"_u{ord(c):x}_"
+                          for c in name)
+
+
 def _trace(kernel, specs: tuple, backend, options):
     from .frontend.builder import trace_kernel
-    return trace_kernel(kernel.fn, kernel.name, specs, backend.target, options)
+    return trace_kernel(kernel.fn, symbol_name(kernel.name), specs, backend.target, options)
 
 
 def _compile(kernel, specs: tuple, backend, options) -> CompiledKernel:
@@ -159,9 +174,9 @@ def _build(kernel, traced, specs: tuple, backend, options, key: str) -> Compiled
     disk_cache.stats["compiles"] += 1
     compiled_keys.append(key)
     artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
-                                    func_name=kernel.name)
+                                    func_name=traced.name)
     return CompiledKernel(kernel_name=kernel.name, name=traced.name, specs=specs,
                           asm=artifact.asm, binary_stage=artifact.binary_stage,
                           backend_name=backend.name, driver=backend.driver or backend.name,
                           target=backend.target, shared_bytes=traced.shared_bytes,
-                          cache_key=key)
+                          cache_key=key, written=traced.written)

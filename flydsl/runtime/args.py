@@ -21,6 +21,7 @@ class HostTensor:
     dtype: DType
     device: str          # "cpu", "cuda:0", ...
     owner: Any           # keeps the memory alive during the launch
+    writable: bool = True   # False: read-only memory (numpy flags, torch inference, CAI)
 
     @property
     def rank(self) -> int:
@@ -47,14 +48,16 @@ def as_host_tensor(x) -> Optional[HostTensor]:
         if any(s % item for s in x.strides):
             raise TypeError("numpy array strides are not a multiple of its item size")
         return HostTensor(x.ctypes.data if x.size else 0, tuple(x.shape),
-                          tuple(s // item for s in x.strides), d, "cpu", x)
+                          tuple(s // item for s in x.strides), d, "cpu", x,
+                          bool(x.flags.writeable))
     if is_torch_tensor(x):
         d = dt.dtype_from_torch(x.dtype)
         if d is None:
             raise TypeError(f"torch dtype {x.dtype} is not supported by flydsl")
         dev = x.device
         device = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index or 0}"
-        return HostTensor(x.data_ptr(), tuple(x.shape), tuple(x.stride()), d, device, x)
+        return HostTensor(x.data_ptr(), tuple(x.shape), tuple(x.stride()), d, device, x,
+                          torch_writable(x))
     from .devices import device_tensor
     t = device_tensor(x)   # __cuda_array_interface__ objects, DLPack tensors on a GPU
     if t is not None:
@@ -62,6 +65,14 @@ def as_host_tensor(x) -> Optional[HostTensor]:
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         return as_host_tensor(np.from_dlpack(x))  # kDLCPU
     return None
+
+
+def torch_writable(t) -> bool:
+    """False for an inference tensor outside inference mode (torch forbids writing it)."""
+    if not t.is_inference():
+        return True
+    import torch
+    return torch.is_inference_mode_enabled()
 
 
 def scalar_dtype_of(value) -> Optional[DType]:

@@ -134,7 +134,8 @@ def _from_cuda_array_interface(x, cai: dict) -> HostTensor:
             raise TypeError("__cuda_array_interface__ strides are not a multiple of the "
                             "item size")
         strides = tuple(int(s) // item for s in cai["strides"])
-    return HostTensor(ptr, shape, strides, d, f"cuda:{cai_device(x, ptr)}", x)
+    return HostTensor(ptr, shape, strides, d, f"cuda:{cai_device(x, ptr)}", x,
+                      not cai["data"][1])   # (pointer, read-only flag)
 
 
 def device_id_attribute(x) -> Optional[int]:

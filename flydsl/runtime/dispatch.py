@@ -98,8 +98,14 @@ def check_smem_arg(smem, kernel: str) -> None:
         raise LaunchError(f"smem must be a non-negative int, got {smem!r}", kernel=kernel)
 
 
-#: Threads per block every backend accepts (CUDA, HIP and the CPU emulation).
+#: Launch limits every backend accepts (CUDA's, the tightest; HIP and the CPU
+#: emulation allow at least as much), so a launch that runs on one runs on all.
 MAX_BLOCK_THREADS = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+#: Threads along one dimension that ``block_idx * block_dim + thread_idx`` (Int32)
+#: can number without wrapping.
+MAX_THREADS_PER_DIM = 2**31 - 1
 _DIMS: dict = {}
 
 
@@ -130,7 +136,28 @@ def _dim3(value, what: str, kernel: str) -> tuple:
     dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
     if any(d <= 0 for d in dims):
         raise LaunchError(f"every {what} dimension must be > 0, got {dims}", kernel=kernel)
+    limits = MAX_GRID_DIMS if what == "grid" else MAX_BLOCK_DIMS
+    for axis, d, limit in zip("xyz", dims, limits):
+        if d > limit:
+            raise LaunchError(f"{what}.{axis} = {d} is more than the {limit} every backend "
+                              f"allows ({what} limits: x <= {limits[0]}, y <= {limits[1]}, "
+                              f"z <= {limits[2]})", kernel=kernel)
     if what == "block" and dims[0] * dims[1] * dims[2] > MAX_BLOCK_THREADS:
         raise LaunchError(f"block {dims} has {dims[0] * dims[1] * dims[2]} threads; every "
                           f"backend allows at most {MAX_BLOCK_THREADS} per block", kernel=kernel)
     return dims
+
+
+def check_extent(grid: tuple, block: tuple, kernel: str) -> None:
+    """Refuse launches whose threads along one dimension Int32 indices cannot number:
+    ``block_idx.x * block_dim.x + thread_idx.x`` would wrap negative and pass
+    ``if i < n`` checks, silently."""
+    for axis, g, b in zip("xyz", grid, block):
+        if g * b > MAX_THREADS_PER_DIM:
+            raise LaunchError(
+                f"grid.{axis} * block.{axis} = {g} * {b} = {g * b} threads along {axis}, more "
+                f"than the {MAX_THREADS_PER_DIM} that Int32 indices can count "
+                f"(fx.block_idx.{axis} * fx.block_dim.{axis} + fx.thread_idx.{axis} would "
+                "wrap); split the work over several launches or another grid dimension, "
+                f"and compute wide indices with fx.Int64(fx.block_idx.{axis}) * "
+                f"fx.block_dim.{axis}", kernel=kernel)

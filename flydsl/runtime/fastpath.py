@@ -25,7 +25,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import FlydslRuntimeError
-from .args import is_torch_tensor
+from .args import is_torch_tensor, torch_writable
 from .devices import (cai_device, cai_itemsize, contiguous_strides, device_id_attribute,
                       load_driver)
 from .dispatch import arg_key, constexpr_key, env_token
@@ -64,15 +64,18 @@ def _emit_layout_guard(w: _Writer, contiguous_test: str, inner: bool) -> None:
     w.emit(f"if {'not ' if inner else ''}{contiguous_test}: return False")
 
 
-def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
+def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: bool) -> str:
     """Guard a numpy or torch tensor inline, and pack it where that is written out:
     ``"packed"``, ``"guarded"`` (the packer still has to run) or ``""`` (another
-    kind: nothing emitted)."""
+    kind: nothing emitted). ``written``: the kernel stores to it, so read-only
+    arguments go to the slow path (which refuses them)."""
     if type(sample) is np.ndarray:
         t, dtype, nd, inner = key
         dt, item = w.const("dt", dtype), sample.itemsize
         sd, sh = f"sd{off}", f"sh{off}"   # each .strides/.shape builds a tuple: read once
         w.emit(f"if type({a}) is not _ndarray: return False")
+        if written:
+            w.emit(f"if not {a}.flags.writeable: return False")
         w.emit(f"if {a}.dtype is not {dt} and {a}.dtype != {dt}: return False")
         w.emit(f"{sd} = {a}.strides")
         w.emit(f"if len({sd}) != {nd}: return False")
@@ -90,6 +93,9 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
         st = f"st{off}"
         w.emit(f"if type({a}) is not {tt} or {a}.dtype is not {dt} or {a}.device != {dev}: "
                "return False")
+        if written:
+            w.names["_torch_writable"] = torch_writable
+            w.emit(f"if {a}.is_inference() and not _torch_writable({a}): return False")
         w.emit(f"{st} = {a}.stride()")
         w.emit(f"if len({st}) != {nd}: return False")
         if nd:
@@ -102,11 +108,11 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
                    f"v[{off + 3 + rank}:{off + 3 + 2 * rank}] = {st}")
         return "packed"
     if len(key) == 6 and getattr(sample, "__cuda_array_interface__", None) is not None:
-        return _cai_code(w, a, off, rank, sample, key)
+        return _cai_code(w, a, off, rank, sample, key, written)
     return ""
 
 
-def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
+def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: bool) -> str:
     """A ``__cuda_array_interface__`` array (CuPy, Numba): the interface is read once
     for the guards (those of :func:`~flydsl.runtime.devices.cai_key`) and the packing."""
     t, typestr, nd, inner, masked, device = key
@@ -119,6 +125,8 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key) -> str:
     if nd:
         _emit_layout_guard(w, f"({st} is None or {sh}[-1] == 1 or {st}[-1] == {item})", inner)
     w.emit(f"if ({cai}.get('mask') is not None) is not {masked}: return False")
+    if written:
+        w.emit(f"if {cai}['data'][1]: return False")   # (pointer, read-only)
     w.emit(f"p = {cai}['data'][0] or 0")
     if device_id_attribute(sample) is not None:   # CuPy: the array says where it lives
         w.emit(f"if {a}.device.id != {device}: return False")
@@ -207,7 +215,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
         _, pos, key, param_kind, sample = entry
         a = f"a{i}"
         w.emit(f"{a} = args[{pos}]")
-        done = _tensor_code(w, a, off, info, sample, key) if kind == "tensor" else ""
+        done = (_tensor_code(w, a, off, info, sample, key, i in bound.written)
+                if kind == "tensor" else "")
         if done == "packed":
             continue
         if kind == "scalar" and type(sample) is int and info.kind == "int":

@@ -55,15 +55,46 @@ def make_launcher(compiled) -> object:
         "(flydsl.compile(fn, *args, backend=...))")
 
 
+def check_writable(kernel: str, written: Sequence[str], names: Sequence[str],
+                   args: Sequence) -> None:
+    """A kernel must not store into read-only memory (a read-only memmap would crash
+    the process; ``np.frombuffer(bytes)`` or ``np.broadcast_to`` views would be
+    corrupted silently): LaunchError naming the parameter."""
+    if not written:
+        return
+    from .devices import tensor_info
+    for name, a in zip(names, args):
+        if name not in written:
+            continue
+        t = tensor_info(a)
+        if t is not None and not t.writable:
+            what, fix = _read_only_kind(a, name)
+            raise LaunchError(f"argument {name!r} is read-only ({what}), but the kernel "
+                              f"writes it; {fix}", kernel=kernel)
+
+
+def _read_only_kind(a, name: str) -> tuple[str, str]:
+    if getattr(a, "is_inference", None) is not None:
+        return ("a torch inference tensor outside torch.inference_mode()",
+                "launch inside torch.inference_mode() or pass a normal tensor")
+    if hasattr(a, "flags"):
+        return (f"a numpy {type(a).__name__} with flags.writeable=False",
+                f"pass a writable copy, e.g. np.array({name})")
+    return "its array interface marks it read-only", "pass writable memory"
+
+
 def bind_launch(compiled, samples: Sequence):
     """Check a first launch's arguments and return the launch bound to their types (a
     :class:`~flydsl.runtime.packing.BoundLaunch`: ``run(args, grid, block, smem, stream)``)."""
     launcher = compiled.launcher()   # first: a missing GPU driver explains everything else
     runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
     check_devices(compiled.kernel_name, compiled.driver, runtime_names, samples)
+    check_writable(compiled.kernel_name, compiled.written, runtime_names, samples)
     driver, name, static = compiled.driver, compiled.kernel_name, compiled.shared_bytes
     check_shared(name, driver, static, 0)
 
     def check_smem(smem: int) -> None:
         check_shared(name, driver, static, smem)
-    return launcher.bind(samples, check_smem)
+    bound = launcher.bind(samples, check_smem)
+    bound.written = frozenset(i for i, n in enumerate(runtime_names) if n in compiled.written)
+    return bound

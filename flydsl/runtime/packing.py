@@ -178,7 +178,7 @@ class BoundLaunch:
     (:mod:`flydsl.runtime.fastpath`) does the same steps inline.
     """
 
-    __slots__ = ("layout", "offsets", "packers", "local", "new_buffer", "submit")
+    __slots__ = ("layout", "offsets", "packers", "local", "new_buffer", "submit", "written")
 
     def __init__(self, layout: Sequence, offsets: Sequence, packers: Sequence[Packer], local,
                  new_buffer: Callable[[], SlotTable], submit: Callable):
@@ -186,6 +186,9 @@ class BoundLaunch:
         self.layout, self.offsets = tuple(layout), tuple(offsets)
         self.packers = tuple(packers)
         self.local, self.new_buffer, self.submit = local, new_buffer, submit
+        #: Indices of the runtime parameters the kernel writes (their arguments must be
+        #: writable; the warm path guards that).
+        self.written: frozenset = frozenset()
 
     def __call__(self, args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
         try:
