@@ -243,6 +243,7 @@ class _KernelLowering:
         with ir.InsertionPoint(entry), loc:
             c1 = arith.ConstantOp(idx, 1).result
             self.block_loop = op_of(scf.ForOp(begin, end, c1))
+            self.block_loop.attributes["flydsl.block_loop"] = ir.UnitAttr.get()
             func.ReturnOp([])
         self.consts[1] = c1
         self.seeds.add(c1)

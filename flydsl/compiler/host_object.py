@@ -13,6 +13,8 @@ import tempfile
 
 from ..errors import ToolchainError
 from ..runtime.cpu_launcher import PACKED_PREFIX  # the ABI the CPU launcher calls
+from ..runtime.interrupts import (INTERRUPT_POINTER, INTERRUPT_STATE, SIGINT_HANDLER,
+                                  SIGINT_PREVIOUS)
 from . import toolchain
 
 _DEFINE = re.compile(r'^define\s+(?:[\w.]+\s+)*void\s+@"?([\w.$]+)"?\((.*)\)', re.M)
@@ -23,19 +25,24 @@ def _split_params(text: str) -> list[str]:
 
 
 def packed_wrappers(llir: str, names: list[str]) -> str:
-    """LLVM IR defining ``_flydsl_packed_<name>(ptr args)`` for each kernel ``name``.
+    """LLVM IR defining ``i32 _flydsl_packed_<name>(ptr args)`` for each kernel ``name``.
 
     ``args`` is a table of pointers, one per parameter of ``name``; the wrapper
     loads each value and calls the kernel, so one ctypes call with one pointer
-    launches any signature.
+    launches any signature. It counts itself as running in the interrupt state
+    (see :data:`HOST_ABI`) and returns the interrupt flag: nonzero means the
+    blocks were cut short by Ctrl-C.
     """
     found = {m.group(1): _split_params(m.group(2)) for m in _DEFINE.finditer(llir)}
-    out = []
+    out = [f"@{INTERRUPT_POINTER} = external global ptr"]
     for name in names:
         if name not in found:
             raise ValueError(f"kernel function {name!r} not found in the LLVM IR")
         types = [p.split()[0] for p in found[name]]
-        lines = [f"define void @{PACKED_PREFIX}{name}(ptr %args) {{"]
+        lines = [f"define i32 @{PACKED_PREFIX}{name}(ptr %args) {{",
+                 f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
+                 "  %running = getelementptr i32, ptr %state, i64 1",
+                 "  %r0 = atomicrmw add ptr %running, i32 1 monotonic"]
         call_args = []
         for i, ty in enumerate(types):
             lines.append(f"  %slot{i} = getelementptr ptr, ptr %args, i64 {i}")
@@ -43,10 +50,54 @@ def packed_wrappers(llir: str, names: list[str]) -> str:
             lines.append(f"  %arg{i} = load {ty}, ptr %ptr{i}")
             call_args.append(f"{ty} %arg{i}")
         lines.append(f"  call void @{name}({', '.join(call_args)})")
-        lines.append("  ret void")
+        lines.append("  %r1 = atomicrmw sub ptr %running, i32 1 monotonic")
+        lines.append("  %flag = load atomic i32, ptr %state monotonic, align 4")
+        lines.append("  ret i32 %flag")
         lines.append("}")
         out.append("\n".join(lines))
     return "\n\n".join(out) + "\n"
+
+
+#: Linked into every CPU kernel library (its own LLVM module): the interrupt state
+#: ``[flag, running]`` (two i32, reached through a pointer so that every library of a
+#: process can share one),
+#: ``flydsl_interrupted()`` (what :mod:`flydsl.passes.cpu_interrupts` calls) and a
+#: SIGINT handler that raises the flag while kernels run, then calls the handler it
+#: replaced (Python's). See :mod:`flydsl.runtime.interrupts`.
+HOST_ABI = f"""
+@{INTERRUPT_STATE} = global [2 x i32] zeroinitializer, align 4
+@{INTERRUPT_POINTER} = global ptr @{INTERRUPT_STATE}, align 8
+@{SIGINT_PREVIOUS} = global ptr null, align 8
+
+define i1 @flydsl_interrupted() alwaysinline {{
+  %state = load ptr, ptr @{INTERRUPT_POINTER}, align 8
+  %flag = load atomic i32, ptr %state monotonic, align 4
+  %stop = icmp ne i32 %flag, 0
+  ret i1 %stop
+}}
+
+define void @{SIGINT_HANDLER}(i32 %sig) {{
+entry:
+  %state = load ptr, ptr @{INTERRUPT_POINTER}, align 8
+  %running = getelementptr i32, ptr %state, i64 1
+  %n = load atomic i32, ptr %running monotonic, align 4
+  %busy = icmp sgt i32 %n, 0
+  br i1 %busy, label %raise, label %chain
+raise:
+  store atomic i32 1, ptr %state monotonic, align 4
+  br label %chain
+chain:
+  %prev = load ptr, ptr @{SIGINT_PREVIOUS}, align 8
+  %bits = ptrtoint ptr %prev to i64
+  %real = icmp ugt i64 %bits, 1
+  br i1 %real, label %call, label %done
+call:
+  call void %prev(i32 %sig)
+  br label %done
+done:
+  ret void
+}}
+"""
 
 
 def linker_argv() -> list[str]:

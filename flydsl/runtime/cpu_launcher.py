@@ -3,9 +3,10 @@
 ``flydsl.passes.simt_to_cpu`` gives each kernel the host ABI
 ``k(args..., grid_x, grid_y, grid_z, block_x, block_y, block_z, begin, end)``
 running linear blocks [begin, end); the CPU backend links a packed entry
-``_flydsl_packed_k(void **args)`` into the kernel's shared object. Arguments
+``int _flydsl_packed_k(void **args)`` into the kernel's shared object. Arguments
 are written into a preallocated slot array whose pointer table never
-changes, so a launch only stores numbers.
+changes, so a launch only stores numbers. The entry returns nonzero when Ctrl-C
+cut the blocks short (:mod:`flydsl.runtime.interrupts`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
+from . import interrupts
 from .packing import BoundLaunch, SlotTable, make_packers, param_layout
 from .shared_object import load_shared_object
 
@@ -29,18 +31,23 @@ _CHUNKS_PER_WORKER = 4
 
 
 def cpu_workers() -> int:
+    """Host threads a launch may use: ``FLYDSL_CPU_THREADS``, else the CPUs this process
+    may run on (its affinity mask, not the machine's count)."""
     env = os.environ.get("FLYDSL_CPU_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return max(1, os.cpu_count() or 1)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
+    """A pool with at least ``workers`` threads. A pool is never shut down (another
+    thread may be submitting to it); a larger one replaces it when more are asked."""
     global _POOL
     with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers != workers:
-            if _POOL is not None:   # FLYDSL_CPU_THREADS changed: let the old threads go
-                _POOL.shutdown(wait=False)
+        if _POOL is None or _POOL._max_workers < workers:
             _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flydsl-cpu")
         return _POOL
 
@@ -64,13 +71,15 @@ class CpuLauncher:
     def __init__(self, compiled):
         kernel_name = compiled.name
         self.lib = load_shared_object(compiled.binary, kernel_name)
+        interrupts.attach(self.lib)
         self.kernel_name = kernel_name
+        self.display_name = compiled.kernel_name
         self.debug_sites = compiled.asm.get("debug_sites", "")
         names, self.layout, self.offsets, n = param_layout(compiled.specs)
         self.arg_names = tuple(names)
         fn = getattr(self.lib, PACKED_PREFIX + kernel_name)
         fn.argtypes = [ctypes.c_void_p]
-        fn.restype = None
+        fn.restype = ctypes.c_int32      # nonzero: interrupted
         self.fn = fn
         self.dims_at = n
         self.nslots = n + 8
@@ -92,10 +101,13 @@ class CpuLauncher:
         Slot buffers are per host thread: a launch releases the GIL while the
         kernel runs, so two Python threads may launch the same kernel at once.
         """
+        interrupts.attach(self.lib)   # (re)install the SIGINT handler if the program replaced it
         packers = make_packers(self.layout, self.offsets, samples)
         d = self.dims_at
         fn = self.fn
         parallel = self._run_parallel
+        name = self.display_name
+        interrupted = interrupts.interrupted
 
         def submit(slots: _Slots, grid: tuple, block: tuple, smem: int, stream) -> None:
             if smem:
@@ -107,7 +119,8 @@ class CpuLauncher:
                 slots.threads = slots.nblocks * block[0] * block[1] * block[2]
                 slots.values[d:d + 8] = (*grid, *block, 0, slots.nblocks)
             if slots.threads < _PARALLEL_MIN_THREADS or slots.nblocks == 1:
-                fn(slots.table_ptr)
+                if fn(slots.table_ptr):
+                    raise interrupted(name)
             else:
                 parallel(slots, slots.nblocks)
         make_slots = self._slots
@@ -127,7 +140,9 @@ class CpuLauncher:
         """Run the grid on ``cpu_workers()`` host threads (the caller is one of them).
 
         The grid is cut into several chunks per worker, handed out on demand,
-        so one busy core does not hold up the whole launch.
+        so one busy core does not hold up the whole launch. On Ctrl-C (in a
+        kernel or in the calling thread) every thread stops at its next block,
+        and ``KeyboardInterrupt`` is raised only once none of them runs.
         """
         workers = min(cpu_workers(), nblocks)
         chunk = -(-nblocks // min(nblocks, _CHUNKS_PER_WORKER * workers))
@@ -135,23 +150,56 @@ class CpuLauncher:
         for s in bufs[1:]:
             ctypes.memmove(s.values, first.values, 8 * self.nslots)
         d, fn, counter = self.dims_at, self.fn, itertools.count()
+        stop = []
 
         def work(buf: _Slots) -> None:
             vals = buf.values
-            while True:
+            while not stop:
                 begin = next(counter) * chunk   # atomic under the GIL
                 if begin >= nblocks:
                     return
                 vals[d + 6] = begin
                 vals[d + 7] = min(nblocks, begin + chunk)
-                fn(buf.table_ptr)
+                if fn(buf.table_ptr):
+                    stop.append(True)
 
-        pool = _pool(cpu_workers())
+        pool = _pool(workers)
         futures = [pool.submit(work, buf) for buf in bufs[1:]]
         try:
             work(first)
+        except BaseException as e:
+            stop.append(True)
+            if isinstance(e, KeyboardInterrupt):
+                interrupts.raise_flag()   # the workers stop at their next block
+            _wait_all(futures, stop)   # a worker's own error is secondary here
+            if isinstance(e, KeyboardInterrupt):
+                interrupts.interrupted(self.display_name)   # clears the flag
+            raise
         finally:
-            for f in futures:
-                f.result()
             first.values[d + 6] = 0          # the memoized dims expect the full range
             first.values[d + 7] = nblocks
+        failure = _wait_all(futures, stop)
+        if failure is not None:
+            raise failure
+        if stop:
+            raise interrupts.interrupted(self.display_name)
+
+
+def _wait_all(futures: list, stop: list):
+    """Wait until no worker runs, even through further Ctrl-C presses (which raise the
+    flag so that they finish quickly); returns the first worker's error, if any."""
+    failure = None
+    pending = list(futures)
+    while pending:
+        try:
+            pending[0].result()
+        except KeyboardInterrupt:
+            if not pending[0].done():   # pressed while waiting: the future still runs
+                stop.append(True)
+                interrupts.raise_flag()
+                continue
+            failure = failure or KeyboardInterrupt()
+        except BaseException as e:  # noqa: BLE001 - reported once every worker is done
+            failure = failure or e
+        pending.pop(0)
+    return failure

@@ -4,10 +4,13 @@ A fused group of pointwise ops becomes a :class:`FusedPattern`: its inputs,
 the DSL statements computing every value and the values it stores. Per
 *rank* of the (coalesced) iteration space the pattern is written out as the
 Python source of a ``@flydsl.kernel``. The flydsl tracer reads a kernel's
-source with ``inspect``, so the text goes to a real file under
-``$FLYDSL_CACHE_DIR/generated`` (default ``~/.cache/flydsl/generated``),
-named by the hash of the text, and is imported from there. Kernels are cached
-in-process by (pattern key, rank); the files are shared across processes.
+source with ``inspect``, so the text goes to a file in the compile cache's
+private ``generated`` folder (``$FLYDSL_CACHE_DIR/generated``, mode 0700, files
+0600), named by the hash of the text, and is imported from there (readable for
+debugging, shared across the user's processes). When the cache folder cannot be
+used, the source stays in memory (``linecache``): it is never written to a
+shared place such as TMPDIR, where another user could plant code. Kernels are
+cached in-process by (pattern key, rank).
 
 At run time :class:`FusedModule` broadcasts the inputs, allocates the outputs
 (contiguous, or with the strides of an input whose layout they have in eager
@@ -113,36 +116,60 @@ def kernel_source(pattern: FusedPattern, rank: int) -> tuple[str, str]:
     return name, "\n".join(lines) + "\n"
 
 
-def cache_dir() -> Path:
-    """Where generated kernel sources are written (created on first use)."""
-    from ..compiler.cache import cache_dir as compile_cache_dir
-    path = Path(compile_cache_dir()) / "generated"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        if os.access(path, os.W_OK):
-            return path
-    except OSError:
-        pass
-    path = Path(tempfile.gettempdir()) / f"flydsl-{os.getuid()}" / "generated"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def cache_dir() -> Optional[Path]:
+    """The private folder generated kernel sources are written to (created on first
+    use), or None when the compile cache's folder cannot be used safely."""
+    from ..compiler.cache import DiskCache
+    folder = DiskCache().subdir("generated")
+    return Path(folder) if folder is not None else None
 
 
-def _write_source(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically unless an identical file is already there."""
+def _write_source(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` atomically (mode 0600) unless an identical file of
+    ours is already there; False when it cannot be written."""
     try:
-        if path.read_text() == text:
-            return
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_uid == os.geteuid() and not st.st_mode & 0o022 \
+                    and f.read() == text.encode():
+                return True
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{os.getpid()}-",
+                                   suffix=".part")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        log.debug("cannot write %s: %s", path, e)
+        return False
+    return True
+
+
+def _import_source(module_name: str, text: str, folder: Optional[Path]):
+    """The module of ``text``: imported from ``folder`` when it can be written there,
+    else executed from memory with its source registered in ``linecache``."""
+    path = folder / f"{module_name.rpartition('.')[2]}.py" if folder is not None else None
+    if path is not None and _write_source(path, text):
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module   # inspect.getsource finds the file through it
+        spec.loader.exec_module(module)
+        return module
+    import linecache
+    import types
+    filename = f"<flydsl generated {module_name}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    module = types.ModuleType(module_name)
+    module.__file__ = filename
+    sys.modules[module_name] = module
+    exec(compile(text, filename, "exec"), module.__dict__)  # noqa: S102 - our own text
+    return module
 
 
 def load_kernel(pattern: FusedPattern, rank: int):
@@ -157,17 +184,11 @@ def load_kernel(pattern: FusedPattern, rank: int):
         if hit is not None:
             return hit
         name, text = kernel_source(pattern, rank)
-        path = cache_dir() / f"{name}.py"
-        _write_source(path, text)
-        module_name = f"flydsl_generated.{name}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module   # inspect.getsource finds the file through it
-        spec.loader.exec_module(module)
+        module = _import_source(f"flydsl_generated.{name}", text, cache_dir())
         kernel = getattr(module, name)
         _KERNELS[key] = kernel
         stats["kernels_generated"] += 1
-        log.debug("generated %s at %s", name, path)
+        log.debug("generated %s in %s", name, module.__file__)
         return kernel
 
 

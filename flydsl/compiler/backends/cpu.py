@@ -49,6 +49,7 @@ class CpuBackend(BaseBackend):
     def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         return [
             PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
+            PythonPass("cpu-interrupts", "flydsl.passes.cpu_interrupts:run"),
             "canonicalize,cse",
             "convert-scf-to-cf,expand-strided-metadata,lower-affine",
             "convert-math-to-llvm,convert-math-to-libm",
@@ -71,7 +72,7 @@ class CpuBackend(BaseBackend):
         import llvmlite.binding as llvm
         import mlir.ir as ir
         from .. import llvm_codegen
-        from ..host_object import link_shared_object, packed_wrappers
+        from ..host_object import HOST_ABI, link_shared_object, packed_wrappers
         from ..llvm_ir import translate_to_llvm_ir
         llir = translate_to_llvm_ir(module.operation)
         llir += "\n" + packed_wrappers(llir, artifact.kernel_names)
@@ -82,8 +83,8 @@ class CpuBackend(BaseBackend):
         triple = llvm.get_process_triple()
         cpu, features = _host_cpu()
         tm = llvm_codegen.target_machine(triple, cpu, features, options.opt_level)
-        _, obj = llvm_codegen.optimize_and_emit(llir, tm, triple, options.opt_level,
-                                                stage="obj", want_asm=False)
+        _, obj = llvm_codegen.optimize_and_emit([llir, HOST_ABI], tm, triple,
+                                                options.opt_level, stage="obj", want_asm=False)
         artifact.asm["so"] = link_shared_object(obj, self.runtime_libs())
         artifact.engine = HostLibrary(artifact.asm["so"])
 
