@@ -231,7 +231,8 @@ def _cmd_cache_info(args) -> int:
     print(f"directory: {store.dir}")
     print(f"enabled:   {'yes' if enabled() else 'no (FLYDSL_CACHE_DISABLE)'}")
     print(f"entries:   {len(entries)}")
-    print(f"bytes:     {sum(size for _, size, _ in entries)}")
+    print(f"bytes:     {store.total_bytes()} (entries {sum(size for _, size, _ in entries)}; "
+          "with manifests, generated sources and leftovers)")
     cap = max_bytes()
     print(f"max bytes: {cap if cap is not None else 'unlimited'}")
     return 0
@@ -253,7 +254,8 @@ def _cmd_cache_list(args) -> int:
 
 
 def _cmd_cache_clear(args) -> int:
-    print(f"removed {_store().clear()} entries")
+    store = _store()
+    print(f"removed {store.clear()} entries; {store.total_bytes()} bytes left")
     return 0
 
 

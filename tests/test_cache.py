@@ -4,9 +4,11 @@ edited between processes, is in test_cache_key.py.)"""
 import importlib.util
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -310,3 +312,154 @@ def test_cli_cache_commands(tmp_path):
     clear = subprocess.run(cli + ["clear"], capture_output=True, text=True, env=env)
     assert "removed 1 entries" in clear.stdout
     assert disk_cache.DiskCache(str(tmp_path)).entries() == []
+
+
+# -- locks, leftovers, bad files, permissions ------------------------------------------
+
+LOCK_HOLDER = textwrap.dedent('''
+    import os, signal, sys
+    from flydsl.compiler.cache import DiskCache
+    with DiskCache(sys.argv[1]).lock(sys.argv[2]):
+        print("locked", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)     # like Ctrl-Z or a debugger
+''')
+
+
+def hold_lock_stopped(tmp_path, key):
+    script = tmp_path / "lock_holder.py"
+    script.write_text(LOCK_HOLDER)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), key],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_stopped_lock_holder_is_named_and_worked_around(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYDSL_CACHE_LOCK_TIMEOUT", "600")   # stopped: given up sooner
+    proc = hold_lock_stopped(tmp_path, "k" * 64)
+    try:
+        store = disk_cache.DiskCache(str(tmp_path))
+        start = time.monotonic()
+        with pytest.warns(RuntimeWarning, match=rf"process {proc.pid} \(stopped\)"):
+            with store.lock("k" * 64, "kernel 'x'") as held:
+                assert held is False
+        assert time.monotonic() - start < 30
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_kernel_compiles_while_a_stopped_process_holds_its_lock(tmp_path, monkeypatch):
+    """End to end: the base key of a kernel is locked by a stopped process; a launch
+    still finishes, correct, and the next process finds it on disk."""
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path))
+    k = load_kernel(tmp_path, "locked")
+    x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    specs, _ = k.specialize(k.bind((x, y, 4), {}))
+    base = base_of(k, specs=specs)
+    proc = hold_lock_stopped(tmp_path, base)
+    try:
+        with pytest.warns(RuntimeWarning, match=str(proc.pid)):
+            k[1, 4](x, y, 4)
+        assert np.array_equal(y, x * 3 * 2.0)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(disk_cache.DiskCache(str(tmp_path)).entries()) == 1
+
+
+def test_compiles_leave_no_lock_or_temp_files(tmp_path):
+    run_worker(WORKER, tmp_path)
+    assert os.listdir(tmp_path / "locks") == []
+    leftovers = [n for _, _, files in os.walk(tmp_path) for n in files if n.startswith(".tmp")]
+    assert leftovers == []
+
+
+def test_temp_files_of_dead_writers_are_swept(tmp_path):
+    folder = tmp_path / "entries" / "ab"
+    folder.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = folder / f".tmp-{dead}-xyz.part"            # a kill -9 mid-write
+    live = folder / f".tmp-{os.getpid()}-abc.part"      # a write in progress
+    stale.write_bytes(b"x" * 100)
+    live.write_bytes(b"x")
+    assert disk_cache.DiskCache(str(tmp_path)).remove_stale_temp_files() == 1
+    assert not stale.exists() and live.exists()
+
+
+def test_cache_clear_leaves_nothing_that_info_does_not_count(tmp_path):
+    run_worker(WORKER, tmp_path)
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path))
+    cli = [sys.executable, "-m", "flydsl.cli", "cache"]
+    info = subprocess.run(cli + ["info"], capture_output=True, text=True, env=env).stdout
+    assert "entries:   1" in info
+    clear = subprocess.run(cli + ["clear"], capture_output=True, text=True, env=env).stdout
+    assert "removed 1 entries; 0 bytes left" in clear
+    info = subprocess.run(cli + ["info"], capture_output=True, text=True, env=env).stdout
+    assert "entries:   0" in info and "bytes:     0 " in info
+    assert [n for _, _, files in os.walk(tmp_path) for n in files] == []
+
+
+def test_a_well_formed_entry_with_bad_contents_is_removed_and_rebuilt(tmp_path):
+    run_worker(WORKER, tmp_path)
+    store = disk_cache.DiskCache(str(tmp_path))
+    [(path, _, _)] = store.entries()
+    key = os.path.basename(path)[:-len(disk_cache.SUFFIX)]
+    entry = disk_cache.CacheEntry.decode(open(path, "rb").read(), key)
+    entry.meta["stages"] = 7                                   # valid checksum, bad meta
+    with open(path, "wb") as f:
+        f.write(entry.encode(key))
+    result, stderr = run_worker(WORKER, tmp_path)
+    assert result["stats"]["compiles"] == 1 and "unusable contents" in stderr
+    again, stderr = run_worker(WORKER, tmp_path)
+    assert again["stats"]["compiles"] == 0 and "unusable" not in stderr
+
+
+def test_an_entry_copied_under_another_key_is_rejected(tmp_path):
+    store = disk_cache.DiskCache(str(tmp_path))
+    store.put("aa" * 32, disk_cache.CacheEntry({"a": 1}, {"bin": b"evil"}))
+    os.makedirs(os.path.dirname(store._entry_path("bb" * 32)), exist_ok=True)
+    os.replace(store._entry_path("aa" * 32), store._entry_path("bb" * 32))
+    with pytest.warns(RuntimeWarning, match="another key"):
+        assert store.get("bb" * 32) is None
+    assert not os.path.exists(store._entry_path("bb" * 32))
+
+
+def test_a_failed_write_does_not_stop_reads(tmp_path, monkeypatch):
+    store = disk_cache.DiskCache(str(tmp_path))
+    store.put("cc" * 32, disk_cache.CacheEntry({"a": 1}, {"bin": b"ok"}))
+    import tempfile as tf
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(tf, "mkstemp", full_disk)
+    with pytest.warns(RuntimeWarning, match="cannot be written"):
+        store.put("dd" * 32, disk_cache.CacheEntry({}, {"bin": b"lost"}))
+    assert store.get("cc" * 32).blobs["bin"] == b"ok"          # still read
+
+
+def test_cache_files_are_private_whatever_the_umask(tmp_path):
+    code = "import os; os.umask(0o002)\n" + WORKER
+    run_worker(code, tmp_path / "cache")
+    for dirpath, dirnames, files in os.walk(tmp_path / "cache"):
+        assert stat.S_IMODE(os.stat(dirpath).st_mode) == 0o700, dirpath
+        for name in files:
+            assert stat.S_IMODE(os.stat(os.path.join(dirpath, name)).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("problem", ["group-writable", "other-owner"])
+def test_an_untrusted_cache_folder_is_not_used(tmp_path, problem):
+    folder = tmp_path / "cache"
+    run_worker(WORKER, folder)                                  # an entry is there
+    if problem == "group-writable":
+        os.chmod(folder, 0o775)
+        reason = "writable by group or others"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("needs root to give the folder to another user")
+        os.chown(folder, 65534, 65534)
+        reason = "owned by uid 65534"
+    result, stderr = run_worker(WORKER, folder)
+    assert reason in stderr and "stay in memory" in stderr
+    assert result["stats"]["compiles"] == 1 and result["stats"]["disk_hits"] == 0

@@ -5,6 +5,7 @@ so a process that finds a kernel in the disk cache never touches MLIR.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -31,7 +32,9 @@ def packed_wrappers(llir: str, names: list[str]) -> str:
     loads each value and calls the kernel, so one ctypes call with one pointer
     launches any signature. It counts itself as running in the interrupt state
     (see :data:`HOST_ABI`) and returns the interrupt flag: nonzero means the
-    blocks were cut short by Ctrl-C.
+    blocks were cut short by Ctrl-C. A fresh launch (no kernel running, starting at
+    block 0) clears a flag left over from an earlier interrupt; later chunks of a
+    launch never do, so they stop too.
     """
     found = {m.group(1): _split_params(m.group(2)) for m in _DEFINE.finditer(llir)}
     out = [f"@{INTERRUPT_POINTER} = external global ptr"]
@@ -40,15 +43,25 @@ def packed_wrappers(llir: str, names: list[str]) -> str:
             raise ValueError(f"kernel function {name!r} not found in the LLVM IR")
         types = [p.split()[0] for p in found[name]]
         lines = [f"define i32 @{PACKED_PREFIX}{name}(ptr %args) {{",
-                 f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
-                 "  %running = getelementptr i32, ptr %state, i64 1",
-                 "  %r0 = atomicrmw add ptr %running, i32 1 monotonic"]
+                 "entry:"]
         call_args = []
         for i, ty in enumerate(types):
             lines.append(f"  %slot{i} = getelementptr ptr, ptr %args, i64 {i}")
             lines.append(f"  %ptr{i} = load ptr, ptr %slot{i}")
             lines.append(f"  %arg{i} = load {ty}, ptr %ptr{i}")
             call_args.append(f"{ty} %arg{i}")
+        begin = f"%arg{len(types) - 2}"     # (..., begin, end): the block range
+        lines += [f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
+                  "  %running = getelementptr i32, ptr %state, i64 1",
+                  "  %r0 = atomicrmw add ptr %running, i32 1 monotonic",
+                  "  %idle = icmp eq i32 %r0, 0",
+                  f"  %first = icmp eq i64 {begin}, 0",
+                  "  %fresh = and i1 %idle, %first",
+                  "  br i1 %fresh, label %reset, label %run",
+                  "reset:",
+                  "  store atomic i32 0, ptr %state monotonic, align 4",
+                  "  br label %run",
+                  "run:"]
         lines.append(f"  call void @{name}({', '.join(call_args)})")
         lines.append("  %r1 = atomicrmw sub ptr %running, i32 1 monotonic")
         lines.append("  %flag = load atomic i32, ptr %state monotonic, align 4")
@@ -128,7 +141,7 @@ def link_shared_object(obj: bytes, libs: list[str] = ()) -> bytes:
     which already has them.
     """
     argv = linker_argv()
-    with tempfile.TemporaryDirectory(prefix="flydsl-so-") as tmp:
+    with _scratch_folder() as tmp:
         src, out = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.so")
         with open(src, "wb") as f:
             f.write(obj)
@@ -140,3 +153,28 @@ def link_shared_object(obj: bytes, libs: list[str] = ()) -> bytes:
                                  stage="so", diagnostics=(proc.stderr or proc.stdout).strip())
         with open(out, "rb") as f:
             return f.read()
+
+
+@contextlib.contextmanager
+def _scratch_folder():
+    """A private temporary folder for the linker: in TMPDIR, else in the cache folder
+    (a full or read-only TMPDIR); ToolchainError when neither can be written."""
+    from .cache import DiskCache
+    errors, tmp = [], None
+    for parent in (None, "cache"):
+        where = None if parent is None else DiskCache().subdir("runtime")
+        if parent is not None and where is None:
+            continue
+        try:
+            tmp = tempfile.mkdtemp(prefix="flydsl-so-", dir=where)
+            break
+        except OSError as e:
+            errors.append(str(e))
+    if tmp is None:
+        raise ToolchainError("no folder to link the CPU kernel library in (TMPDIR and the "
+                             "cache folder cannot be written): " + "; ".join(errors) +
+                             "; point TMPDIR at a writable folder", stage="so")
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -172,8 +172,6 @@ class CpuLauncher:
             if isinstance(e, KeyboardInterrupt):
                 interrupts.raise_flag()   # the workers stop at their next block
             _wait_all(futures, stop)   # a worker's own error is secondary here
-            if isinstance(e, KeyboardInterrupt):
-                interrupts.interrupted(self.display_name)   # clears the flag
             raise
         finally:
             first.values[d + 6] = 0          # the memoized dims expect the full range

@@ -59,9 +59,9 @@ def raise_flag() -> None:
 
 
 def interrupted(kernel: str) -> KeyboardInterrupt:
-    """The exception for a launch whose kernels stopped on the flag; clears it."""
-    if _flag is not None:
-        _flag.value = 0
+    """The exception for a launch whose kernels stopped on the flag. The flag stays up
+    for the other kernels still running; the next fresh launch clears it (see
+    :func:`flydsl.compiler.host_object.packed_wrappers`)."""
     return KeyboardInterrupt(f"flydsl kernel {kernel!r} was interrupted")
 
 

@@ -1,0 +1,47 @@
+"""Child process for test_cpu_runtime.py: launch a kernel that never ends on its own,
+print "ready" first; the test sends SIGINT. Prints what happened after the interrupt.
+
+Usage: interrupt_worker.py BLOCKS
+"""
+import sys
+import time
+
+import numpy as np
+
+import flydsl
+import flydsl.expr as fx
+
+
+@flydsl.kernel
+def spin(x: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    v = x[i]
+    while v < n:            # float32: v stops growing at 2**24, so n = 2**30 never ends
+        v = v + 1.0
+        x[i] = v
+
+
+@flydsl.kernel
+def inc(x: fx.Tensor):
+    x[fx.thread_idx.x] = x[fx.thread_idx.x] + 1.0
+
+
+def main() -> None:
+    blocks = int(sys.argv[1])
+    x = np.zeros(blocks * 64, np.float32)
+    spin[1, 64](x, 3)                       # compiled, and ends at once
+    print("ready", flush=True)
+    try:
+        spin[blocks, 64](x, 2**30)
+    except KeyboardInterrupt:
+        snapshot = x.copy()
+        time.sleep(0.5)
+        still_writing = not np.array_equal(snapshot, x)
+        y = np.zeros(64, np.float32)
+        inc[1, 64](y)                       # the next launch runs normally
+        print(f"interrupted still_writing={still_writing} next_launch_ok={bool(y.all())}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
