@@ -96,7 +96,7 @@ def _toolchain(name: str) -> str:
         return f"ptxas: {path}" if path else "PTX only (no ptxas: set CUDA_HOME or FLYDSL_PTXAS)"
     if name == "rocm":
         lld = toolchain.find_lld()
-        return f"ld.lld: {' '.join(lld)}" if lld else "no ld.lld >= 17 (apt-get install lld-19)"
+        return f"ld.lld: {' '.join(lld)}" if lld else "no ld.lld >= 17 (pip install ziglang)"
     if name == "cpu":
         from .compiler.host_object import linker_version
         return f"linker: {linker_version().split(' | ')[0] or '?'}"

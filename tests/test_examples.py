@@ -69,10 +69,9 @@ def test_examples_build_gpu_binaries(backend, arch):
     from flydsl.compiler.toolchain import find_lld, find_ptxas
     if backend == "cuda":
         want = "cubin" if find_ptxas() else "ptx"
-    elif find_lld():
-        want = "hsaco"
     else:
-        pytest.skip("no ld.lld to link HSACO (the CI installs lld-19)")
+        assert find_lld(), "the ziglang package (a dependency) provides ld.lld"
+        want = "hsaco"
     for name, (fn, args) in _gpu_example_calls().items():
         prog = flydsl.compile(fn, *args, backend=backend, arch=arch)
         assert prog.kernels, name

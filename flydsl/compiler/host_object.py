@@ -123,7 +123,8 @@ def linker_argv() -> list[str]:
     if lld:
         return [*lld, "-shared"]
     raise ToolchainError("no C compiler (cc/gcc/clang) or ld.lld found to link the CPU "
-                         "kernel library; install gcc or lld-19", stage="so")
+                         "kernel library; install gcc, or reinstall flydsl (its ziglang "
+                         "dependency brings ld.lld)", stage="so")
 
 
 def linker_version() -> str:

@@ -19,8 +19,8 @@ from . import llvm_codegen, toolchain
 TRIPLE = "amdgcn-amd-amdhsa"
 
 #: How to get a linker, quoted by every "no linker" error.
-LLD_HINT = ("install one with `apt-get install lld-19` (any LLVM >= 17 lld works), "
-            "`pip install ziglang`, or point FLYDSL_LLD at an ld.lld binary")
+LLD_HINT = ("flydsl's install brings one (the `ziglang` package: `pip install ziglang`); "
+            "or point FLYDSL_LLD at any ld.lld of LLVM >= 17")
 
 def device_lib_message(names: Sequence[str]) -> str:
     """Explain that ``names`` live in the ROCm device libraries, which flydsl cannot link."""

@@ -103,14 +103,16 @@ def find_ptxas() -> Optional[str]:
 
 
 def find_lld() -> Optional[list[str]]:
-    """An ``ld.lld`` of LLVM >= 17: ``FLYDSL_LLD``, PATH ``ld.lld``/``ld.lld-NN``, or ziglang.
+    """An ``ld.lld`` of LLVM >= 17: ``FLYDSL_LLD``, else the pip-installed one (the
+    ``ziglang`` package flydsl depends on), else PATH ``ld.lld``/``ld.lld-NN``.
 
     Returns the argv prefix to run it, or None.
     """
     explicit = os.environ.get("FLYDSL_LLD")
     if explicit:
         return explicit.split() if shutil.which(explicit.split()[0]) else None
-    candidates = []
+    zig = _pip_zig()
+    candidates = [[zig, "ld.lld"]] if zig else []
     plain = shutil.which("ld.lld")
     if plain:
         candidates.append([plain])
@@ -121,11 +123,19 @@ def find_lld() -> Optional[list[str]]:
     for argv in candidates:
         if _lld_major(_cached_version(tuple(argv))) >= 17:
             return argv
-    try:
-        import ziglang  # type: ignore  # noqa: F401
-        return [sys.executable, "-m", "ziglang", "ld.lld"]
-    except ImportError:
-        return None
+    return None
+
+
+def _pip_zig() -> Optional[str]:
+    """The ``zig`` binary of the ``ziglang`` package (its ``zig ld.lld`` is LLVM's lld),
+    found without importing it."""
+    import importlib.util
+    spec = importlib.util.find_spec("ziglang")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "zig")
+        if os.access(path, os.X_OK):
+            return path
+    return None
 
 
 
