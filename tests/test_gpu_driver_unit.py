@@ -580,6 +580,22 @@ def test_dropping_a_launcher_unloads_its_modules(fake_cuda):
     assert "cuModuleUnload" in fake_cuda.names()
 
 
+def test_reloading_a_kernel_unloads_the_old_modules(fake_cuda, monkeypatch):
+    """cache_clear() + launch loads the binary again (here from the disk cache): the
+    modules of the dropped launchers are unloaded, so device memory stays bounded."""
+    import gc
+    monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cuda")
+    register(fake_cuda, compiled_vadd())
+    a = dev(64)
+    for _ in range(6):
+        vadd_kernel.cache_clear()
+        vadd_kernel[1, 64](a, a, a, 64)
+    gc.collect()
+    names = fake_cuda.names()
+    assert names.count("cuModuleLoadData") == 6
+    assert names.count("cuModuleLoadData") - names.count("cuModuleUnload") <= 1
+
+
 def test_launch_error_code_raises_with_driver_message(fake_cuda):
     a = dev(4)
     run = launcher_for(fake_cuda).bind([a, a, a, 4], no_smem_check)
