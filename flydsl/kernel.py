@@ -112,8 +112,7 @@ class KernelFunction:
         if smem:
             check_smem_arg(smem, self.name)
         grid3, block3 = dim3(grid, "grid", self.name), dim3(block, "block", self.name)
-        if grid3[0] * block3[0] > _MAX_THREADS or grid3[1] * block3[1] > _MAX_THREADS \
-                or grid3[2] * block3[2] > _MAX_THREADS:
+        if grid3[0] * block3[0] > _MAX_THREADS:   # y, z cannot: 65535 * 1024 < 2^31
             check_extent(grid3, block3, self.name)
         return self._launch(args, kwargs, grid3, block3, smem, stream)
 

@@ -23,15 +23,11 @@ import functools
 import hashlib
 import os
 import sys
-import sysconfig
 import types
 from typing import Any, Optional
 
 import numpy as np
 
-_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LIBRARY_DIRS = tuple(os.path.abspath(p) + os.sep for p in dict.fromkeys(
-    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"}
 _PLAIN_ATOMS = (type(None), bool, int, str, bytes, type(Ellipsis), type(NotImplemented))
 _CLASS_SKIP = frozenset({"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__",
@@ -95,7 +91,15 @@ def is_library_module(module_name: str) -> bool:
     path = getattr(module, "__file__", None)
     if not path:
         return module is not None and top in sys.builtin_module_names
-    return os.path.abspath(path).startswith(_LIBRARY_DIRS)
+    return os.path.abspath(path).startswith(_library_dirs())
+
+
+@functools.cache
+def _library_dirs() -> tuple:
+    """The standard library's and installed packages' folders (sysconfig is slow: once)."""
+    import sysconfig
+    return tuple(os.path.abspath(p) + os.sep for p in dict.fromkeys(
+        sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")))
 
 
 def library_version(module_name: str) -> str:

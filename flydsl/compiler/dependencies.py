@@ -22,7 +22,6 @@ from __future__ import annotations
 import builtins
 import json
 import types
-from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from .content_hash import (Unhashable, content_hash, identity_hash, is_plain,
@@ -163,20 +162,21 @@ def show_path(path: Path) -> str:
     return out or "<kernel>"
 
 
-@dataclass
 class _Record:
-    value: Any
-    modes: set = field(default_factory=set)
-    where: str = ""
+    __slots__ = ("value", "modes", "where")
+
+    def __init__(self, value: Any, modes: set, where: str):
+        self.value, self.modes, self.where = value, modes, where
 
 
-@dataclass(frozen=True)
 class Dependencies:
     """A finished record: ``entries`` are ``(encoded path, modes, hash)`` sorted by
     path; ``problems`` say why the kernel cannot go to the disk cache (empty: it can)."""
 
-    entries: tuple
-    problems: tuple
+    __slots__ = ("entries", "problems")
+
+    def __init__(self, entries: tuple, problems: tuple):
+        self.entries, self.problems = entries, problems
 
     @property
     def variant(self) -> list:
