@@ -444,3 +444,44 @@ def test_kernel_build_failure_falls_back_to_eager(monkeypatch):
         torch.testing.assert_close(compiled(x, y), chain(x, y))
     d = _delta(before, _stats())
     assert d["eager_fallbacks"] == 2 and d["launches"] == 0
+
+
+# -- where generated kernel sources go --------------------------------------------------
+
+def _fused(x, y):
+    return torch.relu(x * y + 1.5) * 0.5 - y
+
+
+def test_generated_sources_live_in_the_private_cache_folder(tmp_path, monkeypatch):
+    import os
+    import stat
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernels, "_KERNELS", {})
+    x, y = _rand(300, seed=1), _rand(300, seed=2)
+    torch.testing.assert_close(torch.compile(_fused, backend="flydsl")(x, y), _fused(x, y))
+    folder = tmp_path / "cache" / "generated"
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    files = [f for f in os.listdir(folder) if f.endswith(".py")]
+    assert files and all(stat.S_IMODE(os.stat(folder / f).st_mode) == 0o600 for f in files)
+
+
+def test_generated_sources_stay_in_memory_when_the_cache_folder_is_untrusted(tmp_path,
+                                                                             monkeypatch):
+    """Never a shared TMPDIR path another user could plant code in."""
+    import os
+    import tempfile
+    untrusted = tmp_path / "shared"
+    untrusted.mkdir()
+    os.chmod(untrusted, 0o777)
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(untrusted))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(kernels, "_KERNELS", {})
+    x, y = _rand(300, seed=3), _rand(300, seed=4)
+    with pytest.warns(RuntimeWarning, match="writable by group or others"):
+        out = torch.compile(_fused, backend="flydsl")(x, y)
+    torch.testing.assert_close(out, _fused(x, y))
+    assert kernels.stats["kernels_generated"] >= 1
+    assert os.listdir(untrusted) == []
+    leftovers = [p for p in (tmp_path / "tmp").rglob("*.py")]
+    assert leftovers == []
