@@ -356,22 +356,30 @@ class Codegen:
         if is_dynamic(iterable) or isinstance(iterable, TensorValue):
             raise self.error(node, "for loops iterate over range(...) or over compile-time "
                                    "sequences", UnsupportedConstructError)
-        path = self.deps.path_of(iterable) if isinstance(iterable, (tuple, list)) else None
-        if path is None:
+        if isinstance(iterable, (tuple, list)):
+            iterable = self.items_of(iterable, node)
+        else:
             self.deps.consume(iterable)
-        return self._unrolled(node, iterable, path)
+        return self._unrolled(node, iterable)
 
-    def _unrolled(self, node: ast.For, iterable, path: Optional[Path] = None) -> bool:
-        """Unroll over a compile-time iterable; the items of a tuple or list read
-        through ``path`` are recorded one by one."""
+    def items_of(self, seq, node: ast.AST) -> list:
+        """The items of a compile-time sequence the body iterates or spreads (``*seq``):
+        a tuple or list read through a path has each item recorded (``seq[i]``), so
+        the sequence itself is not used as data; anything else is."""
+        path = self.deps.path_of(seq) if isinstance(seq, (tuple, list)) else None
+        if path is None:
+            self.deps.consume(seq)
+            return list(seq)
+        where = self.where(node)
+        return [self.deps.found(path + (("I", i),), item, where) for i, item in enumerate(seq)]
+
+    def _unrolled(self, node: ast.For, iterable) -> bool:
         count = 0
         for item in iterable:
             count += 1
             if count > _UNROLL_LIMIT:
                 raise self.error(node, f"compile-time loop runs over {_UNROLL_LIMIT} times; "
                                        "use fx.range(...) for a runtime loop")
-            if path is not None:
-                self.deps.found(path + (("I", count - 1),), item, self.where(node))
             self.assign(node.target, item)
             ended = self._static_iteration(node.body)
             if ended == "return":
@@ -754,13 +762,15 @@ class Codegen:
         args = []
         for a in node.args:
             if isinstance(a, ast.Starred):
-                args.extend(self.eval_node(a.value))
+                args.extend(self.items_of(self.eval_node(a.value), node))
             else:
                 args.append(self.eval_node(a))
         kwargs = {}
         for kw in node.keywords:
             if kw.arg is None:
-                kwargs.update(self.eval_node(kw.value))
+                spread = self.eval_node(kw.value)
+                self.deps.consume(spread)
+                kwargs.update(spread)
             else:
                 kwargs[kw.arg] = self.eval_node(kw.value)
         dynamic = any(is_dynamic(a) or isinstance(a, TensorValue) for a in args)
