@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..expr.dtypes import DType
+
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"}
 _PLAIN_ATOMS = (type(None), bool, int, str, bytes, type(Ellipsis), type(NotImplemented))
 _CLASS_SKIP = frozenset({"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__",
@@ -44,7 +46,6 @@ def is_plain(value: Any) -> bool:
     """Numbers, strings, bytes, None and flydsl dtypes: a value that is its content."""
     if isinstance(value, _PLAIN_ATOMS) or type(value) in (float, complex):
         return True
-    from ..expr.dtypes import DType
     return isinstance(value, DType)
 
 

@@ -1,19 +1,18 @@
 """Functions a kernel body calls (``fx.exp``, ``fx.barrier``, ...).
 
 They only have meaning while a ``@flydsl.kernel`` is being traced; the MLIR
-that implements them lives in :mod:`flydsl.compiler.frontend.ops`, imported
-on first use so that ``import flydsl.expr`` stays light.
+that implements them lives in :mod:`flydsl.compiler.frontend.ops`, which the
+tracer installs (:mod:`.implementation`), so ``import flydsl.expr`` stays light.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence, Union
 
+from . import implementation
 from .dtypes import DType
 
 
-def _ops():
-    from ..compiler.frontend import ops
-    return ops
+_ops = implementation.ops
 
 
 class _Dim3:

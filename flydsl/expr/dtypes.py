@@ -28,8 +28,8 @@ class DType:
         return (_dtype_by_name, (self.name,))
 
     def __call__(self, value: Any):
-        from ..compiler.frontend import ops
-        return ops.cast(value, self)
+        from .implementation import ops
+        return ops().cast(value, self)
 
     @property
     def is_float(self) -> bool:

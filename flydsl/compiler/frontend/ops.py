@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import sys
 from typing import Sequence
 
 import mlir.ir as ir
@@ -9,6 +10,7 @@ from mlir.dialects import arith, gpu, math as mmath, memref
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
+from ...expr import implementation
 from ...expr.dtypes import DType
 from . import context
 from .tensors import TensorValue, coerce_for_store
@@ -164,3 +166,6 @@ def reduce_args(fn, args: Sequence):
     for a in args[1:]:
         result = fn(result, a)
     return result
+
+
+implementation.install(sys.modules[__name__])   # flydsl.expr's functions call into this module
