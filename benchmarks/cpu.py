@@ -51,7 +51,7 @@ def main() -> None:
     quick = "--quick" in sys.argv
     rows = [bench_vadd(1 << (20 if quick else 24)),
             bench_matmul(256 if quick else 1024, repeat=2 if quick else 3)]
-    from flydsl.runtime.cpu_launcher import cpu_workers
+    from flydsl.runtime.drivers.cpu import cpu_workers
     print_table(f"flydsl CPU backend vs numpy ({cpu_workers()} host threads; ratio = "
                 "numpy time / flydsl time, higher is better for flydsl)",
                 ["benchmark", "flydsl", "flydsl rate", "numpy", "numpy rate", "ratio"], rows)

@@ -39,10 +39,13 @@ def gpu_backend_or_exit() -> str:
     backend = os.environ.get("FLYDSL_COMPILE_BACKEND", "").strip()
     if backend not in ("cuda", "rocm"):
         backend = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    from flydsl.compiler.backends import lookup_backend_class
     from flydsl.runtime import devices
-    if devices.device_count(backend) == 0:
+    from flydsl.runtime.drivers import get_driver
+    driver = lookup_backend_class(backend).driver
+    if devices.device_count(driver) == 0:
         try:
-            devices.load_driver(backend)
+            get_driver(driver)
             why = "the driver sees no device"
         except Exception as e:  # noqa: BLE001 - reported, not raised
             why = str(e)

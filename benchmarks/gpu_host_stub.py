@@ -50,6 +50,7 @@ def child(driver: str, n: int) -> dict:
     import numpy as np
 
     from flydsl.runtime import devices
+    from flydsl.runtime.drivers import get_driver
     from vector_add import vadd, vadd_kernel
 
     backend, arch, stage, libname, launch_name = DRIVERS[driver]
@@ -91,8 +92,8 @@ def child(driver: str, n: int) -> dict:
         return {"missing": f"the {stage} toolchain (got a {compiled.binary_stage})"}
 
     # The floor: the binding's launch alone, parameters prebuilt, on the stub's function.
-    drv = devices.load_driver(driver)
-    fn = compiled.launcher().device(0).function
+    drv = get_driver(driver)
+    fn = compiled.launcher.device(0).function
     vals = (ctypes.c_uint64 * 16)()
     for k, h in enumerate(hosts):
         vals[5 * k:5 * k + 5] = (h.ctypes.data, h.ctypes.data, 0, 1, 1)
@@ -124,11 +125,11 @@ def child(driver: str, n: int) -> dict:
 
 def measure(driver: str, quick: bool) -> dict:
     """Build the driver's stub and run :func:`child` over it in a fresh process."""
-    from flydsl.runtime import cuda_driver, hip_driver
+    from flydsl.runtime.drivers import cuda, hip
     from flydsl.testing import stub_drivers
     backend, arch, _, _, _ = DRIVERS[driver]
     try:
-        (cuda_driver if driver == "cuda" else hip_driver).bindings()
+        (cuda if driver == "cuda" else hip).bindings()
     except Exception as e:  # noqa: BLE001 - reported, not raised
         return {"missing": str(e)}
     build = (stub_drivers.build_stub_libcuda if driver == "cuda"

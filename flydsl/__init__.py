@@ -5,19 +5,20 @@ from .errors import (
     FlydslError,
     FlydslRuntimeError,
     InvalidBackend,
+    InvalidDriver,
     LaunchError,
 )
 from .compiler.backends import get_backend, list_backends, register_backend
 from .jit import CompiledProgram, compile, jit
-from .runtime.debug_checks import OutOfBoundsError
 from .kernel import KernelFunction, kernel
+from .runtime.debug_checks import OutOfBoundsError
 from .runtime.devices import synchronize
-
-__version__ = "0.1.0"
+from .runtime.drivers import get_driver, list_drivers, register_driver
+from .version import __version__
 
 __all__ = [
     "CompilationError", "CompiledProgram", "DSLError", "FlydslError", "FlydslRuntimeError",
-    "InvalidBackend", "KernelFunction", "LaunchError", "OutOfBoundsError", "compile",
-    "get_backend", "jit", "kernel", "list_backends", "register_backend", "synchronize",
-    "__version__",
+    "InvalidBackend", "InvalidDriver", "KernelFunction", "LaunchError", "OutOfBoundsError",
+    "compile", "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers",
+    "register_backend", "register_driver", "synchronize", "__version__",
 ]

@@ -82,25 +82,12 @@ def _cmd_backends(args) -> int:
         except Exception as e:  # noqa: BLE001 - listing must not fail on one backend
             arch = f"? ({e})"
         device = "yes" if cls.device_present() else "no"
-        rows.append((name, ",".join(backend_tags(name)) or "-", arch, device, _toolchain(name)))
+        rows.append((name, ",".join(backend_tags(name)) or "-", arch, device,
+                     cls.describe_toolchain()))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return 0
-
-
-def _toolchain(name: str) -> str:
-    from .compiler import toolchain
-    if name == "cuda":
-        path = toolchain.find_ptxas()
-        return f"ptxas: {path}" if path else "PTX only (no ptxas: set CUDA_HOME or FLYDSL_PTXAS)"
-    if name == "rocm":
-        lld = toolchain.find_lld()
-        return f"ld.lld: {' '.join(lld)}" if lld else "no ld.lld >= 17 (pip install ziglang)"
-    if name == "cpu":
-        from .compiler.host_object import linker_version
-        return f"linker: {linker_version().split(' | ')[0] or '?'}"
-    return "-"
 
 
 # -- compile ---------------------------------------------------------------
@@ -181,11 +168,7 @@ def _cmd_compile(args) -> int:
     stage = args.emit
     asm = prog.asm
     if stage == "asm":
-        stage = {"cuda": "ptx", "rocm": "amdgcn"}.get(prog.backend.name, "asm")
-        if stage == "asm":
-            data = _host_assembly(asm["llir"])
-        else:
-            data = asm[stage]
+        data = prog.backend.assembly(asm)
     elif stage not in asm:
         raise KeyError(f"the {prog.backend.name} backend produced no {stage!r} stage; "
                        f"available: {', '.join(asm)}")
@@ -193,17 +176,6 @@ def _cmd_compile(args) -> int:
         data = asm[stage]
     _write(args.output, data)
     return 0
-
-
-def _host_assembly(llir: str) -> str:
-    import llvmlite.binding as llvm
-    from .compiler import llvm_codegen
-    from .compiler.backends.cpu import _host_cpu
-    triple = llvm.get_process_triple()
-    cpu, features = _host_cpu()
-    tm = llvm_codegen.target_machine(triple, cpu, features, 3)
-    asm, _ = llvm_codegen.optimize_and_emit(llir, tm, triple, 3, stage="asm")
-    return asm
 
 
 def _write(path: str, data) -> None:

@@ -24,6 +24,18 @@ class InvalidBackend(FlydslError, ValueError):
         )
 
 
+class InvalidDriver(FlydslError, ValueError):
+    """An unknown launch-driver name: a backend names a driver no one registered."""
+
+    def __init__(self, name: str, available: Iterable[str]):
+        self.name = name
+        self.available = sorted(available)
+        super().__init__(
+            f"unknown flydsl driver {name!r}; available drivers: "
+            + (", ".join(self.available) or "(none)")
+            + " (a plugin adds one with register_driver or a 'flydsl.drivers' entry point)")
+
+
 class CompilationError(FlydslError):
     """A compile stage failed.
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from .kernel import KernelFunction, _override
+from .kernel import KernelFunction
+from .launch_context import LaunchContext, using
 
 
 class JitFunction:
@@ -48,6 +49,7 @@ class CompiledProgram:
         self.kernels = kernels
         self.backend = backend
         self.options = options
+        self._context = LaunchContext(backend, options)   # what its calls launch with
 
     @property
     def asm(self) -> dict:
@@ -56,17 +58,13 @@ class CompiledProgram:
         return self.kernels[0].asm
 
     def __call__(self, *args, grid=None, block=None, smem: int = 0, stream=None, **kwargs):
-        prev = getattr(_override, "backend", None), getattr(_override, "options", None)
-        _override.backend, _override.options = self.backend, self.options
-        try:
+        with using(self._context):
             if isinstance(self.fn, KernelFunction):
                 if grid is None or block is None:
                     raise TypeError("calling a compiled kernel needs grid= and block=")
                 return self.fn(*args, **kwargs).launch(grid=grid, block=block, smem=smem,
                                                        stream=stream)
             return self.fn(*args, **kwargs)
-        finally:
-            _override.backend, _override.options = prev
 
 
 def compile(fn, *args, backend: Optional[str] = None, arch: Optional[str] = None,
@@ -76,20 +74,15 @@ def compile(fn, *args, backend: Optional[str] = None, arch: Optional[str] = None
     dtype and rank, so compiling for a GPU backend needs no GPU."""
     from .compiler.backends.registry import get_backend
     from .compiler.options import CompileOptions
+    if not isinstance(fn, (KernelFunction, JitFunction)):
+        raise TypeError(f"flydsl.compile needs a @flydsl.jit or @flydsl.kernel function, "
+                        f"got {fn!r}")
     be = get_backend(backend, arch=arch)
     opts = options or CompileOptions.from_env()
-    sink: list = []
-    prev = (getattr(_override, "backend", None), getattr(_override, "options", None),
-            getattr(_override, "sink", None))
-    _override.backend, _override.options, _override.sink = be, opts, sink
-    try:
+    recorded: list = []
+    with using(LaunchContext(be, opts, record=recorded)):
         if isinstance(fn, KernelFunction):
             fn(*args, **kwargs).launch()
-        elif isinstance(fn, JitFunction):
-            fn(*args, **kwargs)
         else:
-            raise TypeError(f"flydsl.compile needs a @flydsl.jit or @flydsl.kernel function, "
-                            f"got {fn!r}")
-    finally:
-        _override.backend, _override.options, _override.sink = prev
-    return CompiledProgram(fn, sink, be, opts)
+            fn(*args, **kwargs)
+    return CompiledProgram(fn, recorded, be, opts)

@@ -6,23 +6,17 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from . import launch_context
 from .errors import DSLTypeError, LaunchError
 from .expr.dtypes import TensorAnnotation
-from .runtime.args import annotation_kind, as_host_tensor, check_scalar, scalar_dtype_of
+from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
                                constexpr_key, dim3, env_token)
+from .runtime.tensors import as_tensor
 
 _MAX_THREADS = MAX_THREADS_PER_DIM
-
-
-class _Override(threading.local):
-    """Per-thread settings of flydsl.compile(): a pinned backend, options, a sink."""
-    backend = None
-    options = None
-    sink = None
-
-
-_override = _Override()
+_DEFAULT = launch_context.DEFAULT
+_current_context = launch_context.current
 
 
 @dataclass(frozen=True)
@@ -46,6 +40,8 @@ class KernelFunction:
         self.__doc__ = fn.__doc__
         self.__module__ = fn.__module__
         self.__wrapped__ = fn
+        #: The function the tracer inlines when a kernel calls this one.
+        self.__flydsl_function__ = fn
         sig = inspect.signature(fn)
         self.signature = sig
         params = []
@@ -66,7 +62,8 @@ class KernelFunction:
         self._constexpr_pos = tuple(i for i, p in enumerate(params) if p.kind == "constexpr")
         self._compiled: dict = {}     # full specialization key -> CompiledKernel
         self._dispatch: dict = {}     # fast key -> generated warm launch (runtime.fastpath)
-        self._last = None             # the warm launch that ran last: tried first
+        self._last = None             # the default context's last warm launch: tried first
+        self._pinned_last = None      # (pinned context, its last warm launch)
         self._configs: dict = {}      # kernel[grid, block] -> launcher
         self._lock = threading.Lock()
 
@@ -117,37 +114,33 @@ class KernelFunction:
         return self._launch(args, kwargs, grid3, block3, smem, stream)
 
     def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream):
+        context = _current_context()
         if kwargs:
             positional = self._positional(args, kwargs)
             if positional is not None:
                 args, kwargs = positional, {}
-        if not kwargs:
-            # The last specialization's guards first: most launches repeat it.
-            last = self._last
-            if last is not None and last(args, grid3, block3, smem, stream):
-                return None
-            forced = _override.backend   # set by a CompiledProgram call or flydsl.compile()
-            if forced is None:
-                mode = None
-            elif _override.sink is None:
-                mode = (forced, _override.options)
-            else:   # flydsl.compile(): record the kernel, never launch it
-                return self._launch_slow(args, kwargs, grid3, block3, smem, stream, None)
-            try:
-                if self._constexpr_pos:
-                    key = (env_token(), mode, self._constexpr_values(args),
-                           *map(arg_key, args))
-                else:
-                    key = (env_token(), mode, *map(arg_key, args))
-                hit = self._dispatch.get(key)
-            except TypeError:   # an unhashable argument: take the slow path
-                hit = key = None
-            if hit is not None and hit(args, grid3, block3, smem, stream):
-                self._last = hit
-                return None
-        else:
-            key = None
-        return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key)
+        if kwargs or context.record is not None:   # flydsl.compile(): record, never launch
+            return self._launch_slow(args, kwargs, grid3, block3, smem, stream, None, context)
+        # The last specialization's guards first: most launches repeat it.
+        if context is _DEFAULT:
+            last, pinned = self._last, None
+        else:   # a CompiledProgram call: its own warm launches
+            pinned, entry = context, self._pinned_last
+            last = entry[1] if entry is not None and entry[0] is context else None
+        if last is not None and last(args, grid3, block3, smem, stream):
+            return None
+        try:
+            if self._constexpr_pos:
+                key = (env_token(), pinned, self._constexpr_values(args), *map(arg_key, args))
+            else:
+                key = (env_token(), pinned, *map(arg_key, args))
+            hit = self._dispatch.get(key)
+        except TypeError:   # an unhashable argument: take the slow path
+            hit = key = None
+        if hit is not None and hit(args, grid3, block3, smem, stream):
+            self._remember(pinned, hit)
+            return None
+        return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key, context)
 
     def _positional(self, args: tuple, kwargs: dict) -> Optional[tuple]:
         """``args`` extended by ``kwargs`` in parameter order (defaults filling the gaps
@@ -174,15 +167,15 @@ class KernelFunction:
         n = len(args)
         return tuple(constexpr_key(args[i]) for i in self._constexpr_pos if i < n)
 
-    def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key) -> None:
+    def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key,
+                     context: launch_context.LaunchContext) -> None:
         from .runtime.launch import bind_launch
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
-        backend, options = _resolve_backend_and_options(runtime)
+        backend, options = context.resolve(runtime)
         compiled = self.compiled_for(specs, backend, options)
-        sink = getattr(_override, "sink", None)
-        if sink is not None:  # flydsl.compile(): record instead of running
-            sink.append(compiled)
+        if context.record is not None:  # flydsl.compile(): record instead of running
+            context.record.append(compiled)
             return None
         bound = bind_launch(compiled, runtime)
         bound(runtime, grid3, block3, smem, stream)
@@ -192,7 +185,8 @@ class KernelFunction:
 
     def _install_fast_path(self, key: tuple, bound, args: tuple) -> None:
         """Generate the warm launch of calls whose fast key is ``key`` (positional
-        ``args`` like these): guards, packing and submit inline (runtime.fastpath)."""
+        ``args`` like these): guards, packing and submit inline (runtime.fastpath).
+        ``key[1]`` is the pinned launch context it belongs to (None: the default)."""
         from .runtime.fastpath import build_fast_launch
         nargs = len(args)
         arg_keys = key[len(key) - nargs:]
@@ -200,13 +194,19 @@ class KernelFunction:
                    else ("default", p.default)
                    for i, p in enumerate(self.params) if p.kind != "constexpr"]
         constexprs = [(i, args[i]) for i in self._constexpr_pos if i < nargs]
-        fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name,
-                                 override=_override, forced=key[1])
+        fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name)
         with self._lock:
             if len(self._dispatch) > 1024:
                 self._dispatch.clear()
             self._dispatch[key] = fast
+        self._remember(key[1], fast)
+
+    def _remember(self, pinned, fast) -> None:
+        """``fast`` ran last in its context (None: the default one)."""
+        if pinned is None:
             self._last = fast
+        else:
+            self._pinned_last = (pinned, fast)
 
     # -- specialization ------------------------------------------------
     def bind(self, args: Sequence, kwargs: dict) -> list:
@@ -234,7 +234,7 @@ class KernelFunction:
                 specs.append(ParamSpec(p.name, "constexpr", value=v))
                 continue
             try:
-                t = as_host_tensor(v)
+                t = as_tensor(v)
             except TypeError as e:
                 raise _arg_error(f"argument {p.name!r}: {e}",
                                    kernel=self.name) from None
@@ -282,21 +282,22 @@ class KernelFunction:
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None:
-                hit = compile_specialization(self, specs, backend, options)
+                hit = compile_specialization(self.fn, self.name, specs, backend, options)
                 self._compiled[key] = hit
         return hit
 
     def warm_launch_source(self) -> Optional[str]:
         """The Python source generated for the warm launch that ran last (None before
         the first launch): its argument guards and packing, for debugging."""
-        return getattr(self._last, "__flydsl_source__", None)
+        last = self._last or (self._pinned_last or (None, None))[1]
+        return getattr(last, "__flydsl_source__", None)
 
     def cache_clear(self) -> None:
         """Forget this kernel's in-memory compiled specializations."""
         with self._lock:
             self._compiled.clear()
             self._dispatch.clear()
-            self._last = None
+            self._last = self._pinned_last = None
             self._configs.clear()
 
 
@@ -364,31 +365,6 @@ class KernelCall:
     def launch(self, grid=(1, 1, 1), block=(1, 1, 1), smem: int = 0, stream=None) -> None:
         """Compile (once per specialization) and run the kernel."""
         return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
-
-
-def _resolve_backend_and_options(runtime: Sequence = ()):
-    """The backend (arch resolved) and options for a launch, before any cache lookup.
-
-    On a GPU backend without ``FLYDSL_GPU_ARCH``, the arch is that of the device
-    holding the tensor arguments.
-    """
-    import os
-    from .compiler.backends.registry import get_backend
-    from .compiler.options import CompileOptions
-    forced = getattr(_override, "backend", None)
-    if forced is not None:
-        return forced, getattr(_override, "options", None) or CompileOptions.from_env()
-    from .runtime.devices import GPU_DRIVERS, tensors_arch
-    backend = get_backend()
-    if backend.driver in GPU_DRIVERS and not os.environ.get("FLYDSL_GPU_ARCH"):
-        from .errors import FlydslError
-        try:
-            arch = tensors_arch(backend.driver, runtime)
-        except FlydslError:   # mixed devices or no driver: the launch checks report it
-            arch = None
-        if arch and arch != backend.target.arch:
-            backend = get_backend(backend.name, arch=arch)
-    return backend, CompileOptions.from_env()
 
 
 def kernel(fn: Optional[Callable] = None) -> Any:

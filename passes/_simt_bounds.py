@@ -31,7 +31,8 @@ from mlir.dialects import arith, func, memref, scf, ub
 
 from flydsl.runtime import debug_checks as rec
 
-from ._simt_ir import op_of, source_location, strip_memory_space, walk
+from ._simt_ir import source_location, strip_memory_space
+from .ir import op_of, walk
 
 #: Module attribute holding the JSON site table.
 SITES_ATTR = "flydsl.debug_sites"

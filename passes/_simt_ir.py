@@ -1,16 +1,15 @@
-"""Small MLIR helpers shared by the SIMT-to-CPU pass (:mod:`.simt_to_cpu`).
-
-Everything here works on ``ir.Operation`` objects (``opview.operation``);
-``OpView.name`` is the symbol name for some ops, so names are always read
-from the ``Operation``.
-"""
+"""What the SIMT-to-CPU pass (:mod:`.simt_to_cpu`) needs to know about ops: which are
+pure, which may trap, which synchronize; memory spaces and source locations.
+(Generic walking helpers are in :mod:`.ir`.)"""
 from __future__ import annotations
 
 import linecache
 import re
-from typing import Optional, Tuple
+from typing import Tuple
 
 import mlir.ir as ir
+
+from .ir import defining_op
 
 # -- op classification ------------------------------------------------------
 
@@ -58,49 +57,12 @@ def may_trap(op: ir.Operation) -> bool:
     return value == 0 or (not unsigned and value == -1)
 
 
-def op_of(x) -> ir.Operation:
-    """The ``ir.Operation`` behind an OpView / Operation."""
-    return x.operation if not isinstance(x, ir.Operation) else x
-
-
 def is_pure(op: ir.Operation) -> bool:
     """Side-effect-free op without regions."""
     if len(op.regions):
         return False
     name = op.name
     return name in PURE_OPS or name.split(".", 1)[0] in PURE_DIALECTS
-
-
-# -- blocks and ops ---------------------------------------------------------
-
-def terminator(block: ir.Block) -> ir.Operation:
-    ops = block.operations
-    return op_of(ops[len(ops) - 1])
-
-
-def block_ops(block: ir.Block, with_terminator: bool = False) -> list:
-    """The block's ops (``ir.Operation``), by default without its terminator."""
-    ops = [op_of(o) for o in block.operations]
-    return ops if with_terminator else ops[:-1]
-
-
-def walk(op: ir.Operation, pred=None) -> list:
-    """Every op nested in (and including) ``op`` for which ``pred`` holds."""
-    found = []
-
-    def cb(o):
-        if pred is None or pred(o):
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(cb, ir.WalkOrder.PRE_ORDER)
-    return found
-
-
-def defining_op(value) -> Optional[ir.Operation]:
-    if isinstance(value, ir.OpResult):
-        return op_of(value.owner)
-    return None
 
 
 # -- types ------------------------------------------------------------------

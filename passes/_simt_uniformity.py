@@ -24,7 +24,8 @@ condition, so ops hoisted from them must not trap (*speculative* levels).
 """
 from __future__ import annotations
 
-from ._simt_ir import block_ops, is_pure, may_trap, terminator
+from ._simt_ir import is_pure, may_trap
+from .ir import block_ops, terminator
 
 
 class Uniformity:

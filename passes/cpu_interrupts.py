@@ -17,7 +17,7 @@ from __future__ import annotations
 import mlir.ir as ir
 from mlir.dialects import arith, func, scf
 
-from ._simt_ir import block_ops, op_of, terminator, walk
+from .ir import block_ops, op_of, terminator, walk
 
 CHECK = "flydsl_interrupted"
 BLOCK_LOOP = "flydsl.block_loop"

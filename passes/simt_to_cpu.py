@@ -51,12 +51,9 @@ from mlir.dialects import arith, func, memref, scf
 from flydsl.errors import UnsupportedConstructError
 
 from ._simt_bounds import BoundsChecks
-from ._simt_ir import (SYNC_OPS, block_ops, is_pure, may_trap, op_of,
-                       source_location, strip_memory_space, terminator, walk)
+from ._simt_ir import SYNC_OPS, is_pure, may_trap, source_location, strip_memory_space
 from ._simt_uniformity import Uniformity
-
-#: Bump whenever the generated IR changes (part of the compile-cache key).
-FINGERPRINT = "simt-to-cpu-v3"
+from .ir import block_ops, gpu_modules, op_of, terminator, walk
 
 _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
@@ -72,8 +69,7 @@ def run(module: ir.Module, target=None, options=None) -> None:
     with module.context, ir.Location.unknown(module.context):
         top = module.body
         checks = BoundsChecks(top) if getattr(options, "debug", False) else None
-        gpu_modules = [op_of(o) for o in top.operations if op_of(o).name == "gpu.module"]
-        for gm in gpu_modules:
+        for gm in gpu_modules(module):
             for op in block_ops(gm.regions[0].blocks[0], with_terminator=True):
                 name = op.name
                 if name == "gpu.func":

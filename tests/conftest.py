@@ -9,6 +9,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
+#: The fake GPU driver fixtures (fake_cuda, fake_hip) for the GPU runtime tests.
+pytest_plugins = ["fake_gpu"]
+
 
 @pytest.fixture(scope="session")
 def session_cache_dir(tmp_path_factory):

@@ -10,7 +10,8 @@ import pytest
 ir = pytest.importorskip("mlir.ir")
 
 from flydsl.compiler import CompileOptions, GPUTarget, MlirCompiler, get_backend  # noqa: E402
-from flydsl.compiler import hsaco, rocdl_passes, toolchain  # noqa: E402
+from flydsl.compiler import hsaco, toolchain  # noqa: E402
+from flydsl.passes import rocdl as rocdl_passes  # noqa: E402
 from flydsl.compiler.backends.rocm import RocmBackend  # noqa: E402
 from flydsl.errors import CompilationError, ToolchainError  # noqa: E402
 

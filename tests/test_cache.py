@@ -92,7 +92,7 @@ def test_what_the_trace_reads_is_in_the_full_key(tmp_path):
 def test_flydsl_version_is_in_the_key(tmp_path, monkeypatch):
     k = load_kernel(tmp_path, "v")
     before = base_of(k)
-    monkeypatch.setattr(flydsl, "__version__", "999.0")
+    monkeypatch.setattr(flydsl.version, "__version__", "999.0")
     assert base_of(k) != before
 
 

@@ -14,7 +14,8 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
-from flydsl.runtime import cpu_launcher, shared_object
+from flydsl.runtime import shared_object
+from flydsl.runtime.drivers import cpu as cpu_driver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -134,6 +135,6 @@ def test_changing_the_thread_count_while_other_threads_launch(monkeypatch):
 def test_worker_count_follows_the_affinity_mask(monkeypatch):
     monkeypatch.delenv("FLYDSL_CPU_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert cpu_launcher.cpu_workers() == 1
+    assert cpu_driver.cpu_workers() == 1
     monkeypatch.setenv("FLYDSL_CPU_THREADS", "3")
-    assert cpu_launcher.cpu_workers() == 3
+    assert cpu_driver.cpu_workers() == 3

@@ -227,7 +227,7 @@ def test_default_stream_is_torchs_current_stream(device, monkeypatch):
     da, db, c = device.put(a), device.put(b), device.empty(2000)
     seen = []
     if device.gpu:
-        drv = devices.load_driver(device.driver)
+        drv = flydsl.get_driver(device.driver)
         real = drv.launch
 
         def spy(*args):
@@ -282,13 +282,16 @@ def test_synchronize(device):
 
 
 def test_tensor_device_and_arch(device):
+    from flydsl.runtime.tensors import as_tensor
     x = device.empty(4)
+    t = as_tensor(x)
     if device.gpu:
-        assert devices.tensor_device(x) == ("cuda", x.device.index)
-        assert devices.tensors_arch(device.driver, [x, 1]) == flydsl.get_backend().target.arch
+        assert (t.device_type, t.device_index) == ("cuda", x.device.index)
+        assert devices.tensors_arch(flydsl.get_driver(device.driver), [x, 1]) == \
+            flydsl.get_backend().target.arch
     else:
-        assert devices.tensor_device(x) == ("cpu", 0)
-        assert devices.tensors_arch("cuda", [x, 1]) is None
+        assert (t.device_type, t.device_index) == ("cpu", 0)
+        assert devices.tensors_arch(flydsl.get_driver("cpu"), [x, 1]) is None
 
 
 # -- wrong devices -------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .backends.base import GPUTarget
+from .target import GPUTarget
 
 
 @dataclass

@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Sequence
 
+from .. import version
 from .content_hash import Unhashable, content_hash, traced_function_hash
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,9 +64,8 @@ def specialization_text(specs: Sequence) -> str:
 
 def base_key(fn, specs: Sequence, backend, options) -> str:
     """Everything in the key that is known before tracing (see the module docstring)."""
-    from .. import __version__
     h = hashlib.sha256()
-    parts = (f"flydsl {__version__}", flydsl_sources_hash(), sys.version,
+    parts = (f"flydsl {version.__version__}", flydsl_sources_hash(), sys.version,
              traced_function_hash(fn), specialization_text(specs), backend.name,
              backend.hash(options))
     for part in parts:

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 
 from ..errors import ToolchainError
-from ..runtime.cpu_launcher import PACKED_PREFIX  # the ABI the CPU launcher calls
+from ..runtime.drivers.cpu import PACKED_PREFIX  # the ABI the CPU launcher calls
 from ..runtime.interrupts import (INTERRUPT_POINTER, INTERRUPT_STATE, SIGINT_HANDLER,
                                   SIGINT_PREVIOUS)
 from . import toolchain

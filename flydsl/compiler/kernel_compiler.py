@@ -9,7 +9,7 @@ import threading
 from typing import Optional
 
 from . import cache as disk_cache
-from .backends.base import GPUTarget
+from .target import GPUTarget
 from .dependencies import resolve_hashes
 from .fingerprint import base_key, entry_key
 
@@ -38,8 +38,9 @@ class CompiledKernel:
         self.from_cache = from_cache
         #: Tensor parameters the kernel may write: read-only arguments are refused there.
         self.written = tuple(written)
-        self._launcher = None
-        self._lock = threading.Lock()
+        #: The driver's launcher (binary loaded), made by the runtime on first launch.
+        self.launcher = None
+        self.lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"<CompiledKernel {self.kernel_name} {self.backend_name}/{self.target.arch} "
@@ -48,15 +49,6 @@ class CompiledKernel:
     @property
     def binary(self):
         return self.asm.get(self.binary_stage)
-
-    def launcher(self):
-        """The driver launcher, created (binary loaded) on first use."""
-        if self._launcher is None:
-            with self._lock:
-                if self._launcher is None:
-                    from ..runtime.launch import make_launcher
-                    self._launcher = make_launcher(self)
-        return self._launcher
 
     # -- cache entries ---------------------------------------------------
     def to_entry(self) -> disk_cache.CacheEntry:
@@ -84,36 +76,37 @@ class CompiledKernel:
                    written=tuple(m["written"]))
 
 
-def compile_specialization(kernel, specs: tuple, backend, options) -> CompiledKernel:
-    """Disk cache hit, or trace + compile (once across processes) and store.
+def compile_specialization(fn, name: str, specs: tuple, backend, options) -> CompiledKernel:
+    """Disk cache hit, or trace + compile (once across processes) and store: the
+    kernel ``name`` whose body is the Python function ``fn``.
 
     The full key needs what the trace reads (:mod:`.dependencies`): a lookup tries
     the dependency sets earlier traces of this base key recorded, resolved against
     this process's values; a miss traces, and stores the entry with its set.
     """
     if not disk_cache.enabled():
-        return _compile(kernel, specs, backend, options)
+        return _compile(fn, name, specs, backend, options)
     store = disk_cache.DiskCache()
     if not store.usable():
-        return _compile(kernel, specs, backend, options)
-    base = base_key(kernel.fn, specs, backend, options)
+        return _compile(fn, name, specs, backend, options)
+    base = base_key(fn, specs, backend, options)
     constexprs = {s.name: s.value for s in specs if s.kind == "constexpr"}
-    hit = _lookup(store, base, kernel.fn, constexprs, specs)
+    hit = _lookup(store, base, fn, constexprs, specs)
     if hit is not None:
         return hit
-    with store.lock(base, f"kernel {kernel.name!r}"):
-        hit = _lookup(store, base, kernel.fn, constexprs, specs)  # another process built it
+    with store.lock(base, f"kernel {name!r}"):
+        hit = _lookup(store, base, fn, constexprs, specs)  # another process built it
         if hit is not None:
             return hit
-        traced = _trace(kernel, specs, backend, options)
+        traced = _trace(fn, name, specs, backend, options)
         deps = traced.dependencies
         if deps.problems:
-            _warn_memory_only(kernel.name, deps.problems)
-            return _build(kernel, traced, specs, backend, options, "")
+            _warn_memory_only(name, deps.problems)
+            return _build(name, traced, specs, backend, options, "")
         key = entry_key(base, deps.variant, deps.hashes)
         hit = _load(store, key, specs)   # compiled before, but the manifest lost it
         if hit is None:
-            hit = _build(kernel, traced, specs, backend, options, key)
+            hit = _build(name, traced, specs, backend, options, key)
             store.put(key, hit.to_entry())
         store.add_variant(base, deps.variant)
         return hit
@@ -160,22 +153,23 @@ def symbol_name(name: str) -> str:
                           for c in name)
 
 
-def _trace(kernel, specs: tuple, backend, options):
+def _trace(fn, name: str, specs: tuple, backend, options):
     from .frontend.builder import trace_kernel
-    return trace_kernel(kernel.fn, symbol_name(kernel.name), specs, backend.target, options)
+    return trace_kernel(fn, symbol_name(name), specs, backend.target, options)
 
 
-def _compile(kernel, specs: tuple, backend, options) -> CompiledKernel:
-    return _build(kernel, _trace(kernel, specs, backend, options), specs, backend, options, "")
+def _compile(fn, name: str, specs: tuple, backend, options) -> CompiledKernel:
+    traced = _trace(fn, name, specs, backend, options)
+    return _build(name, traced, specs, backend, options, "")
 
 
-def _build(kernel, traced, specs: tuple, backend, options, key: str) -> CompiledKernel:
+def _build(name: str, traced, specs: tuple, backend, options, key: str) -> CompiledKernel:
     from .mlir_compiler import MlirCompiler
     disk_cache.stats["compiles"] += 1
     compiled_keys.append(key)
     artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
                                     func_name=traced.name)
-    return CompiledKernel(kernel_name=kernel.name, name=traced.name, specs=specs,
+    return CompiledKernel(kernel_name=name, name=traced.name, specs=specs,
                           asm=artifact.asm, binary_stage=artifact.binary_stage,
                           backend_name=backend.name, driver=backend.driver or backend.name,
                           target=backend.target, shared_bytes=traced.shared_bytes,

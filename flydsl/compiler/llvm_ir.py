@@ -10,26 +10,16 @@ from __future__ import annotations
 _TRANSLATABLE = ("builtin.", "llvm.", "nvvm.", "rocdl.")
 
 
-def _check_translatable(op) -> None:
-    """Raise ValueError naming the first op that would make translation crash."""
-    stack = [op.operation]
-    while stack:
-        cur = stack.pop()
-        for region in cur.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    name = inner.operation.name
-                    if not name.startswith(_TRANSLATABLE):
-                        raise ValueError(f"op {name!r} at {inner.operation.location} was not "
-                                         "lowered to the LLVM dialect")
-                    stack.append(inner.operation)
-
-
 def translate_to_llvm_ir(op) -> str:
     """LLVM IR text of ``op``, a ``builtin.module`` holding only LLVM-dialect ops
     (and NVVM/ROCDL intrinsics). Raises ValueError naming an op left unlowered."""
     from mlir.dialects.llvm import translate_module_to_llvmir
-    _check_translatable(op)
+
+    from ..passes.ir import unlowered_ops
+    left = unlowered_ops(op, _TRANSLATABLE)
+    if left:
+        raise ValueError(f"op {left[0].name!r} at {left[0].location} was not lowered to the "
+                         "LLVM dialect")
     return translate_module_to_llvmir(op.operation)
 
 

@@ -58,6 +58,7 @@ class MlirCompiler:
 
 def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> CompiledArtifact:
     import mlir.ir as ir
+    from ..passes.ir import diagnostics, kernel_names
 
     artifact = CompiledArtifact(backend=backend.name, target=backend.target,
                                 binary_stage=backend.binary_stage)
@@ -68,13 +69,13 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
             module.operation.verify()
         except ir.MLIRError as e:
             raise CompilationError("input module does not verify", stage="verify",
-                                   diagnostics=_diagnostics(e), kernel=kernel) from None
+                                   diagnostics=diagnostics(e), kernel=kernel) from None
         artifact.asm["mlir"] = str(module)
         # Work on a copy that keeps source locations: passes report errors at user lines.
         work = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
         if dumping:
             dump.write("input", work.operation.get_asm(enable_debug_info=True))
-        artifact.kernel_names = _kernel_names(work)
+        artifact.kernel_names = kernel_names(work)
         _attach_targets(work, backend.gpu_module_targets(options))
         for fragment in backend.pipeline_fragments(options):
             _run_fragment(work, fragment, backend, options, kernel, dump)
@@ -97,6 +98,7 @@ def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> 
 
 
 def _run_fragment(work, fragment, backend, options, kernel: str, dump) -> None:
+    from ..passes.ir import diagnostics
     """Run one stage; on failure write a reproducer and raise CompilationError."""
     import mlir.ir as ir
     from mlir.passmanager import PassManager
@@ -117,7 +119,7 @@ def _run_fragment(work, fragment, backend, options, kernel: str, dump) -> None:
         del pm  # the timing report prints when the pass manager goes away
     except ir.MLIRError as e:
         path = dump.write_reproducer(name, before, _pipeline_of(fragment))
-        raise CompilationError("pass pipeline failed", stage=name, diagnostics=_diagnostics(e),
+        raise CompilationError("pass pipeline failed", stage=name, diagnostics=diagnostics(e),
                                kernel=kernel, ir_path=path) from None
     except (CompilationError, DSLError):
         raise
@@ -144,31 +146,11 @@ def _pipeline_of(fragment) -> str:
     return f"builtin.module({fragment})"
 
 
-def _diagnostics(err) -> str:
-    lines = []
-    for diag in getattr(err, "error_diagnostics", []) or []:
-        lines.append(f"{diag.location}: {diag.message}")
-        for note in diag.notes:
-            lines.append(f"  note: {note.location}: {note.message}")
-    return "\n".join(lines) or str(err)
-
-
-def _kernel_names(module) -> list[str]:
-    names = []
-    for op in module.body.operations:
-        if op.operation.name != "gpu.module":
-            continue
-        for inner in op.regions[0].blocks[0].operations:
-            if inner.operation.name == "gpu.func" and "gpu.kernel" in inner.attributes:
-                names.append(inner.attributes["sym_name"].value)
-    return names
-
-
 def _attach_targets(module, targets: list[str]) -> None:
     if not targets:
         return
     import mlir.ir as ir
+    from ..passes.ir import gpu_modules
     attr = ir.ArrayAttr.parse("[" + ", ".join(targets) + "]")
-    for op in module.body.operations:
-        if op.operation.name == "gpu.module":
-            op.operation.attributes["targets"] = attr
+    for gm in gpu_modules(module):
+        gm.attributes["targets"] = attr

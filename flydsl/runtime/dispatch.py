@@ -15,8 +15,7 @@ import os
 import numpy as np
 
 from ..errors import LaunchError
-from .args import is_torch_tensor
-from .devices import cai_key
+from .tensors import cai_key, is_torch_tensor
 
 #: Environment variables that change what gets compiled or where it runs.
 ENV_KEYS = ("FLYDSL_COMPILE_BACKEND", "FLYDSL_GPU_ARCH", "FLYDSL_OPT_LEVEL", "FLYDSL_DEBUG",

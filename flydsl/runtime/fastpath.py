@@ -20,16 +20,16 @@ The generated source is kept on the function (``__flydsl_source__``) for debuggi
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..errors import FlydslRuntimeError
-from .args import is_torch_tensor, torch_writable
-from .devices import (cai_device, cai_itemsize, contiguous_strides, device_id_attribute,
-                      load_driver)
+from .drivers import get_driver
 from .dispatch import arg_key, constexpr_key, env_token
 from .packing import BoundLaunch, numpy_data
+from .tensors import (cai_device, cai_itemsize, contiguous_strides, device_id_attribute,
+                      is_torch_tensor, torch_writable)
 
 #: Constexpr types whose ``==`` agrees with constexpr_key's (type, repr) equality.
 _PLAIN_CONSTEXPR = (int, bool, str, type(None))
@@ -144,7 +144,7 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: boo
 
 def _several_cuda_devices() -> bool:
     try:
-        return load_driver("cuda").device_count() > 1
+        return get_driver("cuda").device_count() > 1
     except FlydslRuntimeError:
         return False
 
@@ -161,8 +161,7 @@ def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool) -> None:
 
 def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
                       constexprs: Sequence[tuple[int, object]],
-                      runtime: Sequence[tuple], name: str = "kernel", *,
-                      override=None, forced: Optional[tuple] = None) -> Callable:
+                      runtime: Sequence[tuple], name: str = "kernel") -> Callable:
     """The warm launch ``fast(args, grid, block, smem, stream) -> bool`` of one
     specialization: True when it launched, False when ``args`` do not fit it.
 
@@ -172,10 +171,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     declared kind: ``tensor``, ``scalar`` or ``infer``, and the argument itself, read
     while generating and not kept) or ``("default", value)`` for an omitted one.
     ``constexprs`` lists ``(position, value)`` of the constexpr arguments.
-    ``override`` is the kernel module's per-thread override (``backend``, ``options``,
-    ``sink``); ``forced`` the ``(backend, options)`` it held when this launch was
-    bound (a CompiledProgram call), or None: the launch only runs in that state, and
-    never while flydsl.compile() records.
+    Which launch context it serves is decided by who looks it up (a kernel keys its
+    warm launches by context, :mod:`flydsl.launch_context`), not by the launch.
     """
     w = _Writer()
     w.names.update(_ndarray=np.ndarray, _numpy_data=numpy_data, _env_token=env_token,
@@ -185,16 +182,6 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     w.lines.append("def fast(args, grid, block, smem, stream):")
     w.emit(f"if len(args) != {nargs}: return False")
     w.emit(f"if _env_token() != {w.const('env', env)}: return False")
-    if override is not None:
-        w.names["_override"] = override
-        if forced is None:
-            w.emit("if _override.backend is not None: return False")
-        else:
-            be, opts = w.const("backend", forced[0]), w.const("options", forced[1])
-            w.emit(f"if _override.backend is not {be} or _override.sink is not None: "
-                   "return False")
-            w.emit("o = _override.options")
-            w.emit(f"if o is not {opts} and o != {opts}: return False")
     for pos, value in constexprs:
         if type(value) in _PLAIN_CONSTEXPR:
             w.emit(f"if type(args[{pos}]) is not {w.const('ct', type(value))} or "

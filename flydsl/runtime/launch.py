@@ -1,58 +1,24 @@
-"""Launchers for compiled kernels, chosen by the backend's driver, and launch checks."""
+"""Binding a compiled kernel to its first launch: the driver's launcher, and the
+checks every launch of that specialization relies on (where the tensors live,
+writability, shared memory)."""
 from __future__ import annotations
 
 from typing import Sequence
 
 from ..errors import FlydslRuntimeError, LaunchError
+from . import devices
+from .drivers import Driver, get_driver
+from .tensors import as_tensor
 
-#: Static + dynamic shared memory a block may use, per driver: upper bounds over all
-#: devices (sm_90/sm_100 opt-in, gfx950); the GPU launchers check the device's own limit.
-MAX_SHARED_BYTES = {"cpu": 1 << 20, "cuda": 227 * 1024, "hip": 160 * 1024}
 
-
-def check_shared(kernel: str, driver: str, static_bytes: int, smem: int) -> None:
-    limit = MAX_SHARED_BYTES.get(driver)
-    if limit is not None and static_bytes + smem > limit:
+def check_shared(kernel: str, driver: Driver, static_bytes: int, smem: int) -> None:
+    """Static + dynamic shared memory within the driver's bound (GPU launchers also
+    check the device's own limit)."""
+    limit = driver.max_shared_bytes
+    if static_bytes + smem > limit:
         raise LaunchError(f"the kernel uses {static_bytes + smem} bytes of shared memory "
-                          f"({static_bytes} static + {smem} dynamic); the {driver} backend "
-                          f"allows {limit}", kernel=kernel)
-
-
-def check_devices(kernel: str, driver: str, names: Sequence[str], args: Sequence) -> None:
-    """Every tensor must live where the driver runs: host memory for the CPU, one
-    device of the driver's GPUs for cuda/hip (LaunchError naming the arguments)."""
-    from .devices import GPU_DRIVERS
-    if driver in GPU_DRIVERS:
-        from .devices import common_device
-        common_device(kernel, driver, names, args)
-        return
-    from .args import as_host_tensor
-    for name, a in zip(names, args):
-        t = as_host_tensor(a)
-        if t is None:
-            continue
-        if driver == "cpu" and t.device != "cpu":
-            raise LaunchError(f"argument {name!r} is on {t.device}, but the cpu backend "
-                              "needs host memory", kernel=kernel)
-
-
-def make_launcher(compiled) -> object:
-    """The driver-specific launcher of ``compiled`` (``bind(samples, check_smem)`` returns
-    a :class:`~flydsl.runtime.packing.BoundLaunch`)."""
-    driver = compiled.driver
-    if driver == "cpu":
-        from .cpu_launcher import CpuLauncher
-        return CpuLauncher(compiled)
-    if driver == "cuda":
-        from .cuda_driver import CudaLauncher
-        return CudaLauncher(compiled)
-    if driver == "hip":
-        from .hip_driver import HipLauncher
-        return HipLauncher(compiled)
-    raise FlydslRuntimeError(
-        f"kernel {compiled.kernel_name!r}: the {compiled.backend_name} backend names driver "
-        f"{driver!r}, which flydsl cannot launch; compile-only still works "
-        "(flydsl.compile(fn, *args, backend=...))")
+                          f"({static_bytes} static + {smem} dynamic); the {driver.name} "
+                          f"driver allows {limit}", kernel=kernel)
 
 
 def check_writable(kernel: str, written: Sequence[str], names: Sequence[str],
@@ -62,11 +28,10 @@ def check_writable(kernel: str, written: Sequence[str], names: Sequence[str],
     corrupted silently): LaunchError naming the parameter."""
     if not written:
         return
-    from .devices import tensor_info
     for name, a in zip(names, args):
         if name not in written:
             continue
-        t = tensor_info(a)
+        t = as_tensor(a)
         if t is not None and not t.writable:
             what, fix = _read_only_kind(a, name)
             raise LaunchError(f"argument {name!r} is read-only ({what}), but the kernel "
@@ -83,14 +48,38 @@ def _read_only_kind(a, name: str) -> tuple[str, str]:
     return "its array interface marks it read-only", "pass writable memory"
 
 
+def load_driver_for(compiled) -> Driver:
+    """The driver of ``compiled``'s backend; FlydslRuntimeError saying that
+    compile-only still works when its runtime (a GPU, bindings) is missing."""
+    try:
+        return get_driver(compiled.driver)
+    except FlydslRuntimeError as e:
+        stage = compiled.binary_stage
+        raise FlydslRuntimeError(
+            f"kernel {compiled.kernel_name!r}: cannot launch on the {compiled.backend_name} "
+            f"backend: {e}. Compile-only still works without a GPU: flydsl.compile(fn, "
+            f"*args, backend={compiled.backend_name!r}).asm[{stage!r}] holds the binary"
+        ) from None
+
+
+def launcher_of(compiled, driver: Driver):
+    """``compiled``'s launcher (its binary loaded by ``driver``), made once."""
+    if compiled.launcher is None:
+        with compiled.lock:
+            if compiled.launcher is None:
+                compiled.launcher = driver.make_launcher(compiled)
+    return compiled.launcher
+
+
 def bind_launch(compiled, samples: Sequence):
     """Check a first launch's arguments and return the launch bound to their types (a
     :class:`~flydsl.runtime.packing.BoundLaunch`: ``run(args, grid, block, smem, stream)``)."""
-    launcher = compiled.launcher()   # first: a missing GPU driver explains everything else
+    driver = load_driver_for(compiled)   # first: a missing GPU driver explains everything else
+    launcher = launcher_of(compiled, driver)
     runtime_names = [s.name for s in compiled.specs if s.kind != "constexpr"]
-    check_devices(compiled.kernel_name, compiled.driver, runtime_names, samples)
-    check_writable(compiled.kernel_name, compiled.written, runtime_names, samples)
-    driver, name, static = compiled.driver, compiled.kernel_name, compiled.shared_bytes
+    name, static = compiled.kernel_name, compiled.shared_bytes
+    devices.common_device(name, driver, runtime_names, samples)
+    check_writable(name, compiled.written, runtime_names, samples)
     check_shared(name, driver, static, 0)
 
     def check_smem(smem: int) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..expr.dtypes import DType
 from ..errors import LaunchError
-from .args import as_host_tensor, is_torch_tensor
+from .tensors import as_tensor, is_torch_tensor
 
 Packer = Callable[[object, object], None]   # (slots, arg) -> None
 
@@ -101,7 +101,7 @@ def scalar_bits(dtype: DType) -> Callable[[object], int]:
 
 def tensor_packer(offset: int, rank: int, sample) -> Packer:
     """A packer for tensors of ``sample``'s type: numpy, torch, or anything
-    :func:`~flydsl.runtime.args.as_host_tensor` reads (DLPack, CUDA array interface)."""
+    :func:`~flydsl.runtime.tensors.as_tensor` reads (DLPack, CUDA array interface)."""
     sizes = slice(offset + 3, offset + 3 + rank)
     strides = slice(offset + 3 + rank, offset + 3 + 2 * rank)
     if type(sample) is np.ndarray:
@@ -137,7 +137,7 @@ def tensor_packer(offset: int, rank: int, sample) -> Packer:
         return pack_torch
 
     def pack_generic(slots, a) -> None:
-        t = as_host_tensor(a)   # DLPack, __cuda_array_interface__, ...
+        t = as_tensor(a)   # DLPack, __cuda_array_interface__, ...
         if t is None:
             raise LaunchError(f"expected a tensor, got {type(a).__name__}")
         slots[offset] = t.ptr

@@ -67,15 +67,15 @@ def flydsl_backend(gm: GraphModule, example_inputs: Sequence[Any], *,
 
 
 def target_device_type() -> Optional[str]:
-    """The torch device type the active flydsl backend launches on, or None."""
+    """The torch device type the active flydsl backend's driver launches on, or None."""
     try:
         from .. import get_backend
+        from ..runtime.drivers import lookup_driver_class
         backend = get_backend()
-    except Exception as e:  # noqa: BLE001 - no usable backend: nothing to fuse for
-        log.info("flydsl backend: no flydsl compile backend available: %s", e)
+        return lookup_driver_class(backend.driver).torch_device_type or None
+    except Exception as e:  # noqa: BLE001 - no usable backend or driver: nothing to fuse for
+        log.info("flydsl backend: no flydsl compile backend or driver available: %s", e)
         return None
-    driver = getattr(backend, "driver", None) or backend.name
-    return "cpu" if driver == "cpu" else "cuda"   # ROCm torch also says "cuda"
 
 
 def unsupported_reason(gm: GraphModule, example_inputs: Sequence[Any],

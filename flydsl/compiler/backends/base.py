@@ -12,18 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Union
 
 from ..options import CompileOptions
+from ..target import GPUTarget
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..artifacts import CompiledArtifact
-
-
-@dataclass(frozen=True)
-class GPUTarget:
-    """The machine a binary is built for (e.g. ``cuda``/``sm_90``/32)."""
-
-    backend: str
-    arch: str
-    warp_size: int
 
 
 #: A pipeline stage: textual MLIR pipeline (run inside ``builtin.module(...)``)
@@ -81,6 +73,8 @@ class BaseBackend(ABC):
     binary_stage: ClassVar[str] = ""
     #: Which runtime driver launches this backend's binaries (``cpu``, ``cuda``, ``hip``).
     driver: ClassVar[str] = ""
+    #: The stage holding its assembly text (``ptx``, ``amdgcn``), if it has one.
+    assembly_stage: ClassVar[str] = ""
 
     def __init__(self, target: GPUTarget):
         if not isinstance(target, GPUTarget):
@@ -148,6 +142,18 @@ class BaseBackend(ABC):
         from ..toolchain import mlir_version
         return {"mlir": mlir_version()}
 
+    @classmethod
+    def describe_toolchain(cls) -> str:
+        """One line for ``flydsl backends``: the external tools this machine has for it."""
+        return "-"
+
+    def assembly(self, asm: dict) -> str:
+        """The human-readable assembly of a compiled kernel's stages (``flydsl compile
+        --emit asm``): the ``assembly_stage`` by default."""
+        if not self.assembly_stage or self.assembly_stage not in asm:
+            raise KeyError(f"the {self.name} backend produced no assembly stage")
+        return asm[self.assembly_stage]
+
     @abstractmethod
     def finalize(self, module, artifact: "CompiledArtifact", options: CompileOptions) -> None:
         """Turn the lowered module into binary stages stored on ``artifact``."""
@@ -163,7 +169,9 @@ class BaseBackend(ABC):
         return ",".join(parts)
 
     def hash(self, options: Optional[CompileOptions] = None) -> str:
-        """Digest of everything that changes the binary: target, pipeline, tools."""
+        """Digest of everything about this backend that changes the binary: target,
+        options, pipeline text, toolchain versions. (flydsl's own sources, Python
+        passes included, are in every cache key already: see ``fingerprint``.)"""
         options = options or CompileOptions()
         h = hashlib.sha256()
         h.update(repr(self.target).encode())
@@ -171,8 +179,6 @@ class BaseBackend(ABC):
         h.update(self.pipeline_text(options).encode())
         h.update(repr(self.gpu_module_targets(options)).encode())
         h.update(repr(sorted(self.toolchain_versions().items())).encode())
-        from ..fingerprint import flydsl_sources_hash
-        h.update(flydsl_sources_hash().encode())  # Python passes shape the binary too
         return h.hexdigest()
 
     def __repr__(self) -> str:

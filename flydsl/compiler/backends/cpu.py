@@ -56,6 +56,21 @@ class CpuBackend(BaseBackend):
             "convert-to-llvm,reconcile-unrealized-casts",
         ]
 
+    @classmethod
+    def describe_toolchain(cls) -> str:
+        from ..host_object import linker_version
+        return f"linker: {linker_version().split(' | ')[0] or '?'}"
+
+    def assembly(self, asm: dict) -> str:
+        """Host assembly, generated from the ``llir`` stage (the binary is a .so)."""
+        import llvmlite.binding as llvm
+        from .. import llvm_codegen
+        triple = llvm.get_process_triple()
+        cpu, features = _host_cpu()
+        tm = llvm_codegen.target_machine(triple, cpu, features, 3)
+        text, _ = llvm_codegen.optimize_and_emit(asm["llir"], tm, triple, 3, stage="asm")
+        return text
+
     def runtime_libs(self) -> list[str]:
         """libm: math the pipeline lowers to library calls (``tanhf``, ``expf``, ...)."""
         return ["m"]
@@ -115,5 +130,5 @@ class HostLibrary:
 
     def raw_lookup(self, name: str) -> int:
         import ctypes
-        from ...runtime.cpu_launcher import PACKED_PREFIX
+        from ...runtime.drivers.cpu import PACKED_PREFIX
         return ctypes.cast(getattr(self.lib, PACKED_PREFIX + name), ctypes.c_void_p).value or 0

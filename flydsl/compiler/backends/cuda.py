@@ -30,7 +30,6 @@ _VALID_FORMS = "sm_<NN> or sm_<NNN>, optionally suffixed 'a' or 'f' (e.g. sm_80,
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 _TRIPLE_ATTR = "llvm.target_triple"
 #: Diagnostics notes dump whole operations; keep the first lines of each.
-_NOTE_LINES = 8
 
 
 class CudaBackend(BaseBackend):
@@ -39,6 +38,7 @@ class CudaBackend(BaseBackend):
     name = "cuda"
     binary_stage = "cubin"
     driver = "cuda"
+    assembly_stage = "ptx"
 
     # -- target --------------------------------------------------------
     @classmethod
@@ -89,6 +89,11 @@ class CudaBackend(BaseBackend):
         versions["ptxas"] = file_identity(find_ptxas())
         return versions
 
+    @classmethod
+    def describe_toolchain(cls) -> str:
+        path = find_ptxas()
+        return f"ptxas: {path}" if path else "PTX only (no ptxas: set CUDA_HOME or FLYDSL_PTXAS)"
+
     def finalize(self, module, artifact, options: CompileOptions) -> None:
         """Store ``llir`` and ``ptx`` text and, when ``ptxas`` is found, the ``cubin`` bytes.
 
@@ -111,7 +116,8 @@ class CudaBackend(BaseBackend):
 
 
 def _single_gpu_module(module, kernel: str):
-    found = [op for op in module.body.operations if op.operation.name == "gpu.module"]
+    from ...passes.ir import gpu_modules
+    found = gpu_modules(module)
     if len(found) != 1:
         raise CompilationError(
             f"the cuda backend compiles exactly one gpu.module per module, found {len(found)}",
@@ -122,26 +128,14 @@ def _single_gpu_module(module, kernel: str):
 def _check_lowered(gpu_module, kernel: str) -> None:
     """Name the ops the NVVM conversion left behind (it is a partial conversion, so they
     would otherwise surface as an opaque LLVM translation failure)."""
-    import mlir.ir as ir
-
-    leftovers: list = []
-
-    def visit(op):
-        dialect = op.name.split(".", 1)[0]
-        if dialect not in ("llvm", "nvvm") and op.name != "gpu.module":
-            leftovers.append(op)
-        return ir.WalkResult.ADVANCE
-
-    gpu_module.operation.walk(visit)
-    if not leftovers:
-        return
-    # Casts only remain around a real culprit; report it first.
-    real = [op for op in leftovers if op.name != "builtin.unrealized_conversion_cast"]
-    shown = (real or leftovers)[:10]
-    lines = [f"{op.location}: '{op.name}' was not lowered to the LLVM/NVVM dialects"
-             for op in shown]
-    raise CompilationError("ops left after NVVM lowering", stage="convert-gpu-to-nvvm",
-                           diagnostics="\n".join(lines), kernel=kernel)
+    from ...passes.ir import describe_unlowered, unlowered_ops
+    left = unlowered_ops(gpu_module, ("llvm.", "nvvm."))
+    if left:
+        real = [op for op in left if op.name != "builtin.unrealized_conversion_cast"]
+        raise CompilationError("ops left after NVVM lowering", stage="convert-gpu-to-nvvm",
+                               diagnostics=describe_unlowered(real or left,
+                                                              "the LLVM/NVVM dialects"),
+                               kernel=kernel)
 
 
 def _llvm_ir(gpu_module, kernel: str) -> str:
@@ -167,11 +161,12 @@ def _emit_ptx(module, kernel: str) -> str:
     from mlir.dialects.gpu import ObjectAttr
     from mlir.passmanager import PassManager
 
+    from ...passes.ir import diagnostics
     try:
         PassManager.parse("builtin.module(gpu-module-to-binary{format=isa})").run(module.operation)
     except ir.MLIRError as e:
         raise CompilationError("PTX generation failed", stage="gpu-module-to-binary",
-                               diagnostics=_diagnostics(e), kernel=kernel) from None
+                               diagnostics=diagnostics(e), kernel=kernel) from None
     for op in module.body.operations:
         if op.operation.name == "gpu.binary":
             objects = op.operation.attributes["objects"]
@@ -198,15 +193,3 @@ def _run_ptxas(ptxas: str, ptx: str, arch: str, options: CompileOptions, kernel:
                                  kernel=kernel)
         with open(out, "rb") as f:
             return f.read()
-
-
-def _diagnostics(err) -> str:
-    """MLIR's error diagnostics, with the (often huge) operation dumps in notes cut short."""
-    lines = []
-    for diag in getattr(err, "error_diagnostics", None) or []:
-        lines.append(f"{diag.location}: {diag.message}")
-        for note in diag.notes:
-            text = str(note.message).splitlines()
-            more = " ..." if len(text) > _NOTE_LINES else ""
-            lines.append(f"  note: {note.location}: " + "\n    ".join(text[:_NOTE_LINES]) + more)
-    return "\n".join(lines) or str(err)

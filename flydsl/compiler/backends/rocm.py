@@ -1,7 +1,7 @@
 """The ROCm backend: HSACO code objects for AMD GPUs, built without a ROCm install.
 
 Pipeline: MLIR lowers each ``gpu.module`` to the ROCDL/LLVM dialect
-(``convert-gpu-to-rocdl``), Python passes (:mod:`flydsl.compiler.rocdl_passes`)
+(``convert-gpu-to-rocdl``), Python passes (:mod:`flydsl.passes.rocdl`)
 remove every dependence on the ROCm device libraries, MLIR translates the
 module to LLVM IR, llvmlite's AMDGPU target emits the ``amdgcn`` assembly and
 object, and ``ld.lld -shared`` links the HSACO (:mod:`flydsl.compiler.hsaco`).
@@ -34,6 +34,7 @@ class RocmBackend(BaseBackend):
     name = "rocm"
     binary_stage = "hsaco"
     driver = "hip"
+    assembly_stage = "amdgcn"
 
     # -- target --------------------------------------------------------
     @classmethod
@@ -64,7 +65,7 @@ class RocmBackend(BaseBackend):
         return [f'#rocdl.target<chip = "{self.target.arch}", O = {level}>']
 
     def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
-        rp = "flydsl.compiler.rocdl_passes:"
+        rp = "flydsl.passes.rocdl:"
         arch = self.target.arch
         if arch not in ARCH_WARP_SIZE:  # validated again: it goes into pass options
             raise ValueError(f"unsupported rocm arch {arch!r}")
@@ -90,6 +91,12 @@ class RocmBackend(BaseBackend):
         lld = find_lld()
         return {"mlir": mlir_version(), "lld": file_identity(lld[0] if lld else None)}
 
+    @classmethod
+    def describe_toolchain(cls) -> str:
+        from ..toolchain import find_lld
+        lld = find_lld()
+        return f"ld.lld: {' '.join(lld)}" if lld else "no ld.lld >= 17 (pip install ziglang)"
+
     def finalize(self, module, artifact, options: CompileOptions) -> None:
         """Store ``llir``, ``amdgcn`` and ``hsaco`` on ``artifact``.
 
@@ -98,11 +105,12 @@ class RocmBackend(BaseBackend):
         """
         from ..hsaco import emit_amdgcn, link_hsaco
         from ..llvm_ir import gpu_module_to_llvm_ir
-        gpu_modules = [op for op in module.body.operations if op.operation.name == "gpu.module"]
-        if not gpu_modules:
+        from ...passes.ir import gpu_modules
+        modules = gpu_modules(module)
+        if not modules:
             raise CompilationError("the module has no gpu.module to compile", stage="llir")
         try:
-            llir = [gpu_module_to_llvm_ir(op) for op in gpu_modules]
+            llir = [gpu_module_to_llvm_ir(op) for op in modules]
         except ValueError as e:
             raise CompilationError(str(e), stage="llir") from None
         artifact.asm["llir"] = "\n".join(llir)

@@ -15,13 +15,14 @@ _LRU_WRAPPER = type(functools.lru_cache(maxsize=None)(lambda: None))
 def unwrap_callable(fn: Any, args: list, kwargs: dict, dynamic: bool,
                     deps: DependencyRecorder, where: str) -> tuple[Any, list, dict]:
     """``(target, args, kwargs)``: the plain function a call reaches through a
-    ``@flydsl.kernel``, a ``functools.partial``, a bound method (instance methods and
-    classmethods) or, when an argument is a traced value, an ``lru_cache``/``cache``
-    wrapper. ``target`` is ``fn`` itself when there is nothing to unwrap."""
-    from ...kernel import KernelFunction
+    ``@flydsl.kernel`` (anything with ``__flydsl_function__``), a ``functools.partial``,
+    a bound method (instance methods and classmethods) or, when an argument is a
+    traced value, an ``lru_cache``/``cache`` wrapper. ``target`` is ``fn`` itself when
+    there is nothing to unwrap."""
     for _ in range(16):   # wrappers of wrappers, but never forever
-        if isinstance(fn, KernelFunction):
-            fn = _step(deps, fn, "fn", where)
+        if getattr(fn, "__flydsl_function__", None) is not None and not isinstance(
+                fn, types.FunctionType):
+            fn = _step(deps, fn, "__flydsl_function__", where)
         elif isinstance(fn, functools.partial):
             deps.consume(deps.found(deps.child(fn, ("A", "args")), fn.args, where),
                          deps.found(deps.child(fn, ("A", "keywords")), fn.keywords, where))

@@ -3,16 +3,17 @@
 A kernel's HSACO is loaded with ``hipModuleLoadData`` on the device holding the
 tensors (HIP selects devices per thread with ``hipSetDevice``; torch on ROCm
 shares them). Launches go through ``hipModuleLaunchKernel`` with ``kernelParams``
-(see :mod:`flydsl.runtime.gpu_common`) and are asynchronous: a fault inside a
-kernel is reported by the next synchronize
-(:func:`flydsl.runtime.devices.synchronize`, ``torch.cuda.synchronize()``).
+(see :mod:`.gpu_launcher`) and are asynchronous: a fault inside a kernel is
+reported by the next synchronize (``flydsl.synchronize()``,
+``torch.cuda.synchronize()``).
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from ..errors import FlydslRuntimeError
-from .gpu_common import DriverSlot, GpuDriver, GpuLauncher, binding_text, import_bindings
+from ...errors import FlydslRuntimeError
+from .gpu import DriverSlot, GpuDriver, binding_text, import_bindings
+from .gpu_launcher import GpuLauncher
 
 #: Where hip-python keeps the HIP bindings: releases before 10, then 10 and later
 #: (whose ``hip`` package only aliases ``rocm.bindings.hip`` as an attribute, so
@@ -28,17 +29,22 @@ def bindings():
                                             "hip-python matching your ROCm version)")
 
 
-def load_driver() -> "HipDriver":
-    """The process's :class:`HipDriver`; FlydslRuntimeError when hip-python or the
-    HIP runtime is missing."""
-    return _SLOT.get(bindings())
-
-
 class HipDriver(GpuDriver):
     """HIP's device and module API, return codes checked (see :class:`GpuDriver`)."""
 
     name = "hip"
     launch_name = "hipModuleLaunchKernel"
+    device_types = ("cuda", "hip", "rocm")   # torch on ROCm says "cuda"
+    max_shared_bytes = 160 * 1024             # gfx950
+
+    @classmethod
+    def load(cls) -> "HipDriver":
+        """The process's HIP driver; FlydslRuntimeError when hip-python or the HIP
+        runtime is missing."""
+        return _SLOT.get(bindings())
+
+    def make_launcher(self, compiled) -> GpuLauncher:
+        return GpuLauncher(compiled, self)
 
     def __init__(self, hip):
         self.hip = hip
@@ -118,12 +124,4 @@ class HipDriver(GpuDriver):
         self.check(self.hip.hipStreamSynchronize(handle), "hipStreamSynchronize")
 
 
-class HipLauncher(GpuLauncher):
-    """Launches one ROCm-backend kernel (protocol of :class:`GpuLauncher`)."""
-
-    @classmethod
-    def load_driver(cls) -> HipDriver:
-        return load_driver()
-
-
-__all__ = ["HipDriver", "HipLauncher", "bindings", "load_driver"]
+__all__ = ["HipDriver", "bindings"]

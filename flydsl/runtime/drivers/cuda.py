@@ -9,18 +9,18 @@ Contexts are retained for the life of the process and modules for the life of
 their compiled kernel.
 
 Launches go through ``cuLaunchKernel`` with ``kernelParams`` (see
-:mod:`flydsl.runtime.gpu_common`) and are asynchronous: a fault inside a kernel
-is reported by the next synchronize (:func:`flydsl.runtime.devices.synchronize`,
-``torch.cuda.synchronize()``) or by a later driver call.
+:mod:`.gpu_launcher`) and are asynchronous: a fault inside a kernel is reported by
+the next synchronize (``flydsl.synchronize()``, ``torch.cuda.synchronize()``) or by
+a later driver call.
 """
 from __future__ import annotations
 
 import threading
 from typing import Callable, Optional
 
-from ..errors import FlydslRuntimeError
-from .gpu_common import (DriverSlot, GpuDriver, GpuLauncher, as_image, binding_text,
-                         import_bindings)
+from ...errors import FlydslRuntimeError
+from .gpu import DriverSlot, GpuDriver, as_image, binding_text, import_bindings
+from .gpu_launcher import GpuLauncher
 
 #: Where cuda-python keeps the driver bindings: >= 12.6, then older releases.
 BINDING_MODULES = ("cuda.bindings.driver", "cuda.cuda")
@@ -34,17 +34,31 @@ def bindings():
                            "cuda-python is not installed (pip install cuda-python)")
 
 
-def load_driver() -> "CudaDriver":
-    """The process's :class:`CudaDriver` (``cuInit`` done); FlydslRuntimeError when
-    cuda-python, the driver library or a device is missing."""
-    return _SLOT.get(bindings())
-
-
 class CudaDriver(GpuDriver):
     """The CUDA driver API, return codes checked (see :class:`GpuDriver`)."""
 
     name = "cuda"
     launch_name = "cuLaunchKernel"
+    device_types = ("cuda",)
+    max_shared_bytes = 227 * 1024     # sm_90/sm_100 with the opt-in
+
+    @classmethod
+    def load(cls) -> "CudaDriver":
+        """The process's CUDA driver (``cuInit`` done); FlydslRuntimeError when
+        cuda-python, the driver library or a device is missing."""
+        return _SLOT.get(bindings())
+
+    def make_launcher(self, compiled) -> GpuLauncher:
+        return GpuLauncher(compiled, self)
+
+    def images(self, compiled) -> list[tuple[str, bytes]]:
+        """The cubin, then the PTX: the driver JIT-compiles PTX for GPUs newer than
+        the cubin's arch, which cannot load the cubin itself."""
+        images = super().images(compiled)
+        ptx = compiled.asm.get("ptx")
+        if compiled.binary_stage != "ptx" and ptx:
+            images.append(("ptx", as_image(ptx)))
+        return images
 
     def __init__(self, cu):
         self.cu = cu
@@ -161,22 +175,4 @@ def _handle(obj) -> int:
     return 0 if obj is None else int(obj)
 
 
-class CudaLauncher(GpuLauncher):
-    """Launches one CUDA-backend kernel (protocol of :class:`GpuLauncher`)."""
-
-    @classmethod
-    def load_driver(cls) -> CudaDriver:
-        return load_driver()
-
-    @staticmethod
-    def _images(compiled) -> list[tuple[str, bytes]]:
-        """The cubin, then the PTX: the driver JIT-compiles PTX for GPUs newer than
-        the cubin's arch, which cannot load the cubin itself."""
-        images = GpuLauncher._images(compiled)
-        ptx = compiled.asm.get("ptx")
-        if compiled.binary_stage != "ptx" and ptx:
-            images.append(("ptx", as_image(ptx)))
-        return images
-
-
-__all__ = ["CudaDriver", "CudaLauncher", "bindings", "load_driver"]
+__all__ = ["CudaDriver", "bindings"]

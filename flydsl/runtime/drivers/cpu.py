@@ -1,4 +1,4 @@
-"""Launching CPU-backend kernels: blocks spread over host threads.
+"""The ``cpu`` driver: CPU-backend kernels run on host threads, blocks spread over them.
 
 ``flydsl.passes.simt_to_cpu`` gives each kernel the host ABI
 ``k(args..., grid_x, grid_y, grid_z, block_x, block_y, block_z, begin, end)``
@@ -17,9 +17,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from . import interrupts
-from .packing import BoundLaunch, SlotTable, make_packers, param_layout
-from .shared_object import load_shared_object
+from .. import interrupts
+from ..debug_checks import check_oob
+from ..packing import BoundLaunch, SlotTable, make_packers, param_layout
+from ..shared_object import load_shared_object
+from .base import Driver
 
 PACKED_PREFIX = "_flydsl_packed_"
 _POOL = None
@@ -50,6 +52,20 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         if _POOL is None or _POOL._max_workers < workers:
             _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flydsl-cpu")
         return _POOL
+
+
+class CpuDriver(Driver):
+    """Kernels compiled for this host, on numpy arrays and CPU tensors. Launches are
+    synchronous, so there is nothing to wait for and ``stream=`` is ignored."""
+
+    name = "cpu"
+    device_types = ("cpu",)
+    torch_device_type = "cpu"
+    max_shared_bytes = 1 << 20
+    runs_on_host = True
+
+    def make_launcher(self, compiled) -> "CpuLauncher":
+        return CpuLauncher(compiled)
 
 
 class _Slots(SlotTable):
@@ -127,7 +143,6 @@ class CpuLauncher:
         if not self.debug_sites:
             return BoundLaunch(self.layout, self.offsets, packers, self._local,
                                lambda: make_slots(1)[0], submit)
-        from .debug_checks import check_oob
         lib, sites, kernel, names = self.lib, self.debug_sites, self.kernel_name, self.arg_names
 
         def submit_checked(slots, grid, block, smem, stream) -> None:

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import re
 
-from ..errors import CompilationError
-from .hsaco import TRIPLE, device_lib_message
+import mlir.ir as ir
+
+from flydsl.compiler.hsaco import TRIPLE, device_lib_message
+from flydsl.errors import CompilationError
+
+from .ir import describe_unlowered, gpu_modules, unlowered_ops, walk
 
 #: Code object version of the emitted HSACO (5: the ROCm 6 default, loadable since ROCm 5.x).
 CODE_OBJECT_VERSION = 5
@@ -51,10 +55,6 @@ _NO_LOWERING = {"tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh"}
 _NO_LOWERING_F64 = {"exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "pow",
                     "powi", "sincos"}
 
-#: Changes whenever a pass here changes its output (hashed into the cache key).
-FINGERPRINT = (f"v1;cov{CODE_OBJECT_VERSION};wg{MAX_FLAT_WORKGROUP_SIZE};tanh{TANH_COEFFS};"
-               f"ocml{sorted(OCML_INTRINSICS.items())}")
-
 # Offsets in hsa_kernel_dispatch_packet_t: workgroup_size_{x,y,z} (u16), grid_size_{x,y,z} (u32).
 _WG_SIZE_OFFSET, _GRID_SIZE_OFFSET = 4, 12
 _GEP_INBOUNDS = 3  # llvm.getelementptr noWrapFlags: inbounds (which implies nusw)
@@ -65,26 +65,12 @@ _OCML_NAME = re.compile(r"__ocml_(\w+)_f(16|32|64)")
 
 # -- helpers ------------------------------------------------------------------
 
-def _gpu_modules(module) -> list:
-    return [op.operation for op in module.body.operations if op.operation.name == "gpu.module"]
-
-
 def _walk(op, prefixes: tuple[str, ...]) -> list:
     """Operations nested in ``op`` whose name starts with one of ``prefixes``."""
-    import mlir.ir as ir
-    found = []
-
-    def visit(inner):
-        if inner.name.startswith(prefixes):
-            found.append(inner)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
+    return walk(op, lambda inner: inner.name.startswith(prefixes))
 
 
 def _element_type(ty):
-    import mlir.ir as ir
     return ty.element_type if isinstance(ty, ir.VectorType) else ty
 
 
@@ -106,8 +92,7 @@ def expand_tanh(module, target=None, options=None) -> None:
 
     f16/bf16 are computed in f32. f64 is left for :func:`check_device_libs` to reject.
     """
-    import mlir.ir as ir
-    for gpu_module in _gpu_modules(module):
+    for gpu_module in gpu_modules(module):
         for op in _walk(gpu_module, ("math.tanh",)):
             x = op.operands[0]
             if isinstance(_element_type(x.type), (ir.F32Type, ir.F16Type, ir.BF16Type)):
@@ -118,7 +103,6 @@ def expand_tanh(module, target=None, options=None) -> None:
 
 def _tanh(x):
     """tanh of ``x`` (scalar or vector, f32/f16/bf16), computed in f32."""
-    import mlir.ir as ir
     from mlir.dialects import arith, math
     f32 = ir.F32Type.get()
     ty = ir.VectorType.get(x.type.shape, f32) if isinstance(x.type, ir.VectorType) else f32
@@ -153,9 +137,8 @@ def _tanh(x):
 
 def lower_device_calls(module, target=None, options=None) -> None:
     """Replace ockl work-group/grid sizes and mappable ocml calls (see the module docstring)."""
-    import mlir.ir as ir
     from mlir.dialects import llvm
-    for gpu_module in _gpu_modules(module):
+    for gpu_module in gpu_modules(module):
         for op in _walk(gpu_module, ("rocdl.workgroup.dim.", "rocdl.grid.dim.")):
             with ir.InsertionPoint(op), op.location:
                 value = _dispatch_dim(op)
@@ -175,7 +158,6 @@ def lower_device_calls(module, target=None, options=None) -> None:
 
 def _dispatch_dim(op):
     """Block (``workgroup.dim``) or grid (``grid.dim``, in blocks) size from the dispatch packet."""
-    import mlir.ir as ir
     from mlir.dialects import llvm
     dim = "xyz".index(op.name[-1])
     i8, i16, i32 = (ir.IntegerType.get_signless(w) for w in (8, 16, 32))
@@ -197,7 +179,6 @@ def _dispatch_dim(op):
 
 def _external_functions(gpu_module) -> dict:
     """Declared-only ``llvm.func`` ops of ``gpu_module`` by name (LLVM intrinsics excluded)."""
-    import mlir.ir as ir
     found = {}
     for op in gpu_module.regions[0].blocks[0].operations:
         op = op.operation
@@ -209,7 +190,6 @@ def _external_functions(gpu_module) -> dict:
 
 
 def _drop_unused_declarations(gpu_module) -> None:
-    import mlir.ir as ir
     used = set()
     for op in _walk(gpu_module, ("llvm.call", "llvm.mlir.addressof")):
         for key in ("callee", "global_name"):
@@ -224,8 +204,7 @@ def _drop_unused_declarations(gpu_module) -> None:
 
 def hsa_abi(module, target=None, options=None) -> None:
     """Set the triple, code object version and default work-group limit of each gpu.module."""
-    import mlir.ir as ir
-    for gpu_module in _gpu_modules(module):
+    for gpu_module in gpu_modules(module):
         gpu_module.attributes["llvm.target_triple"] = ir.StringAttr.get(TRIPLE)
         body = gpu_module.regions[0].blocks[0]
         if not any(op.operation.name == "llvm.module_flags" for op in body.operations):
@@ -245,9 +224,8 @@ def hsa_abi(module, target=None, options=None) -> None:
 
 def check_device_libs(module, target=None, options=None) -> None:
     """Raise CompilationError if a kernel still needs a ROCm device-library function."""
-    import mlir.ir as ir
     missing: list[str] = []
-    for gpu_module in _gpu_modules(module):
+    for gpu_module in gpu_modules(module):
         missing += _external_functions(gpu_module)
         for op in _walk(gpu_module, ("llvm.intr.", "llvm.call_intrinsic")):
             if op.name == "llvm.call_intrinsic":
@@ -262,8 +240,9 @@ def check_device_libs(module, target=None, options=None) -> None:
     if missing:
         raise CompilationError(device_lib_message(missing), stage="rocm-check-device-libs")
     # MLIR's translation to LLVM IR crashes on ops it cannot translate: reject them here.
-    unlowered = sorted({op.name for gm in _gpu_modules(module) for op in _walk(gm, ("",))
-                        if not op.name.startswith(_LLVM_DIALECTS)})
+    unlowered = [op for gm in gpu_modules(module) for op in unlowered_ops(gm, _LLVM_DIALECTS)]
     if unlowered:
         raise CompilationError("operations left unlowered by the ROCDL pipeline: "
-                               + ", ".join(unlowered), stage="rocm-check-device-libs")
+                               + ", ".join(sorted({op.name for op in unlowered})),
+                               stage="rocm-check-device-libs",
+                               diagnostics=describe_unlowered(unlowered, "the LLVM/ROCDL dialects"))
