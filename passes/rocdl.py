@@ -27,11 +27,12 @@ import re
 
 import mlir.ir as ir
 
-from flydsl.compiler.hsaco import TRIPLE, device_lib_message
 from flydsl.errors import CompilationError
 
 from .ir import describe_unlowered, gpu_modules, unlowered_ops, walk
 
+#: The target triple of AMD GPU code (HSA ABI).
+TRIPLE = "amdgcn-amd-amdhsa"
 #: Code object version of the emitted HSACO (5: the ROCm 6 default, loadable since ROCm 5.x).
 CODE_OBJECT_VERSION = 5
 #: Largest work-group size a kernel without ``known_block_size`` may be launched with.
@@ -61,6 +62,15 @@ _GEP_INBOUNDS = 3  # llvm.getelementptr noWrapFlags: inbounds (which implies nus
 # Ops allowed in a gpu.module handed to the LLVM IR translation.
 _LLVM_DIALECTS = ("llvm.", "rocdl.", "gpu.module", "builtin.")
 _OCML_NAME = re.compile(r"__ocml_(\w+)_f(16|32|64)")
+
+
+def device_lib_message(names) -> str:
+    """Explain that ``names`` live in the ROCm device libraries, which flydsl cannot link."""
+    listed = ", ".join(sorted(set(names)))
+    return (f"the kernel needs {listed}, which only the ROCm device libraries "
+            "(ocml/ockl bitcode) provide; they are not available to flydsl. "
+            "Use an operation flydsl maps to LLVM intrinsics (f32/f16/bf16 exp, log, sqrt, "
+            "rsqrt, sin, cos, tanh, ...) or another backend")
 
 
 # -- helpers ------------------------------------------------------------------

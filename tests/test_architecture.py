@@ -105,6 +105,31 @@ def test_the_cycle_finder_finds_cycles():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+#: Layers, bottom first (docs/architecture.md): a module imports only its own layer
+#: and those below. Matched by longest prefix.
+LAYERS = {
+    "flydsl.errors": 0, "flydsl.version": 0, "flydsl.plugins": 0, "flydsl.private_files": 0,
+    "flydsl.compiler.target": 0, "flydsl.compiler.options": 0,
+    "flydsl.expr": 1,
+    "flydsl.runtime": 2, "flydsl.passes": 2,
+    "flydsl.compiler": 3,
+    "flydsl": 4,                 # the user API: __init__, jit, kernel, launch_context, cli
+    "flydsl.torch": 5, "flydsl.testing": 5,
+}
+
+
+def layer(module: str) -> int:
+    prefix = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[prefix]
+
+
+def test_no_layer_imports_a_layer_above_it():
+    known = modules()
+    upward = sorted(f"{m} -> {t}" for m, path in known.items()
+                    for t in imports_of(m, path, known) if layer(t) > layer(m))
+    assert upward == []
+
+
 @pytest.mark.skipif(tomllib is None, reason="tomllib needs Python 3.11")
 def test_every_package_folder_is_installed():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:

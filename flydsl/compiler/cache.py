@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 import struct
 import tempfile
 import threading
@@ -33,6 +32,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from ..private_files import cache_dir, private_folder
 from .options import env_flag
 
 MAGIC = b"FLYDSLC2"
@@ -96,11 +96,6 @@ class CacheEntry:
         return cls(meta, blobs)
 
 
-def cache_dir() -> str:
-    return os.path.abspath(os.path.expanduser(
-        os.environ.get("FLYDSL_CACHE_DIR") or os.path.join("~", ".cache", "flydsl")))
-
-
 def enabled() -> bool:
     return not env_flag("FLYDSL_CACHE_DISABLE")
 
@@ -126,45 +121,6 @@ def warn_once(tag: str, message: str) -> None:
             return
         _warned.add(tag)
     warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-# -- private folders ---------------------------------------------------------------
-
-def folder_problem(path: str) -> Optional[str]:
-    """Why the existing folder ``path`` must not be trusted (None: it may): it is owned
-    by another user, or group or others may write it."""
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        return f"cannot be read ({e})"
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a folder"
-    if st.st_uid != os.geteuid():
-        return f"is owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
-
-
-def private_folder(path: str) -> Optional[str]:
-    """Create ``path`` (and missing parents) mode 0700 whatever the umask, then check
-    it like :func:`folder_problem`; returns the problem or None."""
-    missing = []
-    p = path
-    while p and not os.path.isdir(p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    for p in reversed(missing):
-        try:
-            os.mkdir(p, 0o700)      # the umask can only take bits away from 0700
-        except FileExistsError:
-            pass
-        except OSError as e:
-            return f"cannot be created ({e})"
-    return folder_problem(path)
 
 
 def _trusted_file(fd: int) -> bool:

@@ -14,22 +14,12 @@ import tempfile
 from typing import Optional, Sequence
 
 from ..errors import CompilationError, ToolchainError
+from ..passes.rocdl import TRIPLE, device_lib_message
 from . import llvm_codegen, toolchain
-
-TRIPLE = "amdgcn-amd-amdhsa"
 
 #: How to get a linker, quoted by every "no linker" error.
 LLD_HINT = ("flydsl's install brings one (the `ziglang` package: `pip install ziglang`); "
             "or point FLYDSL_LLD at any ld.lld of LLVM >= 17")
-
-def device_lib_message(names: Sequence[str]) -> str:
-    """Explain that ``names`` live in the ROCm device libraries, which flydsl cannot link."""
-    listed = ", ".join(sorted(set(names)))
-    return (f"the kernel needs {listed}, which only the ROCm device libraries "
-            "(ocml/ockl bitcode) provide; they are not available to flydsl. "
-            "Use an operation flydsl maps to LLVM intrinsics (f32/f16/bf16 exp, log, sqrt, "
-            "rsqrt, sin, cos, tanh, ...) or another backend")
-
 
 def target_machine(arch: str, opt_level: int = 3, features: str = ""):
     """An llvmlite TargetMachine for ``arch`` (e.g. ``gfx942``)."""

@@ -19,6 +19,7 @@ import uuid
 import weakref
 
 from ..errors import FlydslRuntimeError
+from ..private_files import cache_dir, private_folder
 
 #: Libraries loaded and not yet unloaded (for tests and diagnostics).
 live = {"count": 0}
@@ -57,10 +58,10 @@ def _write_all(fd: int, data: bytes) -> None:
 def _temp_folders():
     """TMPDIR, then (only if that failed) the cache's private ``runtime`` folder."""
     yield tempfile.gettempdir()
-    from ..compiler.cache import DiskCache
-    private = DiskCache().subdir("runtime")
-    if private is not None:
-        yield private
+    root = cache_dir()
+    folder = os.path.join(root, "runtime")
+    if private_folder(root) is None and private_folder(folder) is None:
+        yield folder
 
 
 def _load_from_file(data: bytes, tag: str, folder: str) -> ctypes.CDLL:
