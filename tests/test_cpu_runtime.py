@@ -42,6 +42,19 @@ def test_ctrl_c_stops_a_launch_and_no_thread_keeps_writing(blocks, tmp_path):
     assert out.strip() == "interrupted still_writing=False next_launch_ok=True"
 
 
+def test_loading_a_kernel_installs_the_sigint_handler_in_front_of_pythons():
+    import platform
+    import signal
+    from flydsl.runtime import interrupts
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("the handler is installed on Linux x86-64 and AArch64 only")
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+        pytest.skip("SIGINT is ignored or default in this process: nothing to chain to")
+    ones.cache_clear()
+    ones[1, 4](np.zeros(4, np.float32))
+    assert interrupts.handler_installed()
+
+
 @flydsl.kernel
 def ones(x: fx.Tensor):
     x[fx.thread_idx.x] = 1.0

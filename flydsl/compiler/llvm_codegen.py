@@ -18,13 +18,6 @@ def initialize() -> None:
     llvm.initialize_all_asmprinters()
 
 
-def llvmlite_version() -> str:
-    """llvmlite's version and the LLVM it embeds, e.g. ``0.50.0/llvm-22.1.0``."""
-    import llvmlite
-    import llvmlite.binding as llvm
-    return f"{llvmlite.__version__}/llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
-
-
 def target_machine(triple: str, cpu: str, features: str = "", opt_level: int = 3):
     """A position-independent llvmlite TargetMachine."""
     import llvmlite.binding as llvm

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from ...errors import DSLError
 from ..dependencies import DependencyRecorder
@@ -31,10 +31,6 @@ def current() -> TraceContext:
     if ctx is None:
         raise DSLError("this flydsl.expr function can only be used inside a @flydsl.kernel body")
     return ctx
-
-
-def active() -> Optional[TraceContext]:
-    return getattr(_local, "trace", None)
 
 
 class tracing:
