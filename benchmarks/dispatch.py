@@ -81,7 +81,7 @@ def main() -> None:
 
     # Baselines: the compiled packed symbols called straight through ctypes.
     compiled = next(iter(empty._compiled.values()))
-    lib = compiled.launcher().lib
+    lib = compiled.launcher.lib
     fn = lib._flydsl_packed_empty
     fn.argtypes = [ctypes.c_void_p]
     slots = (ctypes.c_int64 * 8)(1, 1, 1, 1, 1, 1, 0, 1)
@@ -90,7 +90,7 @@ def main() -> None:
     raw_empty = per_call_us(lambda: fn(tptr))
 
     c3 = next(iter(add3._compiled.values()))
-    fn3 = c3.launcher().lib._flydsl_packed_add3
+    fn3 = c3.launcher.lib._flydsl_packed_add3
     fn3.argtypes = [ctypes.c_void_p]
     n3 = 3 * 5 + 8
     vals = (ctypes.c_int64 * n3)()
@@ -107,7 +107,7 @@ def main() -> None:
     raw_fn = lib.empty
     raw_fn.argtypes = [I64] * 8
     raw_empty_conv = per_call_us(lambda: raw_fn(1, 1, 1, 1, 1, 1, 0, 1))
-    raw3 = c3.launcher().lib.add3
+    raw3 = c3.launcher.lib.add3
     raw3.argtypes = [P, P, I64, I64, I64] * 3 + [I64] * 8
 
     def call_raw3():
