@@ -21,7 +21,7 @@ def matmul_kernel(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor, TILE: fx.Constexpr[i
         ta[ty, tx] = a[row, k0 + tx] if row < M and k0 + tx < K else 0.0
         tb[ty, tx] = b[k0 + ty, col] if k0 + ty < K and col < N else 0.0
         fx.barrier()
-        for kk in range(TILE):   # compile-time trip count: unrolled
+        for kk in fx.range_constexpr(TILE):   # unrolled while tracing: the hot loop
             acc += ta[ty, kk] * tb[kk, tx]
         fx.barrier()
     if row < M and col < N:

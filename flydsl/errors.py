@@ -100,6 +100,12 @@ class UnsupportedConstructError(DSLError):
     """A Python construct flydsl cannot trace."""
 
 
+class CompileTimeValueRequired(DSLTypeError):
+    """A kernel needs a compile-time value where it has a runtime one: typically the
+    index of a runtime loop used to index a Python tuple, or a Python list changed
+    inside a runtime loop or branch. ``fx.range_constexpr`` unrolls such a loop."""
+
+
 class LaunchError(DSLError, ValueError):
     """A bad launch configuration (grid, block, shared memory, argument placement).
 
@@ -128,6 +134,10 @@ def user_call_site() -> tuple:
             return filename, lineno, linecache.getline(filename, lineno).rstrip("\n")
         frame = frame.f_back
     return "", 0, ""
+
+
+class CompileTimeWarning(UserWarning):
+    """A kernel whose trace is large enough to make compiling it slow."""
 
 
 class FlydslRuntimeError(FlydslError, RuntimeError):

@@ -68,8 +68,8 @@ def test_dynamic_loops(n):
 @flydsl.kernel
 def constexpr_folding(out: fx.Tensor, MODE: fx.Constexpr[str], N: fx.Constexpr[int]):
     total = 0
-    for k in range(N):           # unrolled
-        if k % 2 == 0:           # folded
+    for k in fx.range_constexpr(N):   # unrolled
+        if k % 2 == 0:                # folded
             total += k
     if MODE == "double":
         total = total * 2
@@ -85,6 +85,23 @@ def test_constexpr_branches_are_folded_and_loops_unrolled():
     prog = flydsl.compile(constexpr_folding, out, "single", 5)
     ir_text = prog.asm["mlir"]
     assert "scf.if" not in ir_text and "scf.for" not in ir_text
+
+
+@flydsl.kernel
+def constant_range(out: fx.Tensor, N: fx.Constexpr[int]):
+    total = 0
+    for k in range(N):           # a constant bound: still a runtime loop
+        if k % 2 == 0:
+            total += k
+    out[0] = total
+
+
+def test_a_plain_range_with_constant_bounds_is_a_runtime_loop():
+    out = np.zeros(1, np.int32)
+    constant_range[1, 1](out, 6)
+    assert out[0] == 0 + 2 + 4
+    ir_text = flydsl.compile(constant_range, out, 6).asm["mlir"]
+    assert "scf.for" in ir_text and "scf.if" in ir_text
 
 
 @flydsl.kernel

@@ -6,6 +6,7 @@ tracer installs (:mod:`.implementation`), so ``import flydsl.expr`` stays light.
 """
 from __future__ import annotations
 
+import builtins as _builtins
 from typing import Any, Sequence, Union
 
 from . import implementation
@@ -147,10 +148,30 @@ def warp_size() -> int:
 
 
 class range:
-    """``for i in fx.range(...)``: always a loop in the IR, even with constant bounds
-    (a plain ``range`` over constants is unrolled at trace time)."""
+    """``for i in fx.range(...)``: always a runtime loop (``scf.for``), whatever its
+    bounds; plain ``range`` is one too whenever its body allows (see the README)."""
 
     def __init__(self, *args: Any):
         if not 1 <= len(args) <= 3:
             raise TypeError(f"fx.range expected 1 to 3 arguments, got {len(args)}")
         self.args = args
+
+
+class range_constexpr:
+    """``for i in fx.range_constexpr(...)``: unrolled while tracing, ``i`` a Python int
+    in each copy of the body (FlyDSL's name; ``fx.static_range`` is the same). For
+    bodies that need the index at compile time (indexing a Python tuple, building a
+    list) or short loops worth unrolling for speed. The bounds must be compile-time
+    ints. Outside kernels it iterates like ``range``."""
+
+    def __init__(self, *args: Any):
+        if not 1 <= len(args) <= 3:
+            raise TypeError(f"fx.range_constexpr expected 1 to 3 arguments, got {len(args)}")
+        self.args = args
+
+    def __iter__(self):
+        return iter(_python_range(*self.args))
+
+
+static_range = range_constexpr
+_python_range = _builtins.range

@@ -61,6 +61,7 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
         with tracing(tctx), ir.InsertionPoint(entry):
             Codegen(src, scope, fn.__name__).run_body()
             gpu.return_([])
+        check_trace_size(tctx, func_op)
         written = tuple(p.name for p, arg in zip(runtime, entry.arguments)
                         if p.kind == "tensor" and may_write(arg))
     return TracedKernel(module=module, name=name, params=params,
@@ -99,3 +100,52 @@ def may_write(value) -> bool:
                 continue   # the memref is the value being stored (into a memref of memrefs)
             return True
     return False
+
+
+#: Ops one traced statement may emit, at most in practice: a trace with fewer than
+#: budget / this many statements is not counted (a walk over its ops is not free).
+_OPS_PER_STATEMENT = 50
+_warned_budget: set = set()
+
+
+def trace_op_budget() -> int:
+    """Ops a trace may produce before flydsl warns (``FLYDSL_TRACE_OP_BUDGET``, 50000)."""
+    import os
+    text = os.environ.get("FLYDSL_TRACE_OP_BUDGET", "").strip()
+    return int(text) if text.isdigit() else 50_000
+
+
+def check_trace_size(tctx: TraceContext, func_op) -> None:
+    """Warn, once per kernel, when tracing produced more ops than the budget: compile
+    time grows with them. Names the unrolled loop (or compile-time ``while``) whose
+    copies account for most of the traced statements."""
+    budget = trace_op_budget()
+    if tctx.statements * _OPS_PER_STATEMENT <= budget or tctx.kernel_name in _warned_budget:
+        return
+    ops = _count_ops(func_op)
+    if ops <= budget:
+        return
+    _warned_budget.add(tctx.kernel_name)
+    import warnings
+    from ...errors import CompileTimeWarning
+    culprit, (filename, lineno) = "", (tctx.filename, 1)
+    if tctx.unrolled_statements:
+        (filename, lineno), count = max(tctx.unrolled_statements.items(), key=lambda kv: kv[1])
+        culprit = (f"; {count} of its {tctx.statements} traced statements come from the loop "
+                   f"at {filename}:{lineno}, unrolled while tracing (make it a runtime loop: "
+                   "range(...) or fx.range(...), unless unrolling it matters for speed)")
+    warnings.warn_explicit(f"kernel {tctx.kernel_name!r}: tracing produced {ops} operations, "
+                           f"more than the {budget} of FLYDSL_TRACE_OP_BUDGET; compile time "
+                           "grows with them" + culprit, CompileTimeWarning, filename, lineno)
+
+
+def _count_ops(op) -> int:
+    count = 0
+
+    def visit(_):
+        nonlocal count
+        count += 1
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit)
+    return count

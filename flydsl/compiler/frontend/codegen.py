@@ -16,7 +16,8 @@ from typing import Any, Iterator, Optional
 
 import mlir.ir as ir
 
-from ...errors import DSLError, DSLNameError, DSLTypeError, UnsupportedConstructError
+from ...errors import (CompileTimeValueRequired, DSLError, DSLNameError, DSLTypeError,
+                       UnsupportedConstructError)
 from ...expr import dtypes as dt
 from ..dependencies import (MISSING, NotFound, Path, closure_vars, constant_index, lookup_name,
                             runs_user_code)
@@ -67,7 +68,8 @@ class Codegen(ControlFlow):
         self.fn = src.fn
         self.closure = closure_vars(src.fn)
         self.path = path
-        self.deps = current().deps
+        self.trace = current()
+        self.deps = self.trace.deps
         #: How many compile-time loops enclose the statement being traced.
         self.unroll_depth = 0
 
@@ -98,6 +100,11 @@ class Codegen(ControlFlow):
 
 
     def visit_stmt(self, node: ast.stmt) -> bool:
+        trace = self.trace
+        trace.statements += 1
+        if trace.unroll_stack:
+            outer = trace.unroll_stack[0]
+            trace.unrolled_statements[outer] = trace.unrolled_statements.get(outer, 0) + 1
         method = getattr(self, "stmt_" + type(node).__name__, None)
         if method is None:
             raise self.error(node, f"`{type(node).__name__}` statements are not supported "
@@ -152,6 +159,7 @@ class Codegen(ControlFlow):
             index = self.eval_node(node.target.slice)
             value = self.eval_node(node.value)
             self.deps.consume(base, index, value)
+            self.check_mutation(base, "item assignment", node)
             base[index] = op(base[index], value)
             return
         current_value = self.eval_node(_load(node.target))
@@ -174,6 +182,7 @@ class Codegen(ControlFlow):
             base = self.eval_node(target.value)
             index = self.eval_node(target.slice)
             self.deps.consume(base, index, value)
+            self.check_mutation(base, "item assignment", target)
             base[index] = value
         else:
             raise self.error(target, f"cannot assign to {type(target).__name__}",
@@ -274,8 +283,9 @@ class Codegen(ControlFlow):
         if isinstance(base, TensorValue):
             return base[index]
         if is_dynamic(index):
-            raise self.error(node, "only tensors can be indexed with dynamic values",
-                             DSLTypeError)
+            raise self.error(node, "only tensors can be indexed with runtime values (a "
+                                   f"{type(base).__name__} needs a compile-time index)",
+                             CompileTimeValueRequired)
         value = base[index]
         path = self.deps.child(base, ("I", index)) if constant_index(index) else None
         if path is None:
@@ -322,7 +332,8 @@ class Codegen(ControlFlow):
             fn = _CMPOPS[type(op)]
             if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and (
                     is_dynamic(left) or is_dynamic(right)):
-                raise self.error(node, "`is`/`in` cannot compare dynamic values", DSLTypeError)
+                raise self.error(node, "`is`/`in` cannot compare runtime values",
+                                 CompileTimeValueRequired)
             if not isinstance(op, (ast.Is, ast.IsNot)):   # identity: the type says enough
                 self.deps.consume(left, right)
             r = fn(left, right)
@@ -379,7 +390,21 @@ class Codegen(ControlFlow):
                 self.deps.traced(path)
             return inline_call(target, args, kwargs, self.kernel_name, path)
         self.deps.consume(fn, *args, *kwargs.values())
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, _CONTAINERS) and getattr(fn, "__name__", "") in _MUTATORS:
+            self.check_mutation(owner, f".{fn.__name__}()", node)
         return fn(*args, **kwargs)
+
+    def check_mutation(self, container, how: str, node: ast.AST) -> None:
+        """A Python container changed inside a runtime ``if`` or loop would change once,
+        while tracing, whatever happens at run time: refuse it there (tensors and
+        shared arrays are memory, and fine)."""
+        if self.trace.runtime_depth and isinstance(container, _CONTAINERS):
+            raise self.error(node, f"a Python {type(container).__name__} is changed ({how}) "
+                                   "inside a runtime `if` or loop: that would happen once while "
+                                   "tracing, not at run time; unroll the loop with "
+                                   "fx.range_constexpr(...), or keep values in tensors or "
+                                   "loop variables", CompileTimeValueRequired)
 
     def _namespace_builtin(self, fn, args: list, node: ast.AST) -> Any:
         """``getattr``/``hasattr`` with a constant name read an attribute (recorded as
@@ -398,6 +423,11 @@ class Codegen(ControlFlow):
 
 
 _NAMESPACE_BUILTINS = (builtins.getattr, builtins.hasattr, builtins.isinstance)
+#: Python containers whose changes inside runtime regions would be wrong (check_mutation).
+_CONTAINERS = (list, dict, set, bytearray)
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+                       "update", "setdefault", "popitem", "add", "discard", "__setitem__",
+                       "__delitem__", "__iadd__"})
 #: hasattr's default: an object no attribute can be.
 MISSING_DEFAULT = object()
 

@@ -24,6 +24,14 @@ class TraceContext:
     extra: dict = field(default_factory=dict)
     #: What the trace read from globals, closures and attributes (the cache key's part).
     deps: DependencyRecorder = field(default_factory=DependencyRecorder)
+    #: How many runtime regions (scf.if branches, loop bodies) enclose the statement
+    #: being traced, across inlined helpers.
+    runtime_depth: int = 0
+    #: Statements traced, and per outermost unrolled loop ((file, line)) how many of
+    #: them its unrolling produced: what the trace-size warning reports.
+    statements: int = 0
+    unroll_stack: list = field(default_factory=list)
+    unrolled_statements: dict = field(default_factory=dict)
 
 
 def current() -> TraceContext:

@@ -2,11 +2,18 @@
 conditional expressions, early ``return``.
 
 On dynamic values they become ``scf`` ops: ``if`` -> ``scf.if`` with the variables
-assigned in its branches as results, ``for ... in range`` -> ``scf.for`` with
-loop-carried variables as ``iter_args``, ``while`` -> ``scf.while``, and ``and``/``or``
+assigned in its branches as results, ``while`` -> ``scf.while``, and ``and``/``or``
 short-circuit through ``scf.if`` (``i < n and t[i] > 0`` never loads ``t[i]`` out
-of bounds). On compile-time values (Python numbers, ``fx.Constexpr``) the same
-statements are evaluated while tracing: branches are folded and loops unrolled.
+of bounds). On compile-time values (Python numbers, ``fx.Constexpr``) ``if`` and
+``while`` run while tracing: branches are folded, a ``while`` emits a copy of its
+body per pass.
+
+``for ... in range(...)`` is an ``scf.for`` with loop-carried variables as
+``iter_args``, constant bounds or not (compile time must not grow with the trip
+count); ``fx.range_constexpr`` unrolls while tracing. A constant ``range`` whose body
+needs its index at compile time (:class:`~flydsl.errors.CompileTimeValueRequired`)
+is unrolled when short (:data:`AUTO_UNROLL_TRIPS`), else that is a located error.
+Loops over compile-time sequences (tuples, lists) are unrolled.
 
 Early ``return`` in a kernel is supported by moving the statements after an ``if``
 that may return into both of its branches.
@@ -19,12 +26,14 @@ from __future__ import annotations
 
 import ast
 import builtins
-from typing import Any, Optional
+import contextlib
+from typing import Any, Iterator, Optional
 
 import mlir.ir as ir
 from mlir.dialects import scf
 
-from ...errors import DSLError, DSLTypeError, UnsupportedConstructError
+from ...errors import (CompileTimeValueRequired, DSLError, DSLTypeError,
+                       UnsupportedConstructError)
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
 from . import ops, values as V
@@ -35,6 +44,10 @@ from .values import Value
 RETURN = "__flydsl_return__"
 #: Most iterations a compile-time loop may unroll into.
 _UNROLL_LIMIT = 1 << 16
+#: A ``range`` loop with constant bounds whose body needs its index at compile time
+#: is unrolled when it runs at most this many times (otherwise: an error naming
+#: ``fx.range_constexpr``).
+AUTO_UNROLL_TRIPS = 16
 
 
 class LoopControl(Exception):
@@ -120,15 +133,19 @@ class ControlFlow:
     def _trace_region(self, block: ir.Block, stmts: list, scope: dict) -> dict:
         saved = self.scope
         self.scope = scope
+        self.trace.runtime_depth += 1
         try:
             with ir.InsertionPoint(block):
                 try:
                     self.visit_block(stmts)
                 except LoopControl as lc:
-                    raise self.error(lc.node, f"`{lc.kind}` inside a dynamic `if` or loop is "
-                                              "not supported", UnsupportedConstructError)
+                    raise self.error(lc.node, f"`{lc.kind}` inside a runtime `if` or loop is "
+                                              "not supported (it needs the loop unrolled at "
+                                              "trace time: fx.range_constexpr)",
+                                     CompileTimeValueRequired)
         finally:
             self.scope = saved
+            self.trace.runtime_depth -= 1
         return scope
 
     def _dynamic_if(self, node: ast.AST, cond: Value, body: list, orelse: list) -> None:
@@ -185,20 +202,16 @@ class ControlFlow:
         if node.orelse:
             raise self.error(node, "`for ... else` is not supported", UnsupportedConstructError)
         it = node.iter
-        force_loop = False
         if isinstance(it, ast.Call):
             fn = self.eval_node(it.func)
-            if fn is builtins.range or fn is fxb.range:
-                args = [self.eval_node(a) for a in it.args]
+            if fn in _RANGES:
                 if it.keywords:
-                    raise self.error(it, "range() takes no keyword arguments", DSLTypeError)
-                force_loop = fn is fxb.range
-                if force_loop or any(is_dynamic(a) for a in args):
-                    return self._dynamic_for(node, args)
-                return self._unrolled(node, builtins.range(*args))
+                    raise self.error(it, f"{_RANGES[fn]}() takes no keyword arguments",
+                                     DSLTypeError)
+                return self._range_for(node, fn, [self.eval_node(a) for a in it.args])
         iterable = self.eval_node(it)
-        if isinstance(iterable, fxb.range):
-            return self._dynamic_for(node, list(iterable.args))
+        if type(iterable) in (fxb.range, fxb.range_constexpr):
+            return self._range_for(node, type(iterable), list(iterable.args))
         if is_dynamic(iterable) or isinstance(iterable, TensorValue):
             raise self.error(node, "for loops iterate over range(...) or over compile-time "
                                    "sequences", UnsupportedConstructError)
@@ -207,6 +220,43 @@ class ControlFlow:
         else:
             self.deps.consume(iterable)
         return self._unrolled(node, iterable)
+
+    def _range_for(self, node: ast.For, kind, args: list) -> None:
+        """``range``, ``fx.range`` and ``fx.range_constexpr`` loops (see the module
+        docstring and the README's control-flow rules)."""
+        dynamic = any(is_dynamic(a) for a in args)
+        if kind is fxb.range_constexpr:
+            if dynamic:
+                raise self.error(node, "fx.range_constexpr unrolls at trace time and needs "
+                                       "compile-time bounds; use range(...) for a runtime loop",
+                                 DSLTypeError)
+            return self._unrolled(node, builtins.range(*args))
+        if kind is fxb.range or dynamic:
+            return self._dynamic_for(node, args)
+        return self._constant_range(node, args)
+
+    def _constant_range(self, node: ast.For, args: list) -> None:
+        """A plain ``range`` with constant bounds: a runtime loop (``scf.for``) whenever
+        the body traces with a runtime index, so compile time does not grow with the
+        trip count (LLVM still unrolls short loops where it pays). A body that needs
+        the index at compile time is unrolled when the loop is short
+        (:data:`AUTO_UNROLL_TRIPS`), else it is an error that names
+        ``fx.range_constexpr``."""
+        trips = len(builtins.range(*args))
+        if trips <= 1:   # nothing to gain from a loop op
+            return self._unrolled(node, builtins.range(*args))
+        try:
+            return self._dynamic_for(node, args)
+        except DSLError as e:
+            if trips <= AUTO_UNROLL_TRIPS:
+                return self._unrolled(node, builtins.range(*args))
+            if not isinstance(e, CompileTimeValueRequired):
+                raise
+            where = f"{e.filename}:{e.lineno}: " if e.filename else ""
+            raise self.error(node, f"this loop runs {trips} times as a runtime loop, but its "
+                                   f"body needs the loop index at compile time ({where}"
+                                   f"{e.message}); unroll it while tracing with "
+                                   "fx.range_constexpr(...)", CompileTimeValueRequired) from e
 
     def items_of(self, seq, node: ast.AST) -> list:
         """The items of a compile-time sequence the body iterates or spreads (``*seq``):
@@ -220,19 +270,30 @@ class ControlFlow:
         return [self.deps.found(path + (("I", i),), item, where) for i, item in enumerate(seq)]
 
     def _unrolled(self, node: ast.For, iterable) -> bool:
-        count = 0
-        for item in iterable:
-            count += 1
-            if count > _UNROLL_LIMIT:
-                raise self.error(node, f"compile-time loop runs over {_UNROLL_LIMIT} times; "
-                                       "use fx.range(...) for a runtime loop")
-            self.assign(node.target, item)
-            ended = self._static_iteration(node.body)
-            if ended == "return":
-                return True
-            if ended == "break":
-                break
+        with self.unrolling(node):
+            count = 0
+            for item in iterable:
+                count += 1
+                if count > _UNROLL_LIMIT:
+                    raise self.error(node, f"compile-time loop runs over {_UNROLL_LIMIT} "
+                                           "times; use range(...) for a runtime loop")
+                self.assign(node.target, item)
+                ended = self._static_iteration(node.body)
+                if ended == "return":
+                    return True
+                if ended == "break":
+                    break
         return False
+
+    @contextlib.contextmanager
+    def unrolling(self, node: ast.AST) -> Iterator[None]:
+        """Statements traced meanwhile count for this loop (the outermost unrolled one)."""
+        stack = self.trace.unroll_stack
+        stack.append((self.src.filename, self.src.file_line(node)))
+        try:
+            yield
+        finally:
+            stack.pop()
 
     def _static_iteration(self, body: list) -> Optional[str]:
         """Trace one unrolled iteration; "return" or "break" when that ends the loop."""
@@ -314,8 +375,9 @@ class ControlFlow:
         with the widened type if needed.
         """
         if may_return(node.body):
-            raise self.error(node, "`return` inside a runtime loop is not supported",
-                             UnsupportedConstructError)
+            raise self.error(node, "`return` inside a runtime loop is not supported (a "
+                                   "loop unrolled with fx.range_constexpr may return)",
+                             CompileTimeValueRequired)
         carried = self._carried(node.body)
         init = {n: self.scope[n] for n in carried}
         types = {n: (init[n].dtype if is_dynamic(init[n]) else V.literal_dtype(init[n]))
@@ -375,12 +437,10 @@ class ControlFlow:
                                        f"fx.{new_t.name}(...) before the loop", DSLTypeError)
         return retry
 
-    def stmt_While(self, node: ast.While) -> None:
-        if node.orelse:
-            raise self.error(node, "`while ... else` is not supported", UnsupportedConstructError)
-        cond = self.eval_node(node.test)
-        self.deps.consume(cond)
-        if not is_dynamic(cond):
+    def _static_while(self, node: ast.While, cond) -> Optional[bool]:
+        """A ``while`` on compile-time values runs while tracing: its variables shape
+        the code (the ``s //= 2`` tree reduction), so each pass emits its own copy."""
+        with self.unrolling(node):
             count = 0
             while cond:
                 count += 1
@@ -395,10 +455,18 @@ class ControlFlow:
                 cond = self.eval_node(node.test)
                 self.deps.consume(cond)
                 if is_dynamic(cond):
-                    raise self.error(node, "while condition became dynamic after a compile-time "
-                                           "iteration; make it dynamic from the start",
-                                     UnsupportedConstructError)
-            return None
+                    raise self.error(node, "while condition became dynamic after a "
+                                           "compile-time iteration; make it dynamic from the "
+                                           "start", UnsupportedConstructError)
+        return None
+
+    def stmt_While(self, node: ast.While) -> None:
+        if node.orelse:
+            raise self.error(node, "`while ... else` is not supported", UnsupportedConstructError)
+        cond = self.eval_node(node.test)
+        self.deps.consume(cond)
+        if not is_dynamic(cond):
+            return self._static_while(node, cond)
 
         def build(carried, init, types):
             mtypes = [types[n].mlir_type() for n in carried]
@@ -508,3 +576,8 @@ def _move_ops_and_yield(old: ir.Block, new: ir.Block, make_values) -> None:
     with ir.InsertionPoint(anchor):
         scf.yield_(make_values())
     anchor.operation.erase()
+
+
+#: The loop forms of ``for ... in <call>(...)``, with their names for messages.
+_RANGES = {builtins.range: "range", fxb.range: "fx.range",
+           fxb.range_constexpr: "fx.range_constexpr"}

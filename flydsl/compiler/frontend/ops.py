@@ -8,7 +8,7 @@ from typing import Sequence
 import mlir.ir as ir
 from mlir.dialects import arith, gpu, math as mmath, memref
 
-from ...errors import DSLTypeError
+from ...errors import CompileTimeValueRequired, DSLTypeError
 from ...expr import dtypes as dt
 from ...expr import implementation
 from ...expr.dtypes import DType
@@ -51,7 +51,9 @@ def shared_array(shape, dtype: DType) -> TensorValue:
     shape = tuple(shape)
     if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
                             for s in shape):
-        raise DSLTypeError(f"fx.shared_array shape must be positive constant ints, got {shape!r}")
+        cls = CompileTimeValueRequired if any(isinstance(s, Value) for s in shape) \
+            else DSLTypeError
+        raise cls(f"fx.shared_array shape must be positive constant ints, got {shape!r}")
     if not isinstance(dtype, DType):
         raise DSLTypeError(f"fx.shared_array dtype must be a flydsl dtype, got {dtype!r}")
     from .tensors import storage_type

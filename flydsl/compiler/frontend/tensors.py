@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 import mlir.ir as ir
 from mlir.dialects import arith, memref
 
-from ...errors import DSLTypeError
+from ...errors import CompileTimeValueRequired, DSLTypeError
 from ...expr import dtypes as dt
 from ...expr.dtypes import DType
 from .values import Value, as_value, cast, to_index
@@ -68,7 +68,8 @@ class TensorValue:
 
     def dim(self, k):
         if not isinstance(k, int) or isinstance(k, bool):
-            raise DSLTypeError(f"{self._label()}.shape[k] needs a constant int k, got {k!r}")
+            raise CompileTimeValueRequired(f"{self._label()}.shape[k] needs a constant int k, "
+                                           f"got {k!r}")
         if not -self.rank <= k < self.rank:
             raise DSLTypeError(f"{self._label()} has rank {self.rank}; shape[{k}] is out of range")
         k %= self.rank
