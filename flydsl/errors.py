@@ -12,28 +12,31 @@ class FlydslError(Exception):
     """Base class of every flydsl exception."""
 
 
-class InvalidBackend(FlydslError, ValueError):
+class UnknownPluginName(FlydslError, ValueError):
+    """A name no plugin registered; ``available`` lists the registered ones."""
+
+    kind = "plugin"
+
+    def __init__(self, name: str, available: Iterable[str]):
+        self.name = name
+        self.available = sorted(available)
+        super().__init__(
+            f"unknown flydsl {self.kind} {name!r}; available {self.kind}s: "
+            + (", ".join(self.available) or "(none)")
+            + f" (a plugin adds one with register_{self.kind} or a 'flydsl.{self.kind}s' "
+            "entry point)")
+
+
+class InvalidBackend(UnknownPluginName):
     """An unknown compile-backend name was requested."""
 
-    def __init__(self, name: str, available: Iterable[str]):
-        self.name = name
-        self.available = sorted(available)
-        super().__init__(
-            f"unknown flydsl backend {name!r}; available backends: "
-            + (", ".join(self.available) or "(none)")
-        )
+    kind = "backend"
 
 
-class InvalidDriver(FlydslError, ValueError):
+class InvalidDriver(UnknownPluginName):
     """An unknown launch-driver name: a backend names a driver no one registered."""
 
-    def __init__(self, name: str, available: Iterable[str]):
-        self.name = name
-        self.available = sorted(available)
-        super().__init__(
-            f"unknown flydsl driver {name!r}; available drivers: "
-            + (", ".join(self.available) or "(none)")
-            + " (a plugin adds one with register_driver or a 'flydsl.drivers' entry point)")
+    kind = "driver"
 
 
 class CompilationError(FlydslError):
