@@ -11,7 +11,7 @@ from .errors import DSLTypeError, LaunchError
 from .expr.dtypes import TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
-                               constexpr_key, dim3, env_token)
+                               constexpr_token, dim3, env_token)
 from .runtime.tensors import as_tensor
 
 _MAX_THREADS = MAX_THREADS_PER_DIM
@@ -163,9 +163,10 @@ class KernelFunction:
         return None if left else tuple(out)
 
     def _constexpr_values(self, args: tuple) -> tuple:
-        """Constexpr arguments by type and repr: they are part of the specialization."""
+        """Constexpr arguments (plain ones by value, objects by identity): part of the
+        warm-launch key."""
         n = len(args)
-        return tuple(constexpr_key(args[i]) for i in self._constexpr_pos if i < n)
+        return tuple(constexpr_token(args[i]) for i in self._constexpr_pos if i < n)
 
     def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key,
                      context: launch_context.LaunchContext) -> None:

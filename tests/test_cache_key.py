@@ -184,3 +184,25 @@ def test_objects_read_only_through_attributes_need_no_content_hash(tmp_path):
         keys = {flydsl.compile(make(Opaque(s)), np.ones(1, np.float32)).kernels[0].cache_key
                 for s in (2.0, 3.0, 2.0)}
     assert len(keys) == 2 and "" not in keys
+
+
+class PrintsAlike:
+    """Two of these print the same whatever they hold."""
+
+    def __init__(self, s):
+        self.s = s
+
+    def __repr__(self):
+        return "PrintsAlike"
+
+
+@flydsl.kernel
+def reads_constexpr(x: fx.Tensor, cfg: fx.Constexpr):
+    x[0] = cfg.s
+
+
+def test_constexpr_objects_that_print_alike_get_their_own_binaries_in_process():
+    x = np.zeros(1, np.float32)
+    for s in (2.0, 3.0, 2.0):
+        reads_constexpr[1, 1](x, PrintsAlike(s))
+        assert x[0] == s

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from ..errors import LaunchError
+from ..expr.dtypes import DType
 from .tensors import cai_key, is_torch_tensor
 
 #: Environment variables that change what gets compiled or where it runs.
@@ -60,7 +61,7 @@ def arg_key(a) -> object:
     device; ``__cuda_array_interface__`` arrays likewise, read from the interface.
     Ints: bit length and sign (so a value that needs range checking
     for a narrower declared type never reuses a check made for another).
-    Constexpr values are keyed separately (see :func:`constexpr_key`).
+    Constexpr values are keyed separately (see :func:`constexpr_token`).
     """
     t = type(a)
     if t is _ndarray:
@@ -85,10 +86,43 @@ def arg_key(a) -> object:
     return (t, a)  # anything else: keyed by value (and by identity if unhashable-by-value)
 
 
-def constexpr_key(value) -> tuple:
-    """A constexpr value as the specialization sees it: equal values of other types
-    (``0.0``/``-0.0``, ``(1, 2)``/``(1.0, 2)``) are different specializations."""
-    return (type(value), repr(value))
+_PLAIN_CONSTEXPR = (int, float, bool, str, bytes, type(None))
+
+
+class Identity:
+    """An object compared by identity, held (so its id is never reused meanwhile)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Identity and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __repr__(self) -> str:
+        return f"<identity of {type(self.obj).__name__} at {id(self.obj):#x}>"
+
+
+def plain_constexpr(value) -> bool:
+    """A number, string, bytes, None or flydsl dtype, or a tuple of them: its repr is
+    its whole content."""
+    if type(value) in _PLAIN_CONSTEXPR or isinstance(value, DType):
+        return True
+    return type(value) is tuple and all(map(plain_constexpr, value))
+
+
+def constexpr_token(value) -> tuple:
+    """What a warm launch compares a constexpr argument by: plain values by type and
+    repr (``0.0``/``-0.0`` and ``(1, 2)``/``(1.0, 2)`` differ), any other object by
+    identity. (The compiled specialization keys objects by content where it can:
+    :meth:`~flydsl.compiler.frontend.params.ParamSpec.key`.)"""
+    if plain_constexpr(value):
+        return (type(value), repr(value))
+    return (type(value), Identity(value))
 
 
 def check_smem_arg(smem, kernel: str) -> None:

@@ -26,12 +26,12 @@ import numpy as np
 
 from ..errors import FlydslRuntimeError
 from .drivers import get_driver
-from .dispatch import arg_key, constexpr_key, env_token
+from .dispatch import arg_key, constexpr_token, env_token
 from .packing import BoundLaunch, numpy_data
 from .tensors import (cai_device, cai_itemsize, contiguous_strides, device_id_attribute,
                       is_torch_tensor, torch_writable)
 
-#: Constexpr types whose ``==`` agrees with constexpr_key's (type, repr) equality.
+#: Constexpr types whose ``==`` agrees with constexpr_token's (type, repr) equality.
 _PLAIN_CONSTEXPR = (int, bool, str, type(None))
 
 
@@ -177,7 +177,7 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     w = _Writer()
     w.names.update(_ndarray=np.ndarray, _numpy_data=numpy_data, _env_token=env_token,
                    cai_device=cai_device, _contiguous_strides=contiguous_strides,
-                   _arg_key=arg_key, _constexpr_key=constexpr_key, _same=_same,
+                   _arg_key=arg_key, _constexpr_token=constexpr_token, _same=_same,
                    _local=bound.local, _new_buffer=bound.new_buffer, _submit=bound.submit)
     w.lines.append("def fast(args, grid, block, smem, stream):")
     w.emit(f"if len(args) != {nargs}: return False")
@@ -187,8 +187,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
             w.emit(f"if type(args[{pos}]) is not {w.const('ct', type(value))} or "
                    f"args[{pos}] != {w.const('cv', value)}: return False")
         else:
-            w.emit(f"if not _same(_constexpr_key(args[{pos}]), "
-                   f"{w.const('ck', constexpr_key(value))}): return False")
+            w.emit(f"if not _same(_constexpr_token(args[{pos}]), "
+                   f"{w.const('ck', constexpr_token(value))}): return False")
     w.emit("try:")
     w.emit("buf = _local.buf", 2)
     w.emit("except AttributeError:")

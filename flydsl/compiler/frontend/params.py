@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...runtime.dispatch import constexpr_token, plain_constexpr
+from ..content_hash import Unhashable, content_hash
+
 
 @dataclass(frozen=True)
 class ParamSpec:
@@ -21,8 +24,17 @@ class ParamSpec:
     value: Any = None
 
     def key(self) -> tuple:
+        """The in-memory specialization key. A constexpr is keyed by its value when
+        plain, by its content hash when it has one (equal objects share a binary),
+        else by identity (two objects that print alike never do)."""
         if self.kind == "tensor":
             return ("T", self.dtype.name, self.rank, self.inner_contiguous)
         if self.kind == "scalar":
             return ("S", self.dtype.name)
-        return ("C", type(self.value).__name__, repr(self.value))
+        value = self.value
+        if plain_constexpr(value):
+            return ("C",) + constexpr_token(value)
+        try:
+            return ("C", type(value), content_hash(value))
+        except Unhashable:
+            return ("C",) + constexpr_token(value)
