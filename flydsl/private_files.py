@@ -52,3 +52,15 @@ def private_folder(path: str) -> Optional[str]:
         except OSError as e:
             return f"cannot be created ({e})"
     return folder_problem(path)
+
+
+def scratch_folders():
+    """Where to put short-lived files (a library to load, a link's inputs): TMPDIR,
+    then, only when that failed (full, read-only, ``noexec``), the cache's private
+    ``runtime`` folder if it and the cache folder can be trusted."""
+    import tempfile
+    yield tempfile.gettempdir()
+    root = cache_dir()
+    folder = os.path.join(root, "runtime")
+    if private_folder(root) is None and private_folder(folder) is None:
+        yield folder

@@ -100,7 +100,7 @@ def test_kernels_load_and_link_when_tmpdir_cannot_hold_them(monkeypatch, tmp_pat
 def test_a_memfd_holds_the_library_when_no_folder_can(monkeypatch):
     x = np.zeros(4, np.float32)
     [compiled] = flydsl.compile(ones, x).kernels
-    monkeypatch.setattr(shared_object, "_temp_folders", lambda: iter(["/nonexistent/dir"]))
+    monkeypatch.setattr(shared_object, "scratch_folders", lambda: iter(["/nonexistent/dir"]))
     lib = shared_object.load_shared_object(compiled.binary, "ones")
     assert hasattr(lib, "_flydsl_packed_ones")
 

@@ -158,19 +158,17 @@ def link_shared_object(obj: bytes, libs: list[str] = ()) -> bytes:
 
 @contextlib.contextmanager
 def _scratch_folder():
-    """A private temporary folder for the linker: in TMPDIR, else in the cache folder
-    (a full or read-only TMPDIR); ToolchainError when neither can be written."""
-    from .cache import DiskCache
+    """A private temporary folder for the linker, in the first of
+    :func:`~flydsl.private_files.scratch_folders` that can hold one; ToolchainError
+    when none can."""
+    from ..private_files import scratch_folders
     errors, tmp = [], None
-    for parent in (None, "cache"):
-        where = None if parent is None else DiskCache().subdir("runtime")
-        if parent is not None and where is None:
-            continue
+    for where in scratch_folders():
         try:
             tmp = tempfile.mkdtemp(prefix="flydsl-so-", dir=where)
             break
         except OSError as e:
-            errors.append(str(e))
+            errors.append(f"{where}: {e}")
     if tmp is None:
         raise ToolchainError("no folder to link the CPU kernel library in (TMPDIR and the "
                              "cache folder cannot be written): " + "; ".join(errors) +

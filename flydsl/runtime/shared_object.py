@@ -19,7 +19,7 @@ import uuid
 import weakref
 
 from ..errors import FlydslRuntimeError
-from ..private_files import cache_dir, private_folder
+from ..private_files import scratch_folders
 
 #: Libraries loaded and not yet unloaded (for tests and diagnostics).
 live = {"count": 0}
@@ -28,7 +28,7 @@ live = {"count": 0}
 def load_shared_object(data: bytes, tag: str = "kernel") -> ctypes.CDLL:
     """dlopen ``data``; unloaded again when the returned object is collected."""
     errors = []
-    for folder in _temp_folders():
+    for folder in scratch_folders():
         try:
             return _track(_load_from_file(data, tag, folder), None)
         except OSError as e:
@@ -53,15 +53,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _temp_folders():
-    """TMPDIR, then (only if that failed) the cache's private ``runtime`` folder."""
-    yield tempfile.gettempdir()
-    root = cache_dir()
-    folder = os.path.join(root, "runtime")
-    if private_folder(root) is None and private_folder(folder) is None:
-        yield folder
 
 
 def _load_from_file(data: bytes, tag: str, folder: str) -> ctypes.CDLL:

@@ -87,7 +87,6 @@ class CpuLauncher:
     def __init__(self, compiled):
         kernel_name = compiled.name
         self.lib = load_shared_object(compiled.binary, kernel_name)
-        interrupts.attach(self.lib)
         self.kernel_name = kernel_name
         self.display_name = compiled.kernel_name
         self.debug_sites = compiled.asm.get("debug_sites", "")
@@ -117,7 +116,9 @@ class CpuLauncher:
         Slot buffers are per host thread: a launch releases the GIL while the
         kernel runs, so two Python threads may launch the same kernel at once.
         """
-        interrupts.attach(self.lib)   # (re)install the SIGINT handler if the program replaced it
+        # Point the library at the shared interrupt state (before any call into it), and
+        # reinstall the SIGINT handler if the program replaced it since.
+        interrupts.attach(self.lib)
         packers = make_packers(self.layout, self.offsets, samples)
         d = self.dims_at
         fn = self.fn
