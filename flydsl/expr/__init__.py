@@ -4,15 +4,21 @@ from .builtins import (
     grid_dim, log, max, min, range, range_constexpr, rsqrt, select, shared_array, shuffle_xor,
     sin, sqrt, static_range, tanh, thread_idx, warp_size, where,
 )
+from . import debug, memory, numeric, warp
+from .debug import *      # noqa: F401,F403  (each module's __all__)
+from .memory import *     # noqa: F401,F403
+from .numeric import *    # noqa: F401,F403
+from .warp import *       # noqa: F401,F403
 from .dtypes import (
     BFloat16, Bool, Constexpr, DType, Float16, Float32, Float64, Int8, Int16, Int32, Int64,
-    Tensor,
+    Tensor, UInt8, UInt16, UInt32, UInt64,
 )
 
 __all__ = [
     "BFloat16", "Bool", "Constexpr", "DType", "Float16", "Float32", "Float64", "Int8", "Int16",
-    "Int32", "Int64", "Tensor", "abs", "atomic_add", "barrier", "block_dim", "block_idx",
+    "Int32", "Int64", "Tensor", "UInt8", "UInt16", "UInt32", "UInt64", "abs", "atomic_add", "barrier", "block_dim", "block_idx",
     "cast", "ceil", "cos", "exp", "floor", "fma", "grid_dim", "log", "max", "min", "range",
     "range_constexpr", "rsqrt", "select", "shared_array", "shuffle_xor", "sin", "sqrt",
     "static_range", "tanh", "thread_idx", "warp_size", "where",
 ]
+__all__ += debug.__all__ + memory.__all__ + numeric.__all__ + warp.__all__

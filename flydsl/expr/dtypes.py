@@ -14,10 +14,14 @@ class DType:
     ``fx.Float64(0)`` is a Float64 constant, ``fx.Float32(i)`` a cast.
     """
 
-    def __init__(self, name: str, kind: str, bits: int, mlir: str, np_dtype: Optional[str]):
+    def __init__(self, name: str, kind: str, bits: int, mlir: str, np_dtype: Optional[str],
+                 signed: bool = True):
         self.name = name
         self.kind = kind          # "int", "float" or "bool"
         self.bits = bits
+        #: False for the unsigned integers (UInt8..UInt64): same MLIR type as the signed
+        #: ones (MLIR integers are signless), unsigned division, comparison and casts.
+        self.signed = signed if kind == "int" else kind == "float"
         self.mlir = mlir          # MLIR type spelling: i32, f16, bf16, i1, ...
         self.np_dtype = np.dtype(np_dtype) if np_dtype else None
 
@@ -49,12 +53,17 @@ Int8 = DType("Int8", "int", 8, "i8", "int8")
 Int16 = DType("Int16", "int", 16, "i16", "int16")
 Int32 = DType("Int32", "int", 32, "i32", "int32")
 Int64 = DType("Int64", "int", 64, "i64", "int64")
+UInt8 = DType("UInt8", "int", 8, "i8", "uint8", signed=False)
+UInt16 = DType("UInt16", "int", 16, "i16", "uint16", signed=False)
+UInt32 = DType("UInt32", "int", 32, "i32", "uint32", signed=False)
+UInt64 = DType("UInt64", "int", 64, "i64", "uint64", signed=False)
 Float16 = DType("Float16", "float", 16, "f16", "float16")
 BFloat16 = DType("BFloat16", "float", 16, "bf16", None)  # numpy has no bfloat16
 Float32 = DType("Float32", "float", 32, "f32", "float32")
 Float64 = DType("Float64", "float", 64, "f64", "float64")
 
-ALL_DTYPES = (Bool, Int8, Int16, Int32, Int64, Float16, BFloat16, Float32, Float64)
+ALL_DTYPES = (Bool, Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32, UInt64, Float16, BFloat16,
+              Float32, Float64)
 _BY_NAME = {t.name: t for t in ALL_DTYPES}
 _BY_NUMPY = {t.np_dtype: t for t in ALL_DTYPES if t.np_dtype is not None}
 

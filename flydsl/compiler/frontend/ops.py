@@ -170,4 +170,9 @@ def reduce_args(fn, args: Sequence):
     return result
 
 
+from .debug_ops import *     # noqa: E402,F401,F403  (the other builtins' implementations)
+from .memory_ops import *    # noqa: E402,F401,F403
+from .numeric_ops import *   # noqa: E402,F401,F403
+from .warp_ops import *      # noqa: E402,F401,F403
+
 implementation.install(sys.modules[__name__])   # flydsl.expr's functions call into this module
