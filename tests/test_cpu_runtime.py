@@ -151,3 +151,36 @@ def test_worker_count_follows_the_affinity_mask(monkeypatch):
     assert cpu_driver.cpu_workers() == 1
     monkeypatch.setenv("FLYDSL_CPU_THREADS", "3")
     assert cpu_driver.cpu_workers() == 3
+
+
+@flydsl.kernel
+def brk(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):     # named like libc's brk(2)
+    i = fx.thread_idx.x
+    s = 0
+    k = 0
+    while k < n:            # a loop keeps the kernel from being inlined into its entry
+        s += x[k] + i
+        k += 1
+    y[i] = s
+
+
+@flydsl.kernel
+def free(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):    # and like free(3)
+    i = fx.thread_idx.x
+    s = 0
+    k = 0
+    while k < n:
+        s += x[k] * i
+        k += 1
+    y[i] = s
+
+
+def test_kernels_named_like_libc_functions_run_themselves():
+    # The library's kernel symbols are internal: a call to `brk` from the packed
+    # entry must not bind to libc's brk (which moved the program break instead).
+    x = np.arange(8, dtype=np.int32)
+    y = np.zeros_like(x)
+    brk[1, 8](x, y, 8)
+    np.testing.assert_array_equal(y, x.sum() + 8 * x)
+    free[1, 8](x, y, 8)
+    np.testing.assert_array_equal(y, x.sum() * x)

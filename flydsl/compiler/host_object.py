@@ -25,6 +25,11 @@ def _split_params(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+def defined_functions(llir: str) -> list[str]:
+    """Names of the functions ``llir`` defines (with a body)."""
+    return re.findall(r'^define\s+[^@]*@"?([\w.$]+)"?\(', llir, re.M)
+
+
 def packed_wrappers(llir: str, names: list[str]) -> str:
     """LLVM IR defining ``i32 _flydsl_packed_<name>(ptr args)`` for each kernel ``name``.
 

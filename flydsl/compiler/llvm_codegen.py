@@ -32,8 +32,12 @@ def target_machine(triple: str, cpu: str, features: str = "", opt_level: int = 3
 
 
 def optimize_and_emit(llvm_ir: Sequence[str], tm, triple: str, opt_level: int, *,
-                      stage: str, want_asm: bool = True) -> tuple[str, bytes]:
+                      stage: str, want_asm: bool = True,
+                      internal: Sequence[str] = ()) -> tuple[str, bytes]:
     """Link the IR modules, run LLVM's ``opt_level`` pipeline and emit code.
+
+    ``internal``: functions to keep out of the object's exported symbols (a CPU
+    kernel named ``brk`` must call itself, not libc's ``brk``).
 
     Returns ``(assembly text or "", relocatable object)``; CompilationError
     (stage ``stage``) when LLVM rejects the IR.
@@ -46,6 +50,8 @@ def optimize_and_emit(llvm_ir: Sequence[str], tm, triple: str, opt_level: int, *
             module = llvm.parse_assembly(llvm_ir[0])
             for extra in llvm_ir[1:]:
                 module.link_in(llvm.parse_assembly(extra))
+            for name in internal:
+                module.get_function(name).linkage = "internal"
             module.triple = triple
             module.data_layout = str(tm.target_data)
             module.verify()

@@ -87,9 +87,13 @@ class CpuBackend(BaseBackend):
         import llvmlite.binding as llvm
         import mlir.ir as ir
         from .. import llvm_codegen
-        from ..host_object import HOST_ABI, link_shared_object, packed_wrappers
+        from ..host_object import (HOST_ABI, defined_functions, link_shared_object,
+                                   packed_wrappers)
         from ..llvm_ir import translate_to_llvm_ir
         llir = translate_to_llvm_ir(module.operation)
+        # Kernels and device functions are reached through their packed entries only:
+        # internal, so a kernel named like a libc function (brk, free) is not interposed.
+        internal = [n for n in defined_functions(llir) if not n.startswith(("flydsl", "_flydsl"))]
         llir += "\n" + packed_wrappers(llir, artifact.kernel_names)
         artifact.asm["llir"] = llir
         attrs = module.operation.attributes
@@ -99,7 +103,8 @@ class CpuBackend(BaseBackend):
         cpu, features = _host_cpu()
         tm = llvm_codegen.target_machine(triple, cpu, features, options.opt_level)
         _, obj = llvm_codegen.optimize_and_emit([llir, HOST_ABI], tm, triple,
-                                                options.opt_level, stage="obj", want_asm=False)
+                                                options.opt_level, stage="obj", want_asm=False,
+                                                internal=internal)
         artifact.asm["so"] = link_shared_object(obj, self.runtime_libs())
         artifact.engine = HostLibrary(artifact.asm["so"])
 
