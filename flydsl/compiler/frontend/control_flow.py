@@ -37,6 +37,7 @@ from ...errors import (CompileTimeValueRequired, DSLError, DSLTypeError,
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
 from . import ops, values as V
+from .loop_exits import loop_exits, new_flags, not_broken, rewrite_body
 from .tensors import TensorValue
 from .values import Value
 
@@ -350,6 +351,10 @@ class ControlFlow:
             lb, ub, st = V.constant(0, ivt), V.cast(trips, ivt), V.constant(1, ivt)
         else:
             lb, ub, st = (V.cast(V.as_value(a, ivt), ivt) for a in (start, stop, step))
+        exits = loop_exits(node.body)
+        if exits:
+            return self._exiting_for(node, exits, lb, ub, st,
+                                     (start_v, step_v) if normalized else None)
 
         def build(carried, init, types):
             loop = scf.ForOp(lb.v, ub.v, st.v, [V.as_value(init[n], types[n]).v for n in carried])
@@ -364,6 +369,39 @@ class ControlFlow:
             scope[node.target.id] = iv
             return loop, loop.body, before, scope
         self._runtime_loop(node, build)
+
+    def _exiting_for(self, node: ast.For, exits: set, lb, ub, st, affine) -> None:
+        """A runtime ``for`` that breaks or continues: an ``scf.while`` over a hidden
+        counter ``k`` in ``[lb, ub)`` by ``st`` (the loop variable is ``k``, or
+        ``start + k * step`` when ``affine`` = (start, step)), whose body is rewritten
+        by :mod:`.loop_exits`; a ``break`` ends the loop at once."""
+        flags = new_flags(exits | {"break"})
+        k, hidden = f"{flags.brk}_k", f"{flags.brk}_"
+        bind = {k: lb, hidden + "ub": ub, hidden + "st": st, flags.brk: False}
+        iv: ast.expr = ast.Name(id=k, ctx=ast.Load())
+        if affine is not None:
+            bind[hidden + "a"], bind[hidden + "b"] = affine
+            iv = ast.BinOp(left=ast.Name(id=hidden + "a", ctx=ast.Load()), op=ast.Add(),
+                           right=ast.BinOp(left=iv, op=ast.Mult(),
+                                           right=ast.Name(id=hidden + "b", ctx=ast.Load())))
+        head = [ast.Assign(targets=[node.target], value=iv),
+                ast.Assign(targets=[ast.Name(id=k, ctx=ast.Store())],
+                           value=ast.BinOp(left=ast.Name(id=k, ctx=ast.Load()), op=ast.Add(),
+                                           right=ast.Name(id=hidden + "st", ctx=ast.Load())))]
+        test = ast.BinOp(left=ast.Compare(left=ast.Name(id=k, ctx=ast.Load()), ops=[ast.Lt()],
+                                          comparators=[ast.Name(id=hidden + "ub", ctx=ast.Load())]),
+                         op=ast.BitAnd(), right=not_broken(flags, node))
+        loop = ast.While(test=test, body=head + rewrite_body(node.body, flags), orelse=[])
+        ast.fix_missing_locations(ast.copy_location(loop, node))
+        for n in ast.walk(loop):
+            if hasattr(n, "lineno") and n.lineno == 1 and n is not loop:
+                ast.copy_location(n, node)
+        self.scope.update(bind)
+        try:
+            self._dynamic_while(loop)
+        finally:
+            for n in bind:
+                self.scope.pop(n, None)
 
     def _runtime_loop(self, node, build) -> None:
         """Trace a runtime loop (scf.for / scf.while) and bind its results.
@@ -467,7 +505,20 @@ class ControlFlow:
         self.deps.consume(cond)
         if not is_dynamic(cond):
             return self._static_while(node, cond)
+        exits = loop_exits(node.body)
+        if not exits:
+            return self._dynamic_while(node)
+        flags = new_flags(exits | {"break"})
+        test = ast.BoolOp(op=ast.And(), values=[not_broken(flags, node), node.test])
+        loop = ast.copy_location(ast.While(test=test, body=rewrite_body(node.body, flags),
+                                           orelse=[]), node)
+        self.scope[flags.brk] = False
+        try:
+            return self._dynamic_while(loop)
+        finally:
+            self.scope.pop(flags.brk, None)
 
+    def _dynamic_while(self, node: ast.While) -> None:
         def build(carried, init, types):
             mtypes = [types[n].mlir_type() for n in carried]
             loop = scf.WhileOp(mtypes, [V.as_value(init[n], types[n]).v for n in carried])
