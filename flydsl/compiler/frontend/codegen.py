@@ -12,6 +12,7 @@ import ast
 import builtins
 import contextlib
 import operator
+import re
 from typing import Any, Iterator, Optional
 
 import mlir.ir as ir
@@ -27,7 +28,7 @@ from .control_flow import RETURN, ControlFlow, LoopControl, is_dynamic
 from .context import current
 from .source import FunctionSource, function_source, is_user_function
 from .tensors import TensorValue
-from .values import Value
+from .values import Value, is_scalar
 
 
 _BINOPS = {
@@ -124,9 +125,9 @@ class Codegen(ControlFlow):
             raise self._locate(e, node)
         except (TypeError, ValueError, IndexError, KeyError, AttributeError,
                 ZeroDivisionError, OverflowError) as e:
-            raise self.error(node, f"{type(e).__name__}: {e}", DSLTypeError) from e
+            raise self.error(node, user_words(f"{type(e).__name__}: {e}"), DSLTypeError) from e
         except Exception as e:  # noqa: BLE001 - any failure while tracing is located
-            raise self.error(node, f"{type(e).__name__}: {e}") from e
+            raise self.error(node, user_words(f"{type(e).__name__}: {e}")) from e
 
     def stmt_Expr(self, node: ast.Expr) -> None:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
@@ -185,7 +186,11 @@ class Codegen(ControlFlow):
             self.check_mutation(base, "item assignment", target)
             base[index] = value
         else:
-            raise self.error(target, f"cannot assign to {type(target).__name__}",
+            what = {"Attribute": "an attribute (`obj.name = ...`)",
+                    "Starred": "a starred name"}.get(type(target).__name__,
+                                                     type(target).__name__)
+            raise self.error(target, f"assigning to {what} is not supported in kernels; "
+                                     "assign to a name or a tensor element",
                              UnsupportedConstructError)
 
     def stmt_Return(self, node: ast.Return) -> bool:
@@ -267,7 +272,7 @@ class Codegen(ControlFlow):
         try:
             value = getattr(base, name) if default is MISSING else getattr(base, name, default)
         except AttributeError:
-            raise self.error(node, f"{type(base).__name__} has no attribute {name!r}",
+            raise self.error(node, f"{describe(base)} has no attribute {name!r}",
                              DSLTypeError) from None
         path = self.deps.child(base, ("A" if default is MISSING else "H", name))
         if path is not None:
@@ -458,7 +463,30 @@ _BUILTIN_OVERRIDES = {
     builtins.int: lambda x: _py_convert(x, "int", dt.Int32, dt.Int64),
     builtins.float: lambda x: _py_convert(x, "float", dt.Float32, dt.Float64),
     builtins.bool: lambda x: V.cast(V.as_value(x), dt.Bool),
+    builtins.len: lambda t: t.shape[0] if isinstance(t, TensorValue) else len(t),
 }
+
+
+def describe(x) -> str:
+    """What ``x`` is, in a user's words (never an internal class name)."""
+    if isinstance(x, TensorValue):
+        return f"a tensor ({x.dtype.name}, rank {x.rank})"
+    if isinstance(x, Value):
+        return f"a kernel value ({x.dtype.name})"
+    return f"{type(x).__name__} {x!r}" if is_scalar(x) else type(x).__name__
+
+
+#: Internal class names in Python's own messages (``'TensorValue' object is not
+#: iterable``), and what users call them.
+_USER_WORDS = ((re.compile(r"'?\bTensorValue\b'?( object)?"), "a tensor"),
+               (re.compile(r"'?\bShapeView\b'?( object)?"), "a tensor shape"),
+               (re.compile(r"'?\bValue\b'?( object)?"), "a kernel value"))
+
+
+def user_words(message: str) -> str:
+    for pattern, words in _USER_WORDS:
+        message = pattern.sub(words, message)
+    return message
 
 
 def _py_convert(x, kind: str, narrow: dt.DType, wide: dt.DType) -> Value:
@@ -496,5 +524,44 @@ def inline_call(fn, args: list, kwargs: dict, kernel_name: str,
     except TypeError as e:
         raise DSLTypeError(f"calling {fn.__qualname__}: {e}") from None
     bound.apply_defaults()
-    scope = dict(bound.arguments)
-    return Codegen(src, scope, kernel_name, path).run_body()
+    hints = _annotations(fn)
+    scope = {name: _as_annotated(fn, name, value, hints.get(name))
+             for name, value in bound.arguments.items()}
+    result = Codegen(src, scope, kernel_name, path).run_body()
+    returns = hints.get("return")
+    if isinstance(returns, dt.DType) and result is not None:
+        return V.cast(V.as_value(result), returns)
+    return result
+
+
+def _annotations(fn) -> dict:
+    """A helper's parameter and return annotations, evaluated (string annotations
+    too); unresolvable ones are ignored, as Python does at call time."""
+    import inspect
+    try:
+        sig = inspect.signature(fn, eval_str=True)
+    except Exception:  # noqa: BLE001 - e.g. a forward reference: no checks then
+        return {}
+    hints = {n: p.annotation for n, p in sig.parameters.items()
+             if p.annotation is not inspect.Parameter.empty}
+    if sig.return_annotation is not inspect.Signature.empty:
+        hints["return"] = sig.return_annotation
+    return hints
+
+
+def _as_annotated(fn, name: str, value, ann):
+    """A helper's argument as its annotation says: ``x: fx.Float32`` converts (like a
+    typed device function's parameter), ``t: fx.Tensor`` and ``c: fx.Constexpr[...]``
+    are checked."""
+    if isinstance(ann, dt.DType):
+        if not (is_dynamic(value) or is_scalar(value)):
+            raise DSLTypeError(f"{fn.__qualname__}() parameter {name!r} is annotated "
+                               f"{ann!r} but got {describe(value)}")
+        return V.cast(V.as_value(value), ann)
+    if isinstance(ann, dt.TensorAnnotation) and not isinstance(value, TensorValue):
+        raise DSLTypeError(f"{fn.__qualname__}() parameter {name!r} is annotated fx.Tensor "
+                           f"but got {describe(value)}")
+    if isinstance(ann, dt.ConstexprAnnotation) and is_dynamic(value):
+        raise CompileTimeValueRequired(f"{fn.__qualname__}() parameter {name!r} is "
+                                       "fx.Constexpr but got a runtime value")
+    return value

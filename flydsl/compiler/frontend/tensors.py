@@ -1,6 +1,7 @@
 """Tensor arguments and shared arrays inside a kernel: memrefs with loads and stores."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import mlir.ir as ir
@@ -64,7 +65,31 @@ class TensorValue:
 
     @property
     def ndim(self) -> int:
+        """The rank, a Python int."""
         return self.rank
+
+    @property
+    def size(self):
+        """The number of elements: a Python int for shared arrays, else an Int64 value
+        (the product of the dimensions may pass 2**31)."""
+        if self.static_shape is not None:
+            return math.prod(self.static_shape)
+        total = as_value(1, dt.Int64)
+        for k in range(self.rank):
+            total = total * cast(self.dim(k), dt.Int64)
+        return total
+
+    def numel(self):
+        """``t.size``, torch's spelling."""
+        return self.size
+
+    def __len__(self) -> int:
+        # Python wants an int here: only a constant shape has one. In kernels, len(t)
+        # of any tensor is t.shape[0] (the tracer handles the call).
+        if self.static_shape is None:
+            raise CompileTimeValueRequired(f"len() of {self._label()} is a runtime value; "
+                                           "use t.shape[0]")
+        return self.static_shape[0]
 
     def dim(self, k):
         if not isinstance(k, int) or isinstance(k, bool):
@@ -108,6 +133,14 @@ class TensorValue:
 
     def __bool__(self):
         raise DSLTypeError(f"{self._label()} cannot be used as a bool")
+
+    def _not_a_value(self, *_):
+        raise DSLTypeError(f"{self._label()} is memory, not a value: index it (t[i]) to load "
+                           "an element")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_a_value
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = _not_a_value
+    __neg__ = __abs__ = __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
 
 
 def coerce_for_store(value, dtype: DType, what: str) -> Value:

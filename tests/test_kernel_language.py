@@ -1,0 +1,185 @@
+"""Python constructs a CUDA/numba user writes in kernels: tensor sizes, typed helper
+functions, identity tests and tuple loops on compile-time values, variables bound in
+every branch, and error messages in the user's words."""
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import CompileTimeValueRequired, DSLTypeError, UnsupportedConstructError
+
+
+@flydsl.kernel
+def sizes(x: fx.Tensor, out: fx.Tensor):
+    tile = fx.shared_array((4, 8), fx.Float32)
+    out[0] = len(x)
+    out[1] = x.size
+    out[2] = x.numel()
+    out[3] = x.ndim
+    out[4] = len(tile)
+    out[5] = tile.size
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (7, 1, 2)])
+def test_len_size_numel_and_ndim_of_tensors(shape):
+    out = np.zeros(6, np.int64)
+    sizes[1, 1](np.zeros(shape, np.float32), out)
+    np.testing.assert_array_equal(out, [shape[0], np.prod(shape), np.prod(shape), len(shape),
+                                        4, 32])
+
+
+def scale(v: fx.Float32, by: fx.Float32) -> fx.Float32:
+    return v * by
+
+
+def halve(v: fx.Int32) -> fx.Int32:
+    return v // 2
+
+
+def put(t: fx.Tensor, i, v):
+    t[i] = v
+
+
+@flydsl.kernel
+def typed_helpers(x: fx.Tensor, f: fx.Tensor, h: fx.Tensor):
+    i = fx.thread_idx.x
+    f[i] = scale(x[i], 1.5)         # Int32 argument converted to the Float32 parameter
+    put(h, i, halve(fx.Float32(x[i]) + 0.75))
+
+
+def test_helper_annotations_convert_arguments_and_results():
+    x = np.arange(8, dtype=np.int32)
+    f = np.zeros(8, np.float32)
+    h = np.zeros(8, np.int32)
+    typed_helpers[1, 8](x, f, h)
+    np.testing.assert_array_equal(f, x * 1.5)
+    np.testing.assert_array_equal(h, x // 2)     # 0.75 truncated away by the Int32 parameter
+
+
+@flydsl.kernel
+def wrong_helper_argument(x: fx.Tensor):
+    put(3, 0, x[0])
+
+
+def test_a_helper_argument_that_contradicts_its_annotation_is_a_located_error():
+    with pytest.raises(DSLTypeError, match=r"put\(\) parameter 't' is annotated fx.Tensor") as e:
+        wrong_helper_argument[1, 1](np.zeros(2, np.float32))
+    assert "put(3, 0, x[0])" in str(e.value)
+
+
+@flydsl.kernel
+def identity_tests(x: fx.Tensor, out: fx.Tensor, MODE: fx.Constexpr[object] = None):
+    i = fx.thread_idx.x
+    if MODE is None:
+        out[i] = x[i]
+    elif MODE is not True:
+        out[i] = -x[i]
+    else:
+        out[i] = x[i] * 2
+
+
+def test_is_and_is_not_on_compile_time_values():
+    x = np.arange(4, dtype=np.int32)
+    out = np.zeros_like(x)
+    identity_tests[1, 4](x, out)
+    np.testing.assert_array_equal(out, x)
+    identity_tests[1, 4](x, out, "other")
+    np.testing.assert_array_equal(out, -x)
+    identity_tests[1, 4](x, out, True)
+    np.testing.assert_array_equal(out, 2 * x)
+
+
+COEFFICIENTS = (0.5, -1.0, 2.0)
+
+
+@flydsl.kernel
+def horner(x: fx.Tensor, out: fx.Tensor):
+    i = fx.thread_idx.x
+    acc = 0.0
+    for c in COEFFICIENTS:          # a constant tuple: unrolled
+        acc = acc * x[i] + c
+    out[i] = acc
+
+
+def test_iterating_a_constant_tuple():
+    x = np.linspace(-2, 2, 16).astype(np.float32)
+    out = np.zeros_like(x)
+    horner[1, 16](x, out)
+    np.testing.assert_allclose(out, (0.5 * x - 1.0) * x + 2.0, rtol=1e-6)
+
+
+@flydsl.kernel
+def bound_in_every_branch(x: fx.Tensor, out: fx.Tensor):
+    i = fx.thread_idx.x
+    if x[i] > 2.0:
+        y = x[i] * 2.0
+    elif x[i] < -2.0:
+        y = 0           # an int literal joins the Float32 of the other paths
+    else:
+        y = -x[i]
+    out[i] = y
+
+
+def test_a_variable_first_bound_in_every_branch_is_usable_after_the_if():
+    x = np.linspace(-4, 4, 9).astype(np.float32)
+    out = np.zeros_like(x)
+    bound_in_every_branch[1, 9](x, out)
+    np.testing.assert_array_equal(out, np.where(x > 2, 2 * x, np.where(x < -2, 0, -x)))
+
+
+@flydsl.kernel
+def bound_in_one_branch(x: fx.Tensor, out: fx.Tensor):
+    i = fx.thread_idx.x
+    if x[i] > 0.0:
+        y = x[i]
+    out[i] = y
+
+
+def test_a_variable_bound_on_one_path_only_is_a_located_error():
+    with pytest.raises(flydsl.FlydslError, match="'y'") as e:
+        bound_in_one_branch[1, 1](np.zeros(1, np.float32), np.zeros(1, np.float32))
+    assert "out[i] = y" in str(e.value)
+
+
+@flydsl.kernel
+def tensor_arithmetic(x: fx.Tensor, out: fx.Tensor):
+    out[0] = x + 1
+
+
+@flydsl.kernel
+def value_subscript(x: fx.Tensor):
+    v = x[0]
+    v[0] = 1.0
+
+
+@flydsl.kernel
+def value_attribute(x: fx.Tensor):
+    x[0].foo()
+
+
+@flydsl.kernel
+def attribute_store(x: fx.Tensor):
+    x.foo = 1
+
+
+@pytest.mark.parametrize("kernel, cls, words", [
+    (tensor_arithmetic, DSLTypeError, "tensor 'x' is memory, not a value"),
+    (value_subscript, DSLTypeError, "a kernel value does not support item assignment"),
+    (value_attribute, DSLTypeError, r"a kernel value \(Float32\) has no attribute 'foo'"),
+    (attribute_store, UnsupportedConstructError, "assigning to an attribute"),
+])
+def test_errors_speak_of_tensors_and_values_not_internal_classes(kernel, cls, words):
+    with pytest.raises(cls, match=words) as e:
+        kernel[1, 1](np.zeros(2, np.float32), *([np.zeros(1, np.float32)]
+                                                 if kernel is tensor_arithmetic else []))
+    assert "TensorValue" not in str(e.value) and "Value'" not in str(e.value)
+
+
+@flydsl.kernel
+def runtime_len_in_python(x: fx.Tensor, out: fx.Tensor):
+    out[0] = [1, 2, 3][len(x)]
+
+
+def test_a_runtime_length_used_as_a_python_index_says_so():
+    with pytest.raises(CompileTimeValueRequired):
+        runtime_len_in_python[1, 1](np.zeros(2, np.float32), np.zeros(1, np.float32))
