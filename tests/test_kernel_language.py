@@ -183,3 +183,37 @@ def runtime_len_in_python(x: fx.Tensor, out: fx.Tensor):
 def test_a_runtime_length_used_as_a_python_index_says_so():
     with pytest.raises(CompileTimeValueRequired):
         runtime_len_in_python[1, 1](np.zeros(2, np.float32), np.zeros(1, np.float32))
+
+
+@flydsl.kernel
+def grid_stride_copy(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    for i in range(fx.grid(1), n, fx.gridsize(1)):
+        y[i] = x[i]
+    fx.threadfence()
+
+
+@flydsl.kernel
+def grid_2d(out: fx.Tensor):
+    x, y = fx.grid(2)
+    w, h = fx.gridsize(2)
+    fx.threadfence_block()
+    out[y, x] = y * w + x + h * 0
+
+
+def test_grid_and_gridsize_give_global_indices_like_numba():
+    x = np.arange(1000, dtype=np.float32)
+    y = np.zeros_like(x)
+    grid_stride_copy[3, 64](x, y, 1000)          # 192 threads stride over 1000 elements
+    np.testing.assert_array_equal(y, x)
+    out = np.zeros((6, 8), np.int32)
+    grid_2d[(2, 3), (4, 2)](out)
+    np.testing.assert_array_equal(out, np.arange(48).reshape(6, 8))
+
+
+@pytest.mark.parametrize("backend, arch, fence", [("cuda", "sm_90", "fence.acq_rel.gpu"),
+                                                  ("rocm", "gfx942", "buffer_wbl2")])
+def test_threadfence_is_a_device_scope_fence_on_gpus(backend, arch, fence):
+    x = np.zeros(4, np.float32)
+    prog = flydsl.compile(grid_stride_copy, x, x, 4, backend=backend, arch=arch)
+    asm = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    assert fence in asm

@@ -1,24 +1,27 @@
 """The DSL a kernel body uses: ``import flydsl.expr as fx``."""
-from .builtins import (
-    abs, atomic_add, barrier, block_dim, block_idx, cast, ceil, cos, exp, floor, fma,
-    grid_dim, log, max, min, range, range_constexpr, rsqrt, select, shared_array, shuffle_xor,
-    sin, sqrt, static_range, tanh, thread_idx, warp_size, where,
-)
 from . import debug, memory, numeric, warp
-from .debug import *      # noqa: F401,F403  (each module's __all__)
-from .memory import *     # noqa: F401,F403
-from .numeric import *    # noqa: F401,F403
-from .warp import *       # noqa: F401,F403
+from .builtins import (
+    abs, atomic_add, barrier, block_dim, block_idx, cast, ceil, cos, exp, floor, fma, grid,
+    grid_dim, gridsize, log, max, min, range, range_constexpr, rsqrt, select, shared_array,
+    shuffle_xor, sin, sqrt, static_range, tanh, thread_idx, threadfence, threadfence_block,
+    threadfence_system, warp_size, where,
+)
+from .debug import *      # noqa: F401,F403  (each area module's __all__)
 from .dtypes import (
     BFloat16, Bool, Constexpr, DType, Float16, Float32, Float64, Int8, Int16, Int32, Int64,
     Tensor, UInt8, UInt16, UInt32, UInt64,
 )
+from .memory import *     # noqa: F401,F403
+from .numeric import *    # noqa: F401,F403
+from .warp import *       # noqa: F401,F403
 
 __all__ = [
     "BFloat16", "Bool", "Constexpr", "DType", "Float16", "Float32", "Float64", "Int8", "Int16",
-    "Int32", "Int64", "Tensor", "UInt8", "UInt16", "UInt32", "UInt64", "abs", "atomic_add", "barrier", "block_dim", "block_idx",
-    "cast", "ceil", "cos", "exp", "floor", "fma", "grid_dim", "log", "max", "min", "range",
+    "Int32", "Int64", "Tensor", "UInt8", "UInt16", "UInt32", "UInt64",
+    "abs", "atomic_add", "barrier", "block_dim", "block_idx", "cast", "ceil", "cos", "exp",
+    "floor", "fma", "grid", "grid_dim", "gridsize", "log", "max", "min", "range",
     "range_constexpr", "rsqrt", "select", "shared_array", "shuffle_xor", "sin", "sqrt",
-    "static_range", "tanh", "thread_idx", "warp_size", "where",
+    "static_range", "tanh", "thread_idx", "threadfence", "threadfence_block",
+    "threadfence_system", "warp_size", "where",
 ]
 __all__ += debug.__all__ + memory.__all__ + numeric.__all__ + warp.__all__

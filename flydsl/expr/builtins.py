@@ -44,6 +44,36 @@ block_dim = _Dim3("block_dim")
 grid_dim = _Dim3("grid_dim")
 
 
+def grid(ndim: int):
+    """This thread's global index (numba's ``cuda.grid``): ``block_idx * block_dim +
+    thread_idx`` along x for ``grid(1)`` (an Int32), a tuple (x, y) or (x, y, z) for
+    2 or 3. Example: ``i = fx.grid(1)``."""
+    return _ops().grid_index(ndim)
+
+
+def gridsize(ndim: int):
+    """Threads in the whole launch along each axis (numba's ``cuda.gridsize``):
+    ``grid_dim * block_dim``, an Int32 for ``gridsize(1)``, else a tuple. Example: a
+    grid-stride loop ``for i in range(fx.grid(1), n, fx.gridsize(1))``."""
+    return _ops().grid_size(ndim)
+
+
+def threadfence() -> None:
+    """Order this thread's memory accesses for every thread of the device
+    (``__threadfence``; a release-acquire fence at device scope)."""
+    _ops().fence("device")
+
+
+def threadfence_block() -> None:
+    """``__threadfence_block``: a fence at block (workgroup) scope."""
+    _ops().fence("block")
+
+
+def threadfence_system() -> None:
+    """``__threadfence_system``: a fence at system scope (host and peer devices too)."""
+    _ops().fence("system")
+
+
 def exp(x):
     """e**x (floating point; ints are converted to Float32)."""
     return _ops().exp(x)

@@ -6,7 +6,7 @@ import sys
 from typing import Sequence
 
 import mlir.ir as ir
-from mlir.dialects import arith, gpu, math as mmath, memref
+from mlir.dialects import arith, gpu, llvm, math as mmath, memref
 
 from ...errors import CompileTimeValueRequired, DSLTypeError
 from ...expr import dtypes as dt
@@ -33,6 +33,35 @@ def launch_index(name: str, axis: str) -> Value:
     """``fx.thread_idx.x`` & co as an Int32 value (``name`` is the fx attribute)."""
     context.current()
     return _index_to_i32(_LAUNCH_INDEX[name](_dim(axis)))
+
+
+def _per_axis(ndim: int, fn, what: str):
+    if ndim not in (1, 2, 3) or isinstance(ndim, bool):
+        raise DSLTypeError(f"fx.{what}(ndim) takes 1, 2 or 3, got {ndim!r}")
+    values = tuple(fn(axis) for axis in "xyz"[:ndim])
+    return values[0] if ndim == 1 else values
+
+
+def grid_index(ndim: int):
+    return _per_axis(ndim, lambda a: launch_index("block_idx", a) * launch_index("block_dim", a)
+                     + launch_index("thread_idx", a), "grid")
+
+
+def grid_size(ndim: int):
+    return _per_axis(ndim, lambda a: launch_index("grid_dim", a) * launch_index("block_dim", a),
+                     "gridsize")
+
+
+#: LLVM's names for a fence's scope, per target (the CPU runs a block's threads in
+#: one host thread, so only the system scope exists there).
+_FENCE_SCOPES = {"cuda": {"block": "block", "device": "device", "system": None},
+                 "rocm": {"block": "workgroup", "device": "agent", "system": None}}
+
+
+def fence(scope: str) -> None:
+    ctx = context.current()
+    names = _FENCE_SCOPES.get(ctx.target.backend, {})
+    llvm.fence(llvm.AtomicOrdering.acq_rel, syncscope=names.get(scope))
 
 
 def warp_size() -> int:
