@@ -145,3 +145,30 @@ def test_break_under_a_compile_time_condition_folds():
     np.testing.assert_array_equal(out, [45, 45])
     break_under_constexpr[1, 2](x, out, 10, 0)
     np.testing.assert_array_equal(out, [0, 0])
+
+
+@flydsl.kernel
+def unrolled_search(x: fx.Tensor, out: fx.Tensor):
+    r = fx.thread_idx.x
+    found = -1
+    for j in fx.range_constexpr(8):          # unrolled; the break depends on data
+        if x[r, j] == 0:
+            found = j
+            break
+        if x[r, j] == 1:
+            continue
+        out[r, j + 1] = x[r, j]
+    out[r, 0] = found
+
+
+def test_break_under_a_runtime_condition_in_an_unrolled_loop():
+    x = np.random.default_rng(5).integers(0, 4, (16, 8)).astype(np.int32)
+    out = np.full((16, 9), -7, np.int32)
+    unrolled_search[1, 16](x, out)
+    for row, got in zip(x, out):
+        zeros = np.flatnonzero(row == 0)
+        stop = zeros[0] if zeros.size else 8
+        assert got[0] == (stop if zeros.size else -1)
+        for j in range(8):
+            want = row[j] if j < stop and row[j] != 1 else -7
+            assert got[j + 1] == want, (row, got)

@@ -271,19 +271,36 @@ class ControlFlow:
         return [self.deps.found(path + (("I", i),), item, where) for i, item in enumerate(seq)]
 
     def _unrolled(self, node: ast.For, iterable) -> bool:
-        with self.unrolling(node):
-            count = 0
-            for item in iterable:
-                count += 1
-                if count > _UNROLL_LIMIT:
-                    raise self.error(node, f"compile-time loop runs over {_UNROLL_LIMIT} "
-                                           "times; use range(...) for a runtime loop")
-                self.assign(node.target, item)
-                ended = self._static_iteration(node.body)
-                if ended == "return":
-                    return True
-                if ended == "break":
-                    break
+        exits = loop_exits(node.body)
+        if exits:   # a break under a runtime condition skips the remaining copies
+            flags = new_flags(exits | {"break"})
+            body = rewrite_body(node.body, flags)
+            guarded = [ast.copy_location(ast.If(test=not_broken(flags, node), body=body,
+                                                orelse=[]), node)]
+            self.scope[flags.brk] = False
+        try:
+            with self.unrolling(node):
+                count = 0
+                for item in iterable:
+                    count += 1
+                    if count > _UNROLL_LIMIT:
+                        raise self.error(node, f"compile-time loop runs over {_UNROLL_LIMIT} "
+                                               "times; use range(...) for a runtime loop")
+                    broken = self.scope.get(flags.brk) if exits else False
+                    if broken is True:
+                        break
+                    self.assign(node.target, item)
+                    if not exits:
+                        ended = self._static_iteration(node.body)
+                    else:
+                        ended = self._static_iteration(guarded if is_dynamic(broken) else body)
+                    if ended == "return":
+                        return True
+                    if ended == "break":
+                        break
+        finally:
+            if exits:
+                self.scope.pop(flags.brk, None)
         return False
 
     @contextlib.contextmanager
