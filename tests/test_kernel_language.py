@@ -1,6 +1,8 @@
 """Python constructs a CUDA/numba user writes in kernels: tensor sizes, typed helper
 functions, identity tests and tuple loops on compile-time values, variables bound in
 every branch, and error messages in the user's words."""
+import math
+
 import numpy as np
 import pytest
 
@@ -217,3 +219,44 @@ def test_threadfence_is_a_device_scope_fence_on_gpus(backend, arch, fence):
     prog = flydsl.compile(grid_stride_copy, x, x, 4, backend=backend, arch=arch)
     asm = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
     assert fence in asm
+
+
+@flydsl.kernel
+def python_math(x: fx.Tensor, y: fx.Tensor, z: fx.Tensor):
+    i = fx.thread_idx.x
+    y[i] = math.sqrt(x[i]) + math.exp(x[i]) * math.pi     # math.pi: a Python constant
+    z[i] = math.floor(x[i] * 3.7)                         # an integer, as in Python
+
+
+@flydsl.kernel
+def python_math_without_equivalent(x: fx.Tensor):
+    x[0] = math.gamma(x[0])
+
+
+def test_math_module_functions_work_on_kernel_values():
+    x = np.linspace(0.5, 4, 8).astype(np.float32)
+    y = np.zeros_like(x)
+    z = np.zeros(8, np.int64)
+    python_math[1, 8](x, y, z)
+    np.testing.assert_allclose(y, np.sqrt(x) + np.exp(x) * np.pi, rtol=1e-6)
+    np.testing.assert_array_equal(z, np.floor(x * np.float32(3.7)))
+    with pytest.raises(UnsupportedConstructError, match=r"math.gamma\(\) has no flydsl"):
+        python_math_without_equivalent[1, 1](x)
+
+
+@flydsl.kernel
+def rounding_and_choice(x: fx.Tensor, y: fx.Tensor):
+    i = fx.thread_idx.x
+    y[0, i] = fx.floor(x[i])
+    y[1, i] = fx.ceil(x[i])
+    y[2, i] = fx.where(x[i] > 0.0, x[i], 0.0)
+    y[3, i] = fx.select(x[i] > 0.0, 1.0, -1.0)
+    y[4, i] = fx.cast(fx.grid_dim.x, fx.Float32)
+
+
+def test_floor_ceil_where_select_and_grid_dim():
+    x = np.linspace(-2.5, 2.5, 11).astype(np.float32)
+    y = np.zeros((5, 11), np.float32)
+    rounding_and_choice[1, 11](x, y)
+    np.testing.assert_array_equal(y, [np.floor(x), np.ceil(x), np.maximum(x, 0),
+                                      np.where(x > 0, 1, -1), np.ones(11)])

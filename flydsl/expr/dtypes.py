@@ -43,6 +43,18 @@ class DType:
     def is_int(self) -> bool:
         return self.kind == "int"
 
+    @property
+    def int_limits(self) -> tuple[int, int]:
+        """``(lo, hi)``: the values an integer type holds are ``lo <= v < hi``
+        (``(0, 2)`` for Bool)."""
+        if self.kind == "bool":
+            return 0, 2
+        if self.kind != "int":
+            raise TypeError(f"{self!r} is not an integer type")
+        if self.signed:
+            return -(1 << (self.bits - 1)), 1 << (self.bits - 1)
+        return 0, 1 << self.bits
+
     def mlir_type(self):
         import mlir.ir as ir
         return ir.Type.parse(self.mlir)
@@ -79,6 +91,7 @@ def dtype_from_numpy(np_dtype) -> Optional[DType]:
 def dtype_from_torch(torch_dtype) -> Optional[DType]:
     name = str(torch_dtype).replace("torch.", "")
     return {"bool": Bool, "int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64,
+            "uint8": UInt8, "uint16": UInt16, "uint32": UInt32, "uint64": UInt64,
             "float16": Float16, "bfloat16": BFloat16, "float32": Float32,
             "float64": Float64}.get(name)
 

@@ -1,6 +1,362 @@
-"""Numeric builtins beyond the basic math: integer bit operations, float classification, rounding."""
+"""Numeric builtins beyond the basic math: integer bit operations, float classification,
+rounding and the rest of the C math library.
+
+Types and promotion (the README's "Types" section):
+
+* Unsigned integers ``fx.UInt8 UInt16 UInt32 UInt64`` work everywhere: tensors (numpy
+  ``uint8``..``uint64``, torch's unsigned dtypes), scalar parameters (``n: fx.UInt32``),
+  constants and casts (``fx.UInt32(x)``, ``fx.UInt32(0xFFFFFFFF)``). They divide,
+  take remainders, shift right, compare and convert to and from floats as unsigned
+  numbers, and widen by zero-extension.
+* int with int follows numpy: same signedness -> the wider type; ``UInt32 + Int32 ->
+  Int64``; ``UInt64`` with a signed int is an error (numpy would use Float64): convert
+  one side explicitly.
+* float with int takes the float type, widened until it holds every value of the int
+  exactly but never beyond Float32 because of an int: ``Float16 + Int8 -> Float16``,
+  ``Float16 + Int16 -> Float32``, ``Float32 + Int32 -> Float32`` (C, CUDA, torch and
+  Triton; numpy gives Float64), ``Float64`` stays ``Float64``.
+* Python literals adapt to the value's type (``h + 1`` stays Float16, ``u + 1`` stays
+  UInt32); a negative literal with an unsigned value is an error.
+* ``round(x)`` on a float is an Int64 (round half to even); ``round(x, n)`` keeps the
+  float type; ``math.floor/ceil/trunc(x)`` are Int64 as in Python, while ``fx.floor``,
+  ``fx.ceil``, ``fx.trunc`` and ``fx.rint`` keep the float type.
+
+Math functions take floats; ints (values or literals) are converted to Float32, and
+Float16/BFloat16 are computed in Float32 and rounded back. Each lowers to libm/LLVM on
+the CPU and to libdevice on CUDA. ROCm has no device math library in flydsl: what has
+no LLVM intrinsic there is computed from ones that do (a few ulp in Float32), and
+``fx.erf``, ``fx.pow``, ``fx.fmod`` and Float64 transcendental functions are a compile
+error there.
+"""
 from __future__ import annotations
+
+from typing import Any
 
 from .implementation import ops as _ops
 
-__all__: list = []
+__all__ = [
+    "clz", "popc", "brev", "ffs", "isnan", "isinf", "isfinite",
+    "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "exp2", "expm1", "log2", "log10", "log1p", "pow", "erf", "copysign", "fmod", "hypot",
+    "trunc", "rint",
+]
+
+
+# -- integer bit operations -------------------------------------------------------------
+
+def clz(x: Any) -> Any:
+    """Number of leading zero bits of the integer ``x``, counted in x's own width
+    (``clz(0)`` is the width), as an Int32 (CUDA's ``__clz``/``__clzll``).
+
+    CPU: ``llvm.ctlz``; CUDA: ``clz.b32``/``clz.b64``; ROCm: ``v_ffbh_u32``.
+
+    Example: ``out[i] = fx.clz(x[i])``  # 31 for x == 1 (Int32 or UInt32)
+    """
+    return _ops().clz(x)
+
+
+def popc(x: Any) -> Any:
+    """Number of set bits of the integer ``x``, as an Int32 (``__popc``/``__popcll``).
+
+    CPU: ``llvm.ctpop`` (``popcnt``); CUDA: ``popc.b32``/``popc.b64``; ROCm:
+    ``v_bcnt_u32_b32``.
+
+    Example: ``out[i] = fx.popc(mask[i])``
+    """
+    return _ops().popc(x)
+
+
+def brev(x: Any) -> Any:
+    """The integer ``x`` with its bits in reverse order, in x's type
+    (``__brev``/``__brevll``).
+
+    CPU: ``llvm.bitreverse``; CUDA: ``brev.b32``/``brev.b64``; ROCm: ``v_bfrev_b32``.
+
+    Example: ``out[i] = fx.brev(fx.UInt32(i))``
+    """
+    return _ops().brev(x)
+
+
+def ffs(x: Any) -> Any:
+    """1-based position of the least significant set bit of the integer ``x``, 0 when
+    ``x`` is 0, as an Int32 (``__ffs``/``__ffsll``).
+
+    CPU: ``llvm.cttz`` (``tzcnt``/``bsf``); CUDA: ``brev`` + ``clz``; ROCm: ``v_ffbl_b32``.
+
+    Example: ``lane = fx.ffs(ballot) - 1``
+    """
+    return _ops().ffs(x)
+
+
+# -- float classification -----------------------------------------------------------------
+
+def isnan(x: Any) -> Any:
+    """Whether ``x`` is NaN, as a Bool (always False for ints).
+
+    Every backend: an unordered self-comparison (``arith.cmpf uno``).
+
+    Example: ``y[i] = fx.select(fx.isnan(x[i]), 0.0, x[i])``
+    """
+    return _ops().isnan(x)
+
+
+def isinf(x: Any) -> Any:
+    """Whether ``x`` is +inf or -inf, as a Bool (always False for ints).
+
+    Every backend: ``|x| == inf``.
+
+    Example: ``bad = fx.isinf(x[i]) | fx.isnan(x[i])``
+    """
+    return _ops().isinf(x)
+
+
+def isfinite(x: Any) -> Any:
+    """Whether ``x`` is neither infinite nor NaN, as a Bool (always True for ints).
+
+    Every backend: ``|x| < inf`` (an ordered comparison, so NaN gives False).
+
+    Example: ``if fx.isfinite(x[i]): total += x[i]``
+    """
+    return _ops().isfinite(x)
+
+
+# -- math ----------------------------------------------------------------------------------
+
+def tan(x: Any) -> Any:
+    """Tangent of ``x`` (radians).
+
+    CPU: libm ``tanf``/``tan``; CUDA: ``__nv_tanf``; ROCm: sin(x) / cos(x) (Float32
+    only; the hardware sin/cos are accurate for |x| up to a few hundred radians).
+
+    Example: ``y[i] = fx.tan(x[i])``
+    """
+    return _ops().tan(x)
+
+
+def asin(x: Any) -> Any:
+    """Arc sine of ``x``, in [-pi/2, pi/2]; NaN outside [-1, 1].
+
+    CPU: libm ``asinf``; CUDA: ``__nv_asinf``; ROCm: atan2(x, sqrt((1-x)(1+x)))
+    (Float32 only).
+
+    Example: ``y[i] = fx.asin(x[i])``
+    """
+    return _ops().asin(x)
+
+
+def acos(x: Any) -> Any:
+    """Arc cosine of ``x``, in [0, pi]; NaN outside [-1, 1].
+
+    CPU: libm ``acosf``; CUDA: ``__nv_acosf``; ROCm: atan2(sqrt((1-x)(1+x)), x)
+    (Float32 only).
+
+    Example: ``angle = fx.acos(fx.min(fx.max(c, -1.0), 1.0))``
+    """
+    return _ops().acos(x)
+
+
+def atan(x: Any) -> Any:
+    """Arc tangent of ``x``, in [-pi/2, pi/2].
+
+    CPU: libm ``atanf``; CUDA: ``__nv_atanf``; ROCm: Cephes' atanf polynomial (Float32
+    only, about 2 ulp).
+
+    Example: ``y[i] = fx.atan(x[i])``
+    """
+    return _ops().atan(x)
+
+
+def atan2(y: Any, x: Any) -> Any:
+    """Angle of the point (x, y), in [-pi, pi], with C's signed-zero and infinity rules.
+
+    CPU: libm ``atan2f``; CUDA: ``__nv_atan2f``; ROCm: the atan polynomial on
+    min(|x|,|y|) / max(|x|,|y|), moved to the octant (Float32 only).
+
+    Example: ``phase[i] = fx.atan2(im[i], re[i])``
+    """
+    return _ops().atan2(y, x)
+
+
+def sinh(x: Any) -> Any:
+    """Hyperbolic sine of ``x``.
+
+    CPU: libm ``sinhf``; CUDA: ``__nv_sinhf``; ROCm: from expm1 (Float32 only).
+
+    Example: ``y[i] = fx.sinh(x[i])``
+    """
+    return _ops().sinh(x)
+
+
+def cosh(x: Any) -> Any:
+    """Hyperbolic cosine of ``x``.
+
+    CPU: libm ``coshf``; CUDA: ``__nv_coshf``; ROCm: (e^|x| + e^-|x|) / 2 (Float32 only).
+
+    Example: ``y[i] = fx.cosh(x[i])``
+    """
+    return _ops().cosh(x)
+
+
+def asinh(x: Any) -> Any:
+    """Inverse hyperbolic sine of ``x``.
+
+    CPU: libm ``asinhf``; CUDA: ``__nv_asinhf``; ROCm: from log1p (Float32 only).
+
+    Example: ``y[i] = fx.asinh(x[i])``
+    """
+    return _ops().asinh(x)
+
+
+def acosh(x: Any) -> Any:
+    """Inverse hyperbolic cosine of ``x`` (x >= 1; NaN below).
+
+    CPU: libm ``acoshf``; CUDA: ``__nv_acoshf``; ROCm: from log1p/log (Float32 only).
+
+    Example: ``y[i] = fx.acosh(x[i])``
+    """
+    return _ops().acosh(x)
+
+
+def atanh(x: Any) -> Any:
+    """Inverse hyperbolic tangent of ``x`` (|x| <= 1; +-inf at +-1, NaN beyond).
+
+    CPU: libm ``atanhf``; CUDA: ``__nv_atanhf``; ROCm: log1p(2x / (1 - x)) / 2 (Float32
+    only).
+
+    Example: ``y[i] = fx.atanh(x[i])``
+    """
+    return _ops().atanh(x)
+
+
+def exp2(x: Any) -> Any:
+    """2 ** x.
+
+    CPU: ``llvm.exp2`` (libm ``exp2f``); CUDA: ``__nv_exp2f`` (``ex2.approx`` with range
+    handling); ROCm: ``llvm.exp2`` (``v_exp_f32``; Float64 is an error there).
+
+    Example: ``p = fx.exp2(x[i] * 1.4426950408889634)``
+    """
+    return _ops().exp2(x)
+
+
+def expm1(x: Any) -> Any:
+    """e**x - 1, accurate for x near 0.
+
+    CPU and ROCm: Kahan's (u - 1) * x / log(u), u = exp(x), from libm's or the
+    hardware's exp and log (ROCm: Float32 only); CUDA: ``__nv_expm1f``.
+
+    Example: ``y[i] = fx.expm1(x[i])``
+    """
+    return _ops().expm1(x)
+
+
+def log2(x: Any) -> Any:
+    """Base-2 logarithm of ``x``.
+
+    CPU: ``llvm.log2``; CUDA: ``__nv_log2f``; ROCm: ``llvm.log2`` (``v_log_f32``;
+    Float64 is an error there).
+
+    Example: ``bits = fx.log2(x[i])``
+    """
+    return _ops().log2(x)
+
+
+def log10(x: Any) -> Any:
+    """Base-10 logarithm of ``x``.
+
+    CPU: ``llvm.log10``; CUDA: ``__nv_log10f``; ROCm: ``llvm.log10`` (Float64 is an
+    error there).
+
+    Example: ``db = 10.0 * fx.log10(p[i])``
+    """
+    return _ops().log10(x)
+
+
+def log1p(x: Any) -> Any:
+    """log(1 + x), accurate for x near 0.
+
+    CPU and ROCm: Kahan's log(u) * x / (u - 1), u = 1 + x (ROCm: Float32 only); CUDA:
+    ``__nv_log1pf``.
+
+    Example: ``y[i] = fx.log1p(x[i])``
+    """
+    return _ops().log1p(x)
+
+
+def pow(x: Any, y: Any) -> Any:   # noqa: A001  (fx.pow, like math.pow)
+    """x ** y as a float (C's ``pow``: a negative x needs an integral y). Unlike
+    ``x ** y`` on ints, the result is always a float.
+
+    CPU: ``llvm.pow`` (libm ``powf``); CUDA: ``__nv_powf``; ROCm: not available (it needs
+    ocml; a compile error naming fx.pow). For a small constant integer exponent write
+    ``x ** 3``: exact multiplications on every backend.
+
+    Example: ``y[i] = fx.pow(x[i], 2.4)``
+    """
+    return _ops().pow(x, y)
+
+
+def erf(x: Any) -> Any:
+    """The error function of ``x``.
+
+    CPU: libm ``erff``; CUDA: ``__nv_erff``; ROCm: not available (it needs ocml; a
+    compile error naming fx.erf).
+
+    Example: ``cdf = 0.5 * (1.0 + fx.erf(x[i] * 0.7071067811865476))``
+    """
+    return _ops().erf(x)
+
+
+def copysign(x: Any, y: Any) -> Any:
+    """|x| with the sign of ``y`` (also of -0.0 and NaNs).
+
+    Every backend: ``llvm.copysign`` (a bit operation).
+
+    Example: ``y[i] = fx.copysign(1.0, x[i])``
+    """
+    return _ops().copysign(x, y)
+
+
+def fmod(x: Any, y: Any) -> Any:
+    """C's ``fmod``: x - trunc(x / y) * y computed exactly, with the sign of ``x``
+    (Python's ``%`` takes the sign of ``y`` instead).
+
+    CPU: LLVM ``frem`` (libm ``fmodf``); CUDA: ``__nv_fmodf``; ROCm: not available (MLIR
+    lowers it to ocml's ``__ocml_fmod``; a compile error naming fx.fmod).
+
+    Example: ``phase = fx.fmod(t[i], 6.283185307179586)``
+    """
+    return _ops().fmod(x, y)
+
+
+def hypot(x: Any, y: Any) -> Any:
+    """sqrt(x*x + y*y) without intermediate overflow or underflow (inf if either is
+    infinite, even with a NaN).
+
+    Every backend: max * sqrt(1 + (min/max)**2), from ``sqrt``.
+
+    Example: ``r[i] = fx.hypot(dx[i], dy[i])``
+    """
+    return _ops().hypot(x, y)
+
+
+def trunc(x: Any) -> Any:
+    """``x`` rounded toward zero, keeping its float type (``math.trunc(x)`` in a kernel
+    gives an Int64, as in Python).
+
+    CPU: ``llvm.trunc`` (``roundss``); CUDA: ``cvt.rzi``; ROCm: ``v_trunc_f32``.
+
+    Example: ``whole = fx.trunc(x[i])``
+    """
+    return _ops().trunc(x)
+
+
+def rint(x: Any) -> Any:
+    """``x`` rounded to the nearest integer, halves to even, keeping its float type
+    (CUDA's ``rintf``, numpy's ``rint``; ``round(x)`` in a kernel gives an Int64).
+
+    CPU: ``llvm.roundeven``; CUDA: ``cvt.rni``; ROCm: ``v_rndne_f32``.
+
+    Example: ``q = fx.rint(x[i] / step) * step``
+    """
+    return _ops().rint(x)

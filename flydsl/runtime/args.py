@@ -32,10 +32,10 @@ def check_scalar(kernel: str, name: str, ann: DType, value) -> None:
     elif ann.kind == "int":
         ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
         if ok:
-            lo, hi = -(1 << (ann.bits - 1)), 1 << (ann.bits - 1)
+            lo, hi = ann.int_limits
             if not lo <= int(value) < hi:
-                raise DSLTypeError(f"argument {name!r} = {value} does not fit in {ann!r}",
-                                   kernel=kernel)
+                raise DSLTypeError(f"argument {name!r} = {value} does not fit in {ann!r} "
+                                   f"({lo} to {hi - 1})", kernel=kernel)
     else:
         ok = isinstance(value, (int, float, np.integer, np.floating)) and \
             not isinstance(value, (bool, np.bool_))

@@ -152,7 +152,7 @@ def _several_cuda_devices() -> bool:
 def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool) -> None:
     """An int argument of an integer parameter: guarded by the range of the parameter's
     type (an inferred Int64 also by *not* fitting Int32, which would infer Int32)."""
-    lo, hi = -(1 << (dtype.bits - 1)), 1 << (dtype.bits - 1)
+    lo, hi = dtype.int_limits
     w.emit(f"if type({a}) is not int or not {lo} <= {a} < {hi}: return False")
     if inferred and dtype.bits == 64:
         w.emit(f"if -2147483648 <= {a} < 2147483648: return False")

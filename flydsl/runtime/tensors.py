@@ -18,8 +18,10 @@ from ..expr.dtypes import DType
 
 #: DLPack ``DLDeviceType`` codes -> device type names (kDLCPU is read through numpy).
 _DLPACK_DEVICES = {2: "cuda", 3: "cuda_host", 10: "rocm", 11: "rocm_host", 13: "cuda"}
-#: DLPack ``(type code, bits)`` -> flydsl dtype (kDLInt 0, kDLFloat 2, kDLBfloat 4, kDLBool 6).
+#: DLPack ``(type code, bits)`` -> flydsl dtype (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,
+#: kDLBool 6).
 _DLPACK_DTYPES = {(0, 8): dt.Int8, (0, 16): dt.Int16, (0, 32): dt.Int32, (0, 64): dt.Int64,
+                  (1, 8): dt.UInt8, (1, 16): dt.UInt16, (1, 32): dt.UInt32, (1, 64): dt.UInt64,
                   (2, 16): dt.Float16, (2, 32): dt.Float32, (2, 64): dt.Float64,
                   (4, 16): dt.BFloat16, (6, 8): dt.Bool}
 

@@ -26,6 +26,7 @@ from . import ops, values as V
 from .calls import unwrap_callable
 from .control_flow import RETURN, ControlFlow, LoopControl, is_dynamic
 from .context import current
+from .numeric_ops import MATH_EQUIVALENTS, MATH_FX_NAMES
 from .source import FunctionSource, function_source, is_user_function
 from .tensors import TensorValue
 from .values import Value, is_scalar
@@ -287,6 +288,9 @@ class Codegen(ControlFlow):
         index = self.eval_node(node.slice)
         if isinstance(base, TensorValue):
             return base[index]
+        if ops.reads_constant_memory(base, index):   # LUT[x[i] & 255]: constant memory
+            self.deps.consume(base)                  # the array's content is in the key
+            return ops.constant_array_load(base, index, ast.unparse(node.value))
         if is_dynamic(index):
             raise self.error(node, "only tensors can be indexed with runtime values (a "
                                    f"{type(base).__name__} needs a compile-time index)",
@@ -378,6 +382,8 @@ class Codegen(ControlFlow):
         dynamic = any(is_dynamic(a) or isinstance(a, TensorValue) for a in args)
         if dynamic and fn in _BUILTIN_OVERRIDES:
             return _BUILTIN_OVERRIDES[fn](*args, **kwargs)
+        if dynamic and fn in MATH_FX_NAMES:      # math.sqrt(x) & co on kernel values
+            return self._python_math(fn, args, kwargs, node)
         if fn in _NAMESPACE_BUILTINS and not kwargs:
             handled = self._namespace_builtin(fn, args, node)
             if handled is not MISSING:
@@ -399,6 +405,17 @@ class Codegen(ControlFlow):
         if isinstance(owner, _CONTAINERS) and getattr(fn, "__name__", "") in _MUTATORS:
             self.check_mutation(owner, f".{fn.__name__}()", node)
         return fn(*args, **kwargs)
+
+    def _python_math(self, fn, args: list, kwargs: dict, node: ast.AST) -> Any:
+        """``math.f(value)``: the ``fx`` function that computes it, or an error naming
+        what to use."""
+        impl = MATH_EQUIVALENTS.get(fn)
+        if impl is None:
+            raise self.error(node, f"math.{fn.__name__}() has no flydsl equivalent for kernel "
+                                   "values (it runs only on Python numbers, while tracing)",
+                             UnsupportedConstructError)
+        self.deps.consume(fn)
+        return impl(*args, **kwargs)
 
     def check_mutation(self, container, how: str, node: ast.AST) -> None:
         """A Python container changed inside a runtime ``if`` or loop would change once,

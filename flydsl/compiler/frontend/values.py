@@ -1,17 +1,38 @@
 """Typed SSA values of a kernel trace, with numpy-like promotion.
 
-A :class:`Value` pairs an MLIR ``ir.Value`` with its DSL dtype. Python
-numbers mixed with values adapt to the value's type (``x + 1`` keeps x's
-type, ``i * 0.5`` on an int gives Float32).
+A :class:`Value` pairs an MLIR ``ir.Value`` with its DSL dtype.
+
+Promotion (what ``a + b``, comparisons, ``fx.max`` and ``fx.select`` compute in):
+
+* **Python literals adapt** to the value's type: ``x + 1`` keeps x's type, also for
+  Float16 and unsigned values; ``i * 0.5`` on an int gives Float32. An int literal
+  that does not fit widens to the smallest 32/64-bit type of the same signedness that
+  holds it (``i8 + 1000`` is Int32, ``i32 + 2**40`` Int64); a negative literal with an
+  unsigned value is an error (as in NumPy 2), except in an explicit conversion
+  (``fx.UInt32(-1)`` is 0xFFFFFFFF, as in C).
+* **int with int** follows numpy: the same signedness gives the wider type;
+  unsigned with a wider signed type gives that signed type; otherwise the signed type
+  twice as wide as the unsigned one (``UInt32 + Int32 -> Int64``, ``UInt8 + Int8 ->
+  Int16``). ``UInt64`` with a signed type has no exact integer type: numpy computes in
+  Float64; flydsl raises an error asking for an explicit conversion instead.
+* **float with int** takes the float type, widened until it holds every value of the
+  int type exactly, but never beyond Float32 because of an int: Float16/BFloat16 with
+  Int8/UInt8/Bool stay Float16/BFloat16, with Int16 or wider give Float32; Float32
+  with any int stays Float32 (as in C, CUDA, torch and Triton; numpy gives Float64
+  for Float32 + Int32); Float64 stays Float64. Float16 with BFloat16 gives Float32.
+* Unsigned values use unsigned operations: ``//`` ``divui``, ``%`` ``remui``, ``>>`` a
+  logical shift, unsigned comparisons, ``uitofp``/``fptoui`` conversions, and
+  zero-extension when widened (signed values sign-extend, whatever the target type).
+  An unsigned value shifted by any int keeps its type, as in C.
 """
 from __future__ import annotations
 
 from typing import Union
 
 import mlir.ir as ir
-from mlir.dialects import arith, math as mmath
+from mlir.dialects import arith, llvm, math as mmath
 
-from ...errors import DSLTypeError
+from ...errors import CompileTimeValueRequired, DSLTypeError
 from ...expr import dtypes as dt
 from ...expr.dtypes import DType
 
@@ -77,6 +98,12 @@ class Value:
     def __invert__(self): return invert(self)
     def __abs__(self): return absolute(self)
 
+    # Python's rounding protocols: round(x), math.floor/ceil/trunc(x) in a kernel
+    def __round__(self, ndigits=None): return python_round(self, ndigits)
+    def __floor__(self): return to_python_int(self, "floor")
+    def __ceil__(self): return to_python_int(self, "ceil")
+    def __trunc__(self): return to_python_int(self, "trunc")
+
     def __lt__(self, o): return compare("<", self, o)
     def __le__(self, o): return compare("<=", self, o)
     def __gt__(self, o): return compare(">", self, o)
@@ -96,7 +123,7 @@ def literal_dtype(x: Scalar) -> DType:
         return dt.Int32 if -2**31 <= x < 2**31 else dt.Int64
     if isinstance(x, float):
         return dt.Float32
-    raise DSLTypeError(f"{type(x).__name__} value {x!r} cannot be used in a kernel expression")
+    raise DSLTypeError(f"{describe(x)} cannot be used in a kernel expression")
 
 
 def constant(x: Scalar, dtype: DType) -> Value:
@@ -108,14 +135,25 @@ def constant(x: Scalar, dtype: DType) -> Value:
             if x != int(x):
                 raise DSLTypeError(f"float literal {x!r} used where {dtype!r} is expected")
             x = int(x)
-        lo, hi = -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1))
-        if not lo <= int(x) < hi:
-            if int(x) < (1 << dtype.bits) and int(x) >= 0:  # unsigned bit pattern
-                x = int(x) - (1 << dtype.bits)
-            else:
-                raise DSLTypeError(f"literal {x} does not fit in {dtype!r}")
-        return Value(arith.constant(t, int(x)), dtype)
+        return Value(arith.constant(t, _bit_pattern(int(x), dtype)), dtype)
     return Value(arith.constant(t, float(x)), dtype)
+
+
+def _bit_pattern(x: int, dtype: DType) -> int:
+    """``x`` as the signed integer MLIR stores for ``dtype``. Values of the other
+    signedness with the same bits are accepted as their bit pattern (``fx.UInt32(-1)``,
+    ``fx.Int32(0xFFFFFFFF)``), as a C cast does; anything wider is an error."""
+    bits = dtype.bits
+    if not -(1 << (bits - 1)) <= x < (1 << bits):
+        lo, hi = dtype.int_limits
+        raise DSLTypeError(f"the literal {x} does not fit in {dtype!r} ({lo} to {hi - 1})")
+    return x - (1 << bits) if x >= 1 << (bits - 1) else x
+
+
+def fits(x: int, dtype: DType) -> bool:
+    """Whether the Python int ``x`` is a value of the integer type ``dtype``."""
+    lo, hi = dtype.int_limits
+    return lo <= x < hi
 
 
 def as_value(x, dtype: DType = None) -> Value:
@@ -124,10 +162,27 @@ def as_value(x, dtype: DType = None) -> Value:
         return x if dtype is None else cast(x, dtype)
     if is_scalar(x):
         return constant(x, dtype or literal_dtype(x))
-    raise DSLTypeError(f"expected a number or a kernel value, got {type(x).__name__} {x!r}")
+    raise DSLTypeError(f"expected a number or a kernel value, got {describe(x)}")
+
+
+def describe(x) -> str:
+    """``x`` as messages name it: "an Int32 value", "a tensor", "str 'abc'"."""
+    if isinstance(x, Value):
+        return f"a{'n' if x.dtype.name[0] in 'IU' else ''} {x.dtype.name} value"
+    if hasattr(x, "mem") and hasattr(x, "rank"):   # a tensor (tensors.py builds on this module)
+        return "a tensor"
+    return f"{type(x).__name__} {x!r}"
+
+
+def float_operand(x) -> Value:
+    """A math function's operand: floats stay as they are; ints and bools (values or
+    literals) become Float32."""
+    v = as_value(float(x) if is_scalar(x) else x)
+    return v if v.dtype.kind == "float" else cast(v, dt.Float32)
 
 
 def result_dtype(a: DType, b: DType) -> DType:
+    """The dtype two values combine to (see the module docstring)."""
     if a is b:
         return a
     if a.kind == "float" or b.kind == "float":
@@ -135,13 +190,39 @@ def result_dtype(a: DType, b: DType) -> DType:
             if a.bits == b.bits:        # Float16 vs BFloat16
                 return dt.Float32
             return a if a.bits > b.bits else b
-        return a if a.kind == "float" else b
-    # int/bool mixes: the wider int (bool counts as the narrowest int)
+        return float_for_int(a, b) if a.kind == "float" else float_for_int(b, a)
+    # int/bool mixes: bool counts as the narrowest int
     if a.kind == "bool":
         return b
     if b.kind == "bool":
         return a
-    return a if a.bits >= b.bits else b
+    if a.signed == b.signed:
+        return a if a.bits >= b.bits else b
+    return _mixed_sign_int(a, b) if a.signed else _mixed_sign_int(b, a)
+
+
+def float_for_int(f: DType, i: DType) -> DType:
+    """A float type mixed with an int type: Float16/BFloat16 hold every Int8/UInt8/Bool
+    value exactly (11 and 8 significant bits); wider ints need Float32, and no int
+    widens a float beyond Float32."""
+    if f.bits >= 32 or i.kind == "bool" or i.bits <= 8:
+        return f
+    return dt.Float32
+
+
+_SIGNED_BY_BITS = {8: dt.Int8, 16: dt.Int16, 32: dt.Int32, 64: dt.Int64}
+
+
+def _mixed_sign_int(s: DType, u: DType) -> DType:
+    """The signed type holding every value of the signed ``s`` and the unsigned ``u``."""
+    if s.bits > u.bits:
+        return s
+    if u.bits >= 64:
+        raise DSLTypeError(
+            f"a {u.name} value and a signed {s.name} value have no common integer type "
+            f"(numpy would compute in Float64 and lose precision); convert one side "
+            f"explicitly, e.g. fx.Int64(x) or fx.UInt64(y)")
+    return _SIGNED_BY_BITS[2 * u.bits]
 
 
 def literal_join(t: DType, lit: Scalar) -> DType:
@@ -152,9 +233,25 @@ def literal_join(t: DType, lit: Scalar) -> DType:
     if isinstance(lit, int) and not isinstance(lit, bool):
         if t.kind == "bool":
             t = dt.Int32
-        if t.kind == "int" and not -(1 << (t.bits - 1)) <= lit < (1 << (t.bits - 1)):
-            return dt.Int64
+        if t.kind == "int" and not fits(lit, t):
+            return _widen_for_literal(t, lit)
     return t
+
+
+def _widen_for_literal(t: DType, lit: int) -> DType:
+    """The 32/64-bit type of ``t``'s signedness holding ``lit``: an int literal beyond
+    a value's range widens the value, never changes its signedness."""
+    if not t.signed and lit < 0:
+        raise DSLTypeError(
+            f"the negative literal {lit} cannot be combined with a {t.name} value "
+            f"(unsigned); write it with a positive literal (x - 1 rather than x + -1) or "
+            f"convert explicitly, e.g. fx.Int64(x)")
+    wider = (dt.Int32, dt.Int64) if t.signed else (dt.UInt32, dt.UInt64)
+    for w in wider:
+        if w.bits > t.bits and fits(lit, w):
+            return w
+    lo, hi = wider[-1].int_limits
+    raise DSLTypeError(f"the literal {lit} does not fit in {wider[-1]!r} ({lo} to {hi - 1})")
 
 
 def promote(a, b) -> tuple[Value, Value]:
@@ -173,7 +270,7 @@ def promote(a, b) -> tuple[Value, Value]:
 def _with_literal(v: Value, lit, first: bool) -> tuple[Value, Value]:
     if not is_scalar(lit):
         raise DSLTypeError(f"cannot combine a {v.dtype.name} value with "
-                           f"{type(lit).__name__} {lit!r}")
+                           f"{describe(lit)}")
     t = literal_join(v.dtype, lit)
     v = cast(v, t)
     c = constant(lit, t)
@@ -198,13 +295,15 @@ def cast(x, to: DType) -> Value:
             return Value(arith.extui(t, v), to)
         return Value(arith.uitofp(t, v), to)
     if src.kind == "int" and to.kind == "int":
-        if to.bits > src.bits:
-            return Value(arith.extsi(t, v), to)
+        if to.bits > src.bits:   # the source's signedness decides, as in C
+            return Value((arith.extsi if src.signed else arith.extui)(t, v), to)
+        if to.bits == src.bits:  # Int32 <-> UInt32: same bits, new meaning
+            return Value(v, to)
         return Value(arith.trunci(t, v), to)
     if src.kind == "int":
-        return Value(arith.sitofp(t, v), to)
+        return Value((arith.sitofp if src.signed else arith.uitofp)(t, v), to)
     if to.kind == "int":
-        return Value(arith.fptosi(t, v), to)
+        return Value((arith.fptosi if to.signed else arith.fptoui)(t, v), to)
     if src.bits == to.bits:  # f16 <-> bf16 goes through f32
         return cast(cast(x, dt.Float32), to)
     if to.bits > src.bits:
@@ -217,8 +316,9 @@ def to_index(x) -> ir.Value:
     if isinstance(x, Value):
         if x.dtype.kind != "int" and x.dtype.kind != "bool":
             raise DSLTypeError(f"tensor index must be an integer, got {x.dtype.name}")
-        return arith.index_cast(ir.IndexType.get(), cast(x, dt.Int64).v if x.dtype.kind == "bool"
-                                else x.v)
+        if x.dtype.kind == "bool" or not x.dtype.signed:   # zero-extended
+            return arith.index_castui(ir.IndexType.get(), x.v)
+        return arith.index_cast(ir.IndexType.get(), x.v)
     if isinstance(x, bool) or not isinstance(x, int):
         raise DSLTypeError(f"tensor index must be an integer, got {type(x).__name__} {x!r}")
     return arith.constant(ir.IndexType.get(), x)
@@ -258,10 +358,14 @@ def _python_floordiv(a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
 _INT_OPS = {"+": arith.addi, "-": arith.subi, "*": arith.muli, "//": arith.floordivsi,
             "&": arith.andi, "|": arith.ori, "^": arith.xori, "<<": arith.shli,
             ">>": arith.shrsi}
+# Unsigned values are never negative: floor division is divui, ``%`` is remui.
+_UINT_OPS = {**_INT_OPS, "//": arith.divui, "%": arith.remui, ">>": arith.shrui}
 _FLOAT_OPS = {"+": arith.addf, "-": arith.subf, "*": arith.mulf, "/": arith.divf}
 
 
 def _int_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
+    if not dtype.signed:
+        return _UINT_OPS[op](a, b)
     if op == "%":
         return _python_mod(arith.remsi(a, b), b, dtype)
     return _INT_OPS[op](a, b)
@@ -283,6 +387,8 @@ def binary(op: str, a, b) -> Value:
         if a.dtype.kind != "float":
             a, b = cast(a, dt.Float32), cast(b, dt.Float32)
         return Value(arith.divf(a.v, b.v), a.dtype)
+    if op in ("<<", ">>"):
+        b = _shift_count(a, b)
     a, b = promote(a, b)
     t = a.dtype
     if t.kind == "bool" and op in ("&", "|", "^"):
@@ -294,6 +400,16 @@ def binary(op: str, a, b) -> Value:
     return Value(_float_ops(op, a.v, b.v, t), t)
 
 
+def _shift_count(a, b):
+    """C's rule for shifting an unsigned value: the result keeps its type, whatever the
+    count's (``u >> i`` with an Int32 ``i`` stays UInt32, instead of numpy's Int64, or
+    an error for UInt64)."""
+    if (isinstance(a, Value) and a.dtype.kind == "int" and not a.dtype.signed
+            and isinstance(b, Value) and b.dtype.kind in ("int", "bool")):
+        return cast(b, a.dtype)
+    return b
+
+
 _ICMP = {"<": "slt", "<=": "sle", ">": "sgt", ">=": "sge", "==": "eq", "!=": "ne"}
 _FCMP = {"<": "OLT", "<=": "OLE", ">": "OGT", ">=": "OGE", "==": "OEQ", "!=": "UNE"}
 
@@ -303,9 +419,13 @@ def compare(op: str, a, b) -> Value:
     if a.dtype.kind == "float":
         pred = getattr(arith.CmpFPredicate, _FCMP[op])
         return Value(arith.cmpf(pred, a.v, b.v), dt.Bool)
-    pred = getattr(arith.CmpIPredicate, _ICMP[op] if a.dtype.kind == "int" else
-                   {"slt": "ult", "sle": "ule", "sgt": "ugt", "sge": "uge"}.get(_ICMP[op], _ICMP[op]))
-    return Value(arith.cmpi(pred, a.v, b.v), dt.Bool)
+    name = _ICMP[op]
+    if not a.dtype.signed:   # unsigned ints and bools
+        name = _UNSIGNED_PREDICATE.get(name, name)
+    return Value(arith.cmpi(getattr(arith.CmpIPredicate, name), a.v, b.v), dt.Bool)
+
+
+_UNSIGNED_PREDICATE = {"slt": "ult", "sle": "ule", "sgt": "ugt", "sge": "uge"}
 
 
 def negate(x: Value) -> Value:
@@ -332,7 +452,7 @@ def absolute(x) -> Value:
     x = as_value(x)
     if x.dtype.kind == "float":
         return Value(mmath.absf(x.v), x.dtype)
-    if x.dtype.kind == "bool":
+    if x.dtype.kind == "bool" or not x.dtype.signed:
         return x
     return Value(mmath.absi(x.v), x.dtype)
 
@@ -354,3 +474,93 @@ def select(cond, a, b) -> Value:
     c = cast(as_value(cond), dt.Bool)
     a, b = promote(a, b)
     return Value(arith.select(c.v, a.v, b.v), a.dtype)
+
+
+# -- Python's rounding protocols -------------------------------------------------------
+
+# llvm.intr.trunc: the CUDA lowering has no pattern for math.trunc
+_ROUNDINGS = {"floor": mmath.floor, "ceil": mmath.ceil, "trunc": llvm.intr_trunc,
+              "round": mmath.roundeven}
+
+
+def float_round(x: Value, how: str) -> Value:
+    """``x`` (a float value) rounded to an integral float: ``how`` is floor, ceil,
+    trunc or round (half to even). Float16/BFloat16 are rounded in Float32: exact, and
+    every backend has the f32 operation."""
+    wide = cast(x, dt.Float32) if x.dtype.bits < 32 else x
+    return cast(Value(_ROUNDINGS[how](wide.v), wide.dtype), x.dtype)
+
+
+def to_python_int(x: Value, how: str) -> Value:
+    """``math.floor/ceil/trunc(x)`` and ``round(x)`` on a kernel value, as Python does:
+    an integer. A float gives an Int64 (like numba; NaN and infinities have no integer
+    value: the result is undefined, as in C); an int is returned unchanged, a Bool as
+    an Int32."""
+    if x.dtype.kind == "bool":
+        return cast(x, dt.Int32)
+    if x.dtype.kind == "int":
+        return x
+    return cast(float_round(x, how), dt.Int64)
+
+
+#: The largest n with 10**n finite in Float32 and Float64 (the rounding's scale factors).
+_MAX_EXP10 = {32: 38, 64: 308}
+
+
+def python_round(x: Value, ndigits=None) -> Value:
+    """``round(x)`` and ``round(x, ndigits)`` in a kernel, with Python's semantics.
+
+    ``round(x)`` of a float rounds half to even and gives an Int64. ``round(x, n)``
+    keeps x's float type and rounds half to even at ``n`` decimal digits the way numba
+    does: ``rint(x * 10**n) / 10**n`` (``n`` may be negative). Python rounds the exact
+    decimal value instead, so a float whose scaled value lands a rounding error away
+    from a half (``round(2.675, 2)``) may round the other way. Ints: ``round(i)`` and
+    ``round(i, n >= 0)`` are ``i``; ``round(i, -n)`` rounds half to even to a multiple
+    of ``10**n`` (0 when 10**n is beyond the type; a result beyond it wraps, as in C).
+    """
+    if ndigits is None:
+        return to_python_int(x, "round")
+    if isinstance(ndigits, Value):
+        raise CompileTimeValueRequired("round(x, ndigits) needs a compile-time int ndigits "
+                                       "(a Python int or an fx.Constexpr), not a kernel value")
+    if isinstance(ndigits, bool) or not isinstance(ndigits, int):
+        raise DSLTypeError(f"round(x, ndigits): ndigits must be an int, got "
+                           f"{type(ndigits).__name__} {ndigits!r}")
+    if x.dtype.kind == "float":
+        return _round_float_digits(x, ndigits)
+    if x.dtype.kind == "bool":
+        x = cast(x, dt.Int32)
+    return x if ndigits >= 0 else _round_int_digits(x, 10 ** -ndigits)
+
+
+def _round_float_digits(x: Value, ndigits: int) -> Value:
+    """numba's float ``round(x, ndigits)``, in Float32 for Float16/BFloat16 values."""
+    w = cast(x, dt.Float32) if x.dtype.bits < 32 else x
+    top = _MAX_EXP10[w.dtype.bits]
+    if ndigits > top + 22:   # more digits than any value of the type has: unchanged
+        return x
+    if ndigits < -top:
+        rounded = binary("*", w, 0.0)   # +-0 (NaN and infinities are kept below)
+    elif ndigits >= 0:
+        # two factors: 10**ndigits alone may overflow where x * 10**ndigits does not
+        pow1, pow2 = (10.0 ** (ndigits - 22), 1e22) if ndigits > 22 else (10.0 ** ndigits, 1.0)
+        y = binary("*", binary("*", w, pow1), pow2)
+        rounded = binary("/", binary("/", float_round(y, "round"), pow2), pow1)
+        rounded = select(compare("==", absolute(y), float("inf")), w, rounded)
+    else:
+        pow1 = 10.0 ** -ndigits
+        rounded = binary("*", float_round(binary("/", w, pow1), "round"), pow1)
+    finite = compare("<", absolute(w), float("inf"))
+    return cast(select(finite, rounded, w), x.dtype)
+
+
+def _round_int_digits(x: Value, p: int) -> Value:
+    """``x`` rounded half to even to a multiple of ``p`` (> 1), as Python's round does."""
+    if not fits(p, x.dtype):
+        return constant(0, x.dtype)   # |x| < p / 2 for every x of the type
+    q = binary("//", x, p)
+    r = binary("-", x, binary("*", q, p))   # 0 <= r < p, so p - r never overflows
+    half_up = compare(">", r, binary("-", p, r))
+    tie_to_even = compare("==", r, binary("-", p, r)) & compare("==", binary("&", q, 1), 1)
+    q = binary("+", q, cast(half_up | tie_to_even, x.dtype))
+    return binary("*", q, p)
