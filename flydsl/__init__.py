@@ -11,13 +11,13 @@ from .errors import (
 from .compiler.backends import get_backend, list_backends, register_backend
 from .jit import CompiledProgram, compile, jit
 from .kernel import KernelFunction, kernel
-from .runtime.debug_checks import OutOfBoundsError
+from .runtime.debug_checks import DeviceAssertError, OutOfBoundsError
 from .runtime.devices import synchronize
 from .runtime.drivers import get_driver, list_drivers, register_driver
 from .version import __version__
 
 __all__ = [
-    "CompilationError", "CompiledProgram", "DSLError", "FlydslError", "FlydslRuntimeError",
+    "CompilationError", "CompiledProgram", "DSLError", "DeviceAssertError", "FlydslError", "FlydslRuntimeError",
     "InvalidBackend", "InvalidDriver", "KernelFunction", "LaunchError", "OutOfBoundsError",
     "compile", "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers",
     "register_backend", "register_driver", "synchronize", "__version__",

@@ -20,6 +20,15 @@ runtime (:mod:`flydsl.runtime.debug_checks`) reads the record after a launch
 and raises.  The site table, a JSON list describing each site id, goes into
 the module attribute ``flydsl.debug_sites``; the CPU backend copies it into
 the artifact's ``debug_sites`` stage.
+
+Each ``cf.assert`` (``fx.device_assert``, emitted in debug mode only) becomes::
+
+    scf.if %failed {
+      atomic add 1 to the record's assertion count
+      call @__flydsl_oob_report(site, 0, 0, 0, block ids, thread ids)
+    }
+
+with a site whose ``op`` is ``"assert"`` and ``message`` the assertion's.
 """
 from __future__ import annotations
 
@@ -82,14 +91,24 @@ class BoundsChecks:
             if mem in skip or not indices:
                 continue
             self._declare()
-            filename, lineno, source = source_location(op)
-            site = {"kernel": kernel, "file": filename, "line": lineno, "source": source,
-                    "op": kind, "type": str(strip_memory_space(mem.type))}
+            site = self._site(op, kernel, kind)
+            site["type"] = str(strip_memory_space(mem.type))
             site.update(labels.get(_root(mem), {"tensor": "a local array"}))
             self.sites.append(site)
             self._guard(op, mem, indices, len(self.sites) - 1, ids)
             count += 1
+        for op in walk(func_op, lambda o: o.name == "cf.assert"):
+            self._declare()
+            self.sites.append(self._site(op, kernel, "assert"))
+            self.sites[-1]["message"] = ir.StringAttr(op.attributes["msg"]).value
+            self._check_assert(op, len(self.sites) - 1, ids)
+            count += 1
         return count
+
+    def _site(self, op, kernel: str, kind: str) -> dict:
+        filename, lineno, source = source_location(op)
+        return {"kernel": kernel, "file": filename, "line": lineno, "source": source,
+                "op": kind}
 
     def finish(self, module: ir.Module) -> None:
         """Attach the site table to ``module`` (nothing when no access was guarded)."""
@@ -130,6 +149,24 @@ class BoundsChecks:
             func.CallOp([], ir.FlatSymbolRefAttr.get(REPORT_FUNC),
                         [arith.ConstantOp(index, site).result, dim, bad, size, *ids(op)])
             scf.YieldOp([_zero(r.type) for r in op.results])
+
+    def _check_assert(self, op, site: int, ids: IdsFn) -> None:
+        """``cf.assert %ok`` -> count and report the failure when ``%ok`` is false."""
+        index = ir.IndexType.get()
+        i64 = ir.IntegerType.get_signless(64)
+        with ir.InsertionPoint(op), op.location:
+            true = arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result
+            failed = scf.IfOp(arith.xori(op.operands[0], true))
+            with ir.InsertionPoint(failed.then_block):
+                record = memref.get_global(ir.MemRefType.get([rec.RECORD_SLOTS], i64),
+                                           rec.OOB_SYMBOL)
+                memref.atomic_rmw(arith.AtomicRMWKind.addi, arith.ConstantOp(i64, 1).result,
+                                  record, [arith.ConstantOp(index, rec.ASSERTS).result])
+                zero = arith.ConstantOp(index, 0).result
+                func.CallOp([], ir.FlatSymbolRefAttr.get(REPORT_FUNC),
+                            [arith.ConstantOp(index, site).result, zero, zero, zero, *ids(op)])
+                scf.YieldOp([])
+        op.erase()
 
     # -- the error record and the report helper -------------------------------
     def _declare(self) -> None:

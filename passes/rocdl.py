@@ -8,6 +8,11 @@ replace the ones the DSL emits and reject the rest with a clear error:
   f32/f16/bf16 becomes a polynomial / ``exp`` formula (< 4 ulp in f32).
   MLIR lowers it to ``llvm.tanh``, which LLVM's AMDGPU backend cannot
   expand (it aborts the process).
+* :func:`lower_debug_ops` (before ``convert-gpu-to-rocdl``): ``cf.assert``
+  (``fx.device_assert`` in debug mode) becomes ``llvm.trap`` (``s_trap``) under
+  the negated condition (MLIR would lower it to host ``abort``/``puts`` calls);
+  ``gpu.printf`` (``fx.printf``) is a located error, since HIP's device printf
+  is ``__ockl_printf_*`` from the device libraries.
 * :func:`lower_device_calls` (after lowering): ``rocdl.workgroup.dim.*`` and
   ``rocdl.grid.dim.*`` (``__ockl_get_local_size``/``__ockl_get_num_groups``)
   read the HSA kernel dispatch packet; ``__ocml_*`` calls that have an LLVM
@@ -27,8 +32,9 @@ import re
 
 import mlir.ir as ir
 
-from flydsl.errors import CompilationError
+from flydsl.errors import CompilationError, UnsupportedConstructError
 
+from ._simt_ir import source_location
 from .ir import describe_unlowered, gpu_modules, unlowered_ops, walk
 
 #: The target triple of AMD GPU code (HSA ABI).
@@ -141,6 +147,38 @@ def _tanh(x):
     result = math.copysign(
         arith.select(arith.cmpf(arith.CmpFPredicate.OLT, a, const(TANH_SMALL)), small, big), x)
     return arith.truncf(narrow, result) if narrow else result
+
+
+# -- debugging ops ------------------------------------------------------------
+
+def lower_debug_ops(module, target=None, options=None) -> None:
+    """``cf.assert`` -> ``llvm.trap`` when the condition fails; ``gpu.printf`` -> error."""
+    from mlir.dialects import arith, llvm, scf
+    for gpu_module in gpu_modules(module):
+        for op in _walk(gpu_module, ("gpu.printf",)):
+            filename, lineno, source = source_location(op)
+            raise UnsupportedConstructError(
+                "fx.printf is not supported on the rocm backend: HIP's device printf "
+                "needs __ockl_printf_* from the ROCm device libraries, which flydsl "
+                "cannot link; run the kernel on the cpu (or cuda) backend to print",
+                kernel=_enclosing_symbol(op), filename=filename, lineno=lineno,
+                source_line=source)
+        for op in _walk(gpu_module, ("cf.assert",)):
+            with ir.InsertionPoint(op), op.location:
+                true = arith.constant(ir.IntegerType.get_signless(1), 1)
+                failed = scf.IfOp(arith.xori(op.operands[0], true))
+                with ir.InsertionPoint(failed.then_block):
+                    llvm.intr_trap()
+                    scf.YieldOp([])
+            op.erase()
+
+
+def _enclosing_symbol(op) -> str:
+    """The symbol name of the function holding ``op`` ("" if none)."""
+    p = op.parent
+    while p is not None and "sym_name" not in p.attributes:
+        p = p.parent
+    return ir.StringAttr(p.attributes["sym_name"]).value if p is not None else ""
 
 
 # -- device-library calls -----------------------------------------------------

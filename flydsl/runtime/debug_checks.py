@@ -1,4 +1,5 @@
-"""Out-of-bounds reports of CPU kernels compiled in debug mode (``FLYDSL_DEBUG=1``).
+"""Debug reports of CPU kernels: out-of-bounds accesses and failed ``fx.device_assert``
+in debug mode (``FLYDSL_DEBUG=1``), and the stdout flushes around kernels that print.
 
 In debug mode the SIMT-to-CPU pass guards every tensor access of a kernel
 (:mod:`flydsl.passes._simt_bounds`): an access whose index lies outside its
@@ -9,10 +10,18 @@ The compiled kernel's ``asm["debug_sites"]`` stage (JSON, kept by the disk
 cache) describes every guarded access, a *site*: kernel, file, line, source
 text, access kind and tensor.
 
+A failed ``fx.device_assert`` is recorded the same way (its site's ``op`` is
+``"assert"``; slot :data:`ASSERTS` counts them).
+
 After each launch of such a kernel the CPU launcher calls :func:`check_oob`,
-which turns a recorded failure into :class:`OutOfBoundsError` and clears the
-record.  Concurrent launches of one kernel library share its record, so a
-failure is reported by whichever of them checks first.
+which turns a recorded failure into :class:`OutOfBoundsError` (or
+:class:`DeviceAssertError`) and clears the record.  Concurrent launches of one
+kernel library share its record, so a failure is reported by whichever of them
+checks first.
+
+A kernel library whose kernels call ``fx.printf`` exports :data:`PRINTF_SYMBOL`;
+its launches go through :func:`flushing_stdout` (see
+:mod:`flydsl.passes._simt_printf`).
 
 This module never imports MLIR: a kernel loaded from the disk cache is checked
 without it.
@@ -22,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import json
 import linecache
+import sys
 import threading
 from typing import Optional, Sequence
 
@@ -41,6 +51,10 @@ THREAD = 6        #: 6, 7, 8: its thread index x, y, z
 DIM = 9           #: the dimension whose index was out of range
 INDEX = 10        #: that index (signed)
 SIZE = 11         #: the size of that dimension
+ASSERTS = 12      #: how many of the failures were failed assertions
+
+#: Exported by a kernel library whose kernels print (``fx.printf``).
+PRINTF_SYMBOL = "__flydsl_printf"
 
 _KINDS = {"load": "load", "store": "store", "atomic": "atomic update"}
 
@@ -67,6 +81,27 @@ class OutOfBoundsError(FlydslRuntimeError, IndexError):
         self.dim = dim
         self.index = index
         self.size = size
+        self.count = count
+        super().__init__(message)
+
+
+class DeviceAssertError(FlydslRuntimeError, AssertionError):
+    """An ``fx.device_assert`` failed in a kernel compiled with ``FLYDSL_DEBUG=1``.
+
+    Describes the first failure of the launch (``block``, ``thread``); ``count``
+    failures were recorded in all.
+    """
+
+    def __init__(self, message: str, *, kernel: str = "", filename: str = "", lineno: int = 0,
+                 source_line: str = "", assert_message: str = "", block: tuple = (),
+                 thread: tuple = (), count: int = 1):
+        self.kernel = kernel
+        self.filename = filename
+        self.lineno = lineno
+        self.source_line = source_line
+        self.assert_message = assert_message
+        self.block = block
+        self.thread = thread
         self.count = count
         super().__init__(message)
 
@@ -98,7 +133,8 @@ def oob_record(lib: ctypes.CDLL):
 def check_oob(lib: ctypes.CDLL, sites_json: str, kernel: str,
               arg_names: Sequence[str] = ()) -> None:
     """Raise :class:`OutOfBoundsError` if the last launch of a kernel in ``lib``
-    indexed a tensor out of range, and clear the record for the next launch.
+    indexed a tensor out of range (:class:`DeviceAssertError` if an
+    ``fx.device_assert`` failed first), and clear the record for the next launch.
 
     ``sites_json``: the compiled kernel's ``asm["debug_sites"]``; ``kernel``:
     its name, for the message; ``arg_names``: the names of its runtime
@@ -110,7 +146,43 @@ def check_oob(lib: ctypes.CDLL, sites_json: str, kernel: str,
         return
     values = list(rec)
     ctypes.memset(rec, 0, ctypes.sizeof(rec))
+    sites = json.loads(sites_json) if sites_json else []
+    site_id = values[SITE]
+    if 0 <= site_id < len(sites) and sites[site_id].get("op") == "assert":
+        raise assert_error(values, sites[site_id], kernel)
     raise oob_error(values, sites_json, kernel, arg_names)
+
+
+def assert_error(record: Sequence[int], site: dict, kernel: str = "") -> DeviceAssertError:
+    """The exception describing a failed assertion ``record`` at ``site``."""
+    kernel = kernel or site.get("kernel", "")
+    filename, lineno, source = _site_source(site)
+    message = site.get("message", "")
+    block = tuple(record[BLOCK:BLOCK + 3])
+    thread = tuple(record[THREAD:THREAD + 3])
+    count = record[ASSERTS]
+    where = f" at {filename}:{lineno}" if filename else ""
+    lines = [f"device assertion failed in kernel {kernel!r}{where}"]
+    if source:
+        lines.append(f"    {source.strip()}")
+    if message and message != source.strip():
+        lines.append(f"  {message}")
+    lines.append(f"  block {_dim3(block)}, thread {_dim3(thread)}")
+    if count > 1:
+        more = count - 1
+        lines.append(f"  ({more} more assertion failure{'s' if more > 1 else ''} in this launch)")
+    return DeviceAssertError("\n".join(lines), kernel=kernel, filename=filename,
+                             lineno=lineno, source_line=source, assert_message=message,
+                             block=block, thread=thread, count=count)
+
+
+def _site_source(site: dict) -> tuple:
+    """(file, line, source text) of a site; the text read from the file if absent."""
+    filename, lineno = site.get("file", ""), site.get("line", 0)
+    source = site.get("source", "")
+    if not source and filename and lineno:
+        source = linecache.getline(filename, lineno).rstrip("\n")
+    return filename, lineno, source
 
 
 def oob_error(record: Sequence[int], sites_json: str, kernel: str = "",
@@ -120,15 +192,13 @@ def oob_error(record: Sequence[int], sites_json: str, kernel: str = "",
     site_id = record[SITE]
     site = sites[site_id] if 0 <= site_id < len(sites) else {}
     kernel = kernel or site.get("kernel", "")
-    filename, lineno = site.get("file", ""), site.get("line", 0)
-    source = site.get("source", "")
-    if not source and filename and lineno:
-        source = linecache.getline(filename, lineno).rstrip("\n")
+    filename, lineno, source = _site_source(site)
     op = site.get("op", "")
     tensor = _tensor_label(site, arg_names)
     block = tuple(record[BLOCK:BLOCK + 3])
     thread = tuple(record[THREAD:THREAD + 3])
-    dim, index, size, count = record[DIM], record[INDEX], record[SIZE], record[COUNT]
+    dim, index, size = record[DIM], record[INDEX], record[SIZE]
+    count = record[COUNT] - record[ASSERTS]     # failed assertions are not accesses
 
     where = f" at {filename}:{lineno}" if filename else ""
     lines = [f"out-of-bounds {_KINDS.get(op, 'access')} in kernel {kernel!r}{where}"]
@@ -156,3 +226,47 @@ def _tensor_label(site: dict, arg_names: Sequence[str]) -> str:
 
 def _dim3(v: tuple) -> str:
     return "(" + ", ".join(str(x) for x in v) + ")"
+
+
+# -- fx.printf ---------------------------------------------------------------
+
+_libc = None
+
+
+def prints(lib: ctypes.CDLL) -> bool:
+    """Whether the kernel library ``lib`` calls ``fx.printf`` (exports :data:`PRINTF_SYMBOL`)."""
+    try:
+        ctypes.c_int8.in_dll(lib, PRINTF_SYMBOL)
+    except ValueError:
+        return False
+    return True
+
+
+def flushing_stdout(submit):
+    """``submit`` (a launch) wrapped so that a kernel's printf output lands in order:
+    Python's ``sys.stdout`` is flushed before the launch, C's stdio after it."""
+    def run(*args, **kwargs):
+        _flush_python()
+        try:
+            return submit(*args, **kwargs)
+        finally:
+            flush_c_stdio()
+    return run
+
+
+def _flush_python() -> None:
+    out = sys.stdout
+    if out is not None:
+        try:
+            out.flush()
+        except (OSError, ValueError):   # a closed or broken stream: nothing to keep in order
+            pass
+
+
+def flush_c_stdio() -> None:
+    """``fflush(NULL)``: write out every C stdio stream of the process."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+        _libc.fflush.argtypes = [ctypes.c_void_p]
+    _libc.fflush(None)
