@@ -39,7 +39,7 @@ TRAPPING_OPS = frozenset({
 })
 
 #: Ops producing barriers once shuffles are rewritten (synchronising ops).
-SYNC_OPS = frozenset({"gpu.barrier", "gpu.shuffle"})
+SYNC_OPS = frozenset({"gpu.barrier", "gpu.shuffle", "gpu.subgroup_reduce"})
 
 
 def may_trap(op: ir.Operation) -> bool:

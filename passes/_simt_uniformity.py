@@ -18,9 +18,10 @@ initial value is and the value yielded back is, assuming all uniform iter_args
 stay uniform (optimistic fixpoint).
 
 A synchronising ``scf.if`` with a per-thread condition (only legal when its
-synchronisation comes from warp shuffles) is lowered by predication: its
-bodies become block levels too, executed for every block whatever the
-condition, so ops hoisted from them must not trap (*speculative* levels).
+synchronisation comes from warp collectives: shuffles, votes, warp barriers) is
+lowered by predication: its bodies become block levels too, executed for every
+block whatever the condition, so ops hoisted from them must not trap
+(*speculative* levels).
 """
 from __future__ import annotations
 
