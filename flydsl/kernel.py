@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
+
 from . import launch_context
 from .errors import DSLTypeError, LaunchError
 from .expr.dtypes import TensorAnnotation
@@ -82,11 +84,11 @@ class KernelFunction:
         if hit is not None:
             return hit
         if not isinstance(config, tuple) or len(config) not in (2, 3, 4):
-            raise LaunchError("use kernel[grid, block](*args) "
-                              "(optionally kernel[grid, block, smem, stream])", kernel=self.name)
+            raise LaunchError("use kernel[grid, block](*args) (optionally "
+                              "kernel[grid, block, smem, stream] or numba's "
+                              "kernel[grid, block, stream, smem])", kernel=self.name)
         grid, block, *rest = config
-        smem = rest[0] if rest else 0
-        stream = rest[1] if len(rest) > 1 else None
+        smem, stream = _smem_and_stream(rest)
         grid3 = dim3(grid, "grid", self.name)
         block3 = dim3(block, "block", self.name)
         check_extent(grid3, block3, self.name)
@@ -300,6 +302,28 @@ class KernelFunction:
             self._dispatch.clear()
             self._last = self._pinned_last = None
             self._configs.clear()
+
+
+def _is_stream(x) -> bool:
+    """None or a stream object (torch, numba, CuPy); numbers and strings are not."""
+    return x is None or not isinstance(x, (int, float, str, bytes, np.number))
+
+
+def _smem_and_stream(rest: list) -> tuple:
+    """(smem, stream) of ``kernel[grid, block, *rest]``, in CUDA C's order
+    ``[grid, block, smem, stream]`` or numba's ``[grid, block, stream, smem]``: a stream
+    is None or a stream object, the shared-memory size a number. With two ints,
+    ``[grid, block, 0, smem]`` is numba's (0: the default stream); any other pair is
+    CUDA C's ``(smem, raw stream handle)``. The size is validated afterwards."""
+    if not rest:
+        return 0, None
+    if len(rest) == 1:
+        return (0, rest[0]) if _is_stream(rest[0]) else (rest[0], None)
+    first, second = rest
+    numba = _is_stream(first) or (
+        isinstance(first, (int, np.integer)) and first == 0
+        and isinstance(second, (int, np.integer)))
+    return (second, first) if numba else (first, second)
 
 
 def _arg_error(message: str, kernel: str) -> DSLTypeError:

@@ -5,7 +5,8 @@ For a kernel ``@k(a0, ..., an)`` the module afterwards holds::
     func.func @k(a0, ..., an,
                  %grid_x, %grid_y, %grid_z,        // index
                  %block_x, %block_y, %block_z,     // index
-                 %block_begin, %block_end)         // index
+                 %block_begin, %block_end,         // index
+                 %dynamic_shared_bytes)            // index
 
 which runs the blocks with linear id ``bx + grid_x * (by + grid_y * bz)`` in
 ``[block_begin, block_end)`` one after the other and, inside each block, all
@@ -21,7 +22,9 @@ How a kernel body (a single block of structured ops) is lowered:
 1. ``gpu.block_id/block_dim/grid_dim`` become function values; ``gpu.thread_id``
    ops stay as *placeholders* until the thread loops exist.
 2. ``gpu.shuffle`` becomes a store to a per-call exchange buffer, a barrier, a
-   load from the partner lane, and a barrier.
+   load from the partner lane, and a barrier; ``gpu.subgroup_reduce`` (votes, warp
+   reductions and scans) likewise folds its warp's active lanes
+   (:mod:`._simt_collectives`).
 3. Uniformity analysis (:mod:`._simt_uniformity`); a barrier under divergent
    control flow is an :class:`~flydsl.errors.UnsupportedConstructError`.
 4. Per-thread iter_args / results of barrier-containing ``scf.for``/``scf.if``
@@ -51,6 +54,8 @@ from mlir.dialects import arith, func, memref, scf
 from flydsl.errors import UnsupportedConstructError
 
 from ._simt_bounds import BoundsChecks
+from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
+from ._simt_printf import PrintfLowering
 from ._simt_ir import SYNC_OPS, is_pure, may_trap, source_location, strip_memory_space
 from ._simt_uniformity import Uniformity
 from .ir import block_ops, gpu_modules, op_of, terminator, walk
@@ -59,6 +64,14 @@ _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
 _REMAT_LIMIT = 12
 _INF = 1 << 30
+
+def _i8() -> ir.Type:
+    return ir.IntegerType.get_signless(8)
+
+
+def _is_i1(t: ir.Type) -> bool:
+    return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 1
+
 
 DIVERGENT_BARRIER_MSG = "barrier in divergent control flow is not supported on the CPU backend"
 
@@ -69,6 +82,8 @@ def run(module: ir.Module, target=None, options=None) -> None:
     with module.context, ir.Location.unknown(module.context):
         top = module.body
         checks = BoundsChecks(top) if getattr(options, "debug", False) else None
+        printf = PrintfLowering(module)
+        printf.lower(module.operation)      # gpu.printf -> fprintf, before the thread loops
         for gm in gpu_modules(module):
             for op in block_ops(gm.regions[0].blocks[0], with_terminator=True):
                 name = op.name
@@ -84,11 +99,17 @@ def run(module: ir.Module, target=None, options=None) -> None:
                     op.move_before(gm)
             gm.erase()
         for op in block_ops(top, with_terminator=True):
-            # workgroup-memory globals became per-call allocas in the kernels
+            # workgroup-memory globals became per-call allocas in the kernels; constant
+            # memory is plain read-only memory on the host
             if op.name == "memref.global" and _memory_space_global(op):
-                op.erase()
+                if _in_workgroup_memory(ir.TypeAttr(op.attributes["type"]).value):
+                    op.erase()
+                else:
+                    t = strip_memory_space(ir.TypeAttr(op.attributes["type"]).value)
+                    op.attributes["type"] = ir.TypeAttr.get(t)
         if "gpu.container_module" in module.operation.attributes:
             del module.operation.attributes["gpu.container_module"]
+        printf.end_blocks(module.operation)  # each block writes out what it printed
         if checks is not None:
             checks.finish(module)
         for op in block_ops(top, with_terminator=True):
@@ -102,6 +123,10 @@ def run(module: ir.Module, target=None, options=None) -> None:
 def _memory_space_global(op) -> bool:
     t = ir.TypeAttr(op.attributes["type"]).value
     return isinstance(t, ir.MemRefType) and t.memory_space is not None
+
+
+def _in_workgroup_memory(t: ir.Type) -> bool:
+    return str(ir.MemRefType(t).memory_space) == "#gpu.address_space<workgroup>"
 
 
 def _arg_names(gfunc) -> list:
@@ -208,6 +233,7 @@ class _KernelLowering:
         self.consts: dict = {}
         self.seeds: set = set()
         self.internal: set = set()      # scratch buffers indexed in bounds by construction
+        self.byte_bools: set = set()    # slots holding i1 values as i8
         self.mem_labels: dict = {}      # user memref -> how a debug report names it
         self._build_function(gm)
 
@@ -221,18 +247,18 @@ class _KernelLowering:
         inputs = list(ftype.inputs)
         idx = self.index
         with ir.InsertionPoint(gm), gfunc.location:
-            f = func.FuncOp(self.name, (inputs + [idx] * 8, []))
+            f = func.FuncOp(self.name, (inputs + [idx] * 9, []))
         self.func = op_of(f)
         if "arg_attrs" in gfunc.attributes:
             attrs = list(ir.ArrayAttr(gfunc.attributes["arg_attrs"]))
             empty = ir.DictAttr.get({})
-            attrs = attrs + [empty] * (len(inputs) + 8 - len(attrs))
+            attrs = attrs + [empty] * (len(inputs) + 9 - len(attrs))
             self.func.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
         entry = f.add_entry_block()
         self.entry = entry
         args = list(entry.arguments)
         n = len(inputs)
-        gx, gy, gz, bx, by, bz, begin, end = args[n:]
+        gx, gy, gz, bx, by, bz, begin, end, dynamic_shared = args[n:]
         self.seeds.update(args)
         self.known_block = self._known_block_size(gfunc)
         loc = gfunc.location
@@ -289,7 +315,13 @@ class _KernelLowering:
         wg_globals = {}
         for op in walk(gfunc, lambda o: o.name == "memref.get_global"):
             t = op.results[0].type
-            if t.memory_space is None:
+            if t.memory_space is None or not _in_workgroup_memory(t):
+                # constant memory: read in place; got once, at the function entry
+                op.move_before(self.block_loop)
+                self.seeds.add(op.results[0])
+                attrs = op.attributes
+                name = ir.StringAttr(attrs["flydsl.name"]).value if "flydsl.name" in attrs else ""
+                self.mem_labels[op.results[0]] = {"tensor": f"constant array {name}".strip()}
                 continue
             name = str(op.attributes["name"])
             if name not in wg_globals:
@@ -297,6 +329,7 @@ class _KernelLowering:
                 self.mem_labels[wg_globals[name]] = {"tensor": f"shared array {name}"}
             op.results[0].replace_all_uses_with(wg_globals[name])
             op.erase()
+        self._lower_dynamic_shared(gfunc, dynamic_shared)
         ret = terminator(kbody)
         if ret.name != "gpu.return":
             raise _unsupported(f"kernel body ends in {ret.name}", ret, self.name)
@@ -304,6 +337,19 @@ class _KernelLowering:
             op.move_before(self.block_yield)
         gfunc.erase()
         self.gfunc = None
+
+    def _lower_dynamic_shared(self, gfunc, nbytes) -> None:
+        """``gpu.dynamic_shared_memory``: one buffer of the launch's byte count per call,
+        which every view aliases (as the blocks of a call run one after the other)."""
+        ops = walk(gfunc, lambda o: o.name == "gpu.dynamic_shared_memory")
+        if not ops:
+            return
+        mtype = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], _i8())
+        buf = self.entry_alloca(mtype, [nbytes])
+        self.mem_labels[buf] = {"tensor": "dynamic shared array"}
+        for op in ops:
+            op.results[0].replace_all_uses_with(buf)
+            op.erase()
 
     @staticmethod
     def _known_block_size(gfunc) -> Optional[list]:
@@ -335,9 +381,13 @@ class _KernelLowering:
         """A fresh per-thread slot ``memref<?xT>`` with one element per thread."""
         if isinstance(elem_type, ir.MemRefType):
             raise TypeError("memref-typed per-thread value")
-        mtype = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], elem_type)
+        # i1 values are kept as bytes: memrefs of i1 have no LLVM lowering
+        stored = _i8() if _is_i1(elem_type) else elem_type
+        mtype = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], stored)
         buf = self.entry_alloca(mtype, [self.nthreads])
         self.internal.add(buf)
+        if stored != elem_type:
+            self.byte_bools.add(buf)
         return buf
 
     def thread_id(self, dim: str) -> ir.Value:
@@ -358,6 +408,8 @@ class _KernelLowering:
         return arith.addi(arith.muli(row, self.bdim["x"]), tid)
 
     def store_slot(self, value, slot) -> None:
+        if slot in self.byte_bools:
+            value = arith.extui(_i8(), value)
         memref.StoreOp(value, slot, [self.linear_tid()])
 
     def load_slot(self, slot, remat: bool = True) -> ir.Value:
@@ -370,6 +422,8 @@ class _KernelLowering:
         load = memref.LoadOp(slot, [self.linear_tid()])
         if remat:
             self.slot_loads[op_of(load)] = slot
+        if slot in self.byte_bools:
+            return arith.trunci(ir.IntegerType.get_signless(1), load.result)
         return load.result
 
     # -- driver ----------------------------------------------------------
@@ -377,6 +431,7 @@ class _KernelLowering:
         self._lower_id_ops()
         self._check_divergence()
         self._rewrite_shuffles()
+        SubgroupReduceLowering(self, _unsupported).run()   # votes, warp reductions, scans
         self._demote_sync_op_values()
         self.uni = self._analyze()
         self._lower_level(self.body)
@@ -414,7 +469,7 @@ class _KernelLowering:
     def _lower_id_ops(self) -> None:
         for op in walk(self.block_loop, lambda o: o.name.startswith("gpu.")):
             name = op.name
-            if name in ("gpu.thread_id", "gpu.barrier", "gpu.shuffle"):
+            if name in ("gpu.thread_id", "gpu.barrier", "gpu.shuffle", "gpu.subgroup_reduce"):
                 continue
             if name in ("gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.global_id"):
                 dim = str(op.attributes["dimension"]).split()[-1].rstrip(">")
@@ -494,12 +549,12 @@ class _KernelLowering:
             while p != self.block_loop:
                 ok = ((p.name == "scf.for" and all(uni.is_uniform(v) for v in list(p.operands)[:3]))
                       or (p.name == "scf.if" and uni.is_uniform(p.operands[0]))
-                      # shuffles under a thread-dependent scf.if run predicated
-                      or (p.name == "scf.if" and s.name == "gpu.shuffle"))
+                      # warp collectives under a thread-dependent scf.if run predicated
+                      or (p.name == "scf.if" and is_warp_collective(s)))
                 if not ok:
-                    what = ("barrier" if s.name == "gpu.barrier"
-                            else "warp shuffle (it synchronises the block on the CPU)")
-                    if s.name == "gpu.barrier":
+                    what = ("warp shuffle" if s.name == "gpu.shuffle" else "warp collective")
+                    what += " (it synchronises the block on the CPU)"
+                    if s.name == "gpu.barrier" and not is_warp_collective(s):
                         msg = DIVERGENT_BARRIER_MSG
                     else:
                         msg = (f"{what} in divergent control flow is not supported on the "

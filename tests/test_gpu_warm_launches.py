@@ -32,8 +32,8 @@ def test_direct_launch_with_stream_through_the_fake_driver(fake_cuda, monkeypatc
     monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cuda")
     register(fake_cuda, compiled_vadd())
     a = dev(64)
-    vadd_kernel[1, 64, 0, 0x77](a, a, a, 64)
-    assert fake_cuda.launches[-1]["stream"] == 0x77
+    vadd_kernel[1, 64, 16, 0x77](a, a, a, 64)     # CUDA C's order: smem, stream
+    assert fake_cuda.launches[-1]["stream"] == 0x77 and fake_cuda.launches[-1]["smem"] == 16
 
 
 def test_warm_cai_launches_take_the_fast_path_with_new_arrays(fake_cuda, monkeypatch):

@@ -32,7 +32,7 @@ def test_cpu_backend_executes_hand_built_vector_add():
     args = []
     for arr in (a, b, c):
         args += [arr.ctypes.data, arr.ctypes.data, 0, n, 1]
-    holders, table = _pack(args + [ctypes.c_int32(n), 4, 1, 1, 256, 1, 1, 0, 4])
+    holders, table = _pack(args + [ctypes.c_int32(n), 4, 1, 1, 256, 1, 1, 0, 4, 0])
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(artifact.engine.raw_lookup("vadd"))
     fn(ctypes.addressof(table))
     np.testing.assert_array_equal(c, a + b)

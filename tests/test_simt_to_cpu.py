@@ -55,7 +55,7 @@ def pack_args(args, grid, block, begin, end):
             holders.append(a)
         else:
             holders.append(ctypes.c_int64(int(a)))
-    holders += [ctypes.c_int64(v) for v in (*grid, *block, begin, end)]
+    holders += [ctypes.c_int64(v) for v in (*grid, *block, begin, end, 0)]  # no dynamic smem
     packed = (ctypes.c_void_p * len(holders))(
         *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
     return packed, holders  # keep holders alive while calling
@@ -675,7 +675,7 @@ def test_abi_and_cleanup():
         funcs = [op for op in m.body.operations if op.operation.name == "func.func"]
         assert [f.name.value for f in funcs] == ["block_reverse"]
         ftype = funcs[0].type
-        assert [str(t) for t in ftype.inputs] == ["memref<?xf32>"] * 2 + ["index"] * 8
+        assert [str(t) for t in ftype.inputs] == ["memref<?xf32>"] * 2 + ["index"] * 9
         assert list(ftype.results) == []
         entry = funcs[0].regions[0].blocks[0]
         allocas = [op for op in entry.operations if op.operation.name == "memref.alloca"]

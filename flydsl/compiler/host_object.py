@@ -55,7 +55,7 @@ def packed_wrappers(llir: str, names: list[str]) -> str:
             lines.append(f"  %ptr{i} = load ptr, ptr %slot{i}")
             lines.append(f"  %arg{i} = load {ty}, ptr %ptr{i}")
             call_args.append(f"{ty} %arg{i}")
-        begin = f"%arg{len(types) - 2}"     # (..., begin, end): the block range
+        begin = f"%arg{len(types) - 3}"     # (..., begin, end, dynamic shared bytes)
         lines += [f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
                   "  %running = getelementptr i32, ptr %state, i64 1",
                   "  %r0 = atomicrmw add ptr %running, i32 1 monotonic",

@@ -158,6 +158,7 @@ class Codegen(ControlFlow):
             raise self.error(node, "unsupported augmented assignment", UnsupportedConstructError)
         if isinstance(node.target, ast.Subscript):
             base = self.eval_node(node.target.value)
+            ops.refuse_constant_store(base, ast.unparse(node.target.value))
             index = self.eval_node(node.target.slice)
             value = self.eval_node(node.value)
             self.deps.consume(base, index, value)
@@ -182,6 +183,7 @@ class Codegen(ControlFlow):
                 self.assign(t, v)
         elif isinstance(target, ast.Subscript):
             base = self.eval_node(target.value)
+            ops.refuse_constant_store(base, ast.unparse(target.value))
             index = self.eval_node(target.slice)
             self.deps.consume(base, index, value)
             self.check_mutation(base, "item assignment", target)

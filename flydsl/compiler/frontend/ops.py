@@ -6,15 +6,17 @@ import sys
 from typing import Sequence
 
 import mlir.ir as ir
-from mlir.dialects import arith, gpu, llvm, math as mmath, memref
+from mlir.dialects import arith, gpu, llvm, math as mmath
 
-from ...errors import CompileTimeValueRequired, DSLTypeError
+from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from ...expr import implementation
 from ...expr.dtypes import DType
 from . import context
-from .tensors import TensorValue, coerce_for_store
-from .values import Value, as_value, cast, is_scalar, promote, select as _select
+from .memory_ops import (atomic_update, constant_shape, dynamic_shared_array,
+                         means_dynamic_shared)
+from .tensors import TensorValue
+from .values import Value, as_value, cast, float_operand, is_scalar, promote, select as _select
 
 
 def _dim(name: str) -> object:
@@ -75,14 +77,9 @@ def barrier() -> None:
 
 def shared_array(shape, dtype: DType) -> TensorValue:
     ctx = context.current()
-    if isinstance(shape, int):
-        shape = (shape,)
-    shape = tuple(shape)
-    if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
-                            for s in shape):
-        cls = CompileTimeValueRequired if any(isinstance(s, Value) for s in shape) \
-            else DSLTypeError
-        raise cls(f"fx.shared_array shape must be positive constant ints, got {shape!r}")
+    if means_dynamic_shared(shape):   # numba's cuda.shared.array(0, dtype)
+        return dynamic_shared_array(dtype)
+    shape = constant_shape("fx.shared_array", shape)
     if not isinstance(dtype, DType):
         raise DSLTypeError(f"fx.shared_array dtype must be a flydsl dtype, got {dtype!r}")
     from .tensors import storage_type
@@ -103,15 +100,7 @@ def shared_array(shape, dtype: DType) -> TensorValue:
 
 
 def atomic_add(t: TensorValue, index, value) -> Value:
-    if not isinstance(t, TensorValue):
-        raise DSLTypeError(f"fx.atomic_add needs a tensor as first argument, got {t!r}")
-    if t.dtype.kind not in ("int", "float") or t.dtype.bits < 32:
-        raise DSLTypeError(f"fx.atomic_add supports 32/64-bit int and float tensors, "
-                           f"not {t.dtype.name}")
-    v = coerce_for_store(value, t.dtype, f"atomic_add on {t._label()}")
-    kind = arith.AtomicRMWKind.addf if t.dtype.kind == "float" else arith.AtomicRMWKind.addi
-    old = memref.atomic_rmw(kind, v.v, t.mem, t._indices(index))
-    return Value(old, t.dtype)
+    return atomic_update("atomic_add", t, index, value)
 
 
 def shuffle_xor(value, mask) -> Value:
@@ -129,16 +118,11 @@ def shuffle_xor(value, mask) -> Value:
     return cast(out, v.dtype)
 
 
-def _float_operand(x) -> Value:
-    """Math functions take floats: ints (values or literals) become Float32."""
-    v = as_value(float(x) if is_scalar(x) else x)
-    return v if v.dtype.kind == "float" else cast(v, dt.Float32)
-
-
 def _unary_math(fn, fname: str):
     def apply(x):
-        v = _float_operand(x)
-        return Value(fn(v.v), v.dtype)
+        v = float_operand(x)   # f16/bf16: computed in f32 (ROCm's f16 sin/cos are coarse)
+        w = cast(v, dt.Float32) if v.dtype.bits < 32 else v
+        return cast(Value(fn(w.v), w.dtype), v.dtype)
     apply.__name__ = fname
     return apply
 
@@ -159,22 +143,23 @@ def abs(x):
     return absolute(x)
 
 
-def _extremum(a, b, pick, float_op, int_op, bool_op):
+def _extremum(a, b, pick, float_op, int_ops, bool_op):
     if is_scalar(a) and is_scalar(b):
         return pick(a, b)
     a, b = promote(a, b)
+    int_op = int_ops[0] if a.dtype.signed else int_ops[1]   # (signed, unsigned)
     op = {"float": float_op, "bool": bool_op}.get(a.dtype.kind, int_op)
     return Value(op(a.v, b.v), a.dtype)
 
 
 def maximum(a, b):
     """max(a, b); NaN-propagating for floats (arith.maximumf)."""
-    return _extremum(a, b, builtins.max, arith.maximumf, arith.maxsi, arith.ori)
+    return _extremum(a, b, builtins.max, arith.maximumf, (arith.maxsi, arith.maxui), arith.ori)
 
 
 def minimum(a, b):
     """min(a, b); NaN-propagating for floats (arith.minimumf)."""
-    return _extremum(a, b, builtins.min, arith.minimumf, arith.minsi, arith.andi)
+    return _extremum(a, b, builtins.min, arith.minimumf, (arith.minsi, arith.minui), arith.andi)
 
 
 def fma(a, b, c):

@@ -1,8 +1,9 @@
 """The ``cpu`` driver: CPU-backend kernels run on host threads, blocks spread over them.
 
 ``flydsl.passes.simt_to_cpu`` gives each kernel the host ABI
-``k(args..., grid_x, grid_y, grid_z, block_x, block_y, block_z, begin, end)``
-running linear blocks [begin, end); the CPU backend links a packed entry
+``k(args..., grid_x, grid_y, grid_z, block_x, block_y, block_z, begin, end,
+dynamic_shared_bytes)`` running linear blocks [begin, end), each with a buffer of the
+launch's dynamic shared-memory bytes; the CPU backend links a packed entry
 ``int _flydsl_packed_k(void **args)`` into the kernel's shared object. Arguments
 are written into a preallocated slot array whose pointer table never
 changes, so a launch only stores numbers. The entry returns nonzero when Ctrl-C
@@ -18,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from .. import interrupts
-from ..debug_checks import check_oob
+from ..debug_checks import check_oob, flushing_stdout, prints
 from ..packing import BoundLaunch, SlotTable, make_packers, param_layout
 from ..shared_object import load_shared_object
 from .base import Driver
@@ -97,7 +98,7 @@ class CpuLauncher:
         fn.restype = ctypes.c_int32      # nonzero: interrupted
         self.fn = fn
         self.dims_at = n
-        self.nslots = n + 8
+        self.nslots = n + 9    # the host ABI's launch values (see the module docstring)
         self._local = threading.local()
 
     def _slots(self, count: int) -> list:
@@ -135,11 +136,14 @@ class CpuLauncher:
                 slots.nblocks = grid[0] * grid[1] * grid[2]
                 slots.threads = slots.nblocks * block[0] * block[1] * block[2]
                 slots.values[d:d + 8] = (*grid, *block, 0, slots.nblocks)
+            slots.values[d + 8] = smem
             if slots.threads < _PARALLEL_MIN_THREADS or slots.nblocks == 1:
                 if fn(slots.table_ptr):
                     raise interrupted(name)
             else:
                 parallel(slots, slots.nblocks)
+        if prints(self.lib):     # fx.printf: its output in order with the program's prints
+            submit = flushing_stdout(submit)
         make_slots = self._slots
         if not self.debug_sites:
             return BoundLaunch(self.layout, self.offsets, packers, self._local,
