@@ -105,15 +105,6 @@ class SubgroupReduceLowering:
                     scf.YieldOp([])
         return self._active
 
-    def _values(self, t: ir.Type) -> ir.Value:
-        """The per-thread value buffer of type ``t``, shared with the shuffles: each
-        use is fenced by its own barriers."""
-        k = self.k
-        key = str(t)
-        if key not in k.exchange:
-            k.exchange[key] = k.slot(t)
-        return k.exchange[key]
-
     def _lower(self, op) -> None:
         k = self.k
         value = op.operands[0]
@@ -131,7 +122,7 @@ class SubgroupReduceLowering:
         if scan == "exclusive" and IDENTITY_ATTR not in op.attributes:
             raise self._error(op, f"exclusive scan without {IDENTITY_ATTR}")
         cluster = _int_attr(op, "cluster_size", k.warp)
-        vals, active = self._values(t), self._active_flags()
+        vals, active = k.exchange_buffer(t), self._active_flags()
         i8 = ir.IntegerType.get_signless(8)
         with ir.InsertionPoint(op), op.location:
             k.store_slot(value, vals)

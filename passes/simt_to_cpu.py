@@ -65,15 +65,15 @@ _DIMS = ("x", "y", "z")
 _REMAT_LIMIT = 12
 _INF = 1 << 30
 
+DIVERGENT_BARRIER_MSG = "barrier in divergent control flow is not supported on the CPU backend"
+
+
 def _i8() -> ir.Type:
     return ir.IntegerType.get_signless(8)
 
 
 def _is_i1(t: ir.Type) -> bool:
     return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 1
-
-
-DIVERGENT_BARRIER_MSG = "barrier in divergent control flow is not supported on the CPU backend"
 
 
 def run(module: ir.Module, target=None, options=None) -> None:
@@ -102,11 +102,11 @@ def run(module: ir.Module, target=None, options=None) -> None:
             # workgroup-memory globals became per-call allocas in the kernels; constant
             # memory is plain read-only memory on the host
             if op.name == "memref.global" and _memory_space_global(op):
-                if _in_workgroup_memory(ir.TypeAttr(op.attributes["type"]).value):
+                t = ir.TypeAttr(op.attributes["type"]).value
+                if _in_workgroup_memory(t):
                     op.erase()
                 else:
-                    t = strip_memory_space(ir.TypeAttr(op.attributes["type"]).value)
-                    op.attributes["type"] = ir.TypeAttr.get(t)
+                    op.attributes["type"] = ir.TypeAttr.get(strip_memory_space(t))
         if "gpu.container_module" in module.operation.attributes:
             del module.operation.attributes["gpu.container_module"]
         printf.end_blocks(module.operation)  # each block writes out what it printed
@@ -390,6 +390,14 @@ class _KernelLowering:
             self.byte_bools.add(buf)
         return buf
 
+    def exchange_buffer(self, elem_type: ir.Type) -> ir.Value:
+        """The per-thread buffer warp collectives of ``elem_type`` exchange values
+        through (one per type; each use is fenced by its own barriers)."""
+        key = str(elem_type)
+        if key not in self.exchange:
+            self.exchange[key] = self.slot(elem_type)
+        return self.exchange[key]
+
     def thread_id(self, dim: str) -> ir.Value:
         """A ``gpu.thread_id`` placeholder at the current insertion point."""
         return ir.Operation.create(
@@ -502,11 +510,7 @@ class _KernelLowering:
         for op in walk(self.block_loop, lambda o: o.name == "gpu.shuffle"):
             mode = str(op.attributes["mode"]).split()[-1].rstrip(">")
             value, offset, width = list(op.operands)
-            vtype = value.type
-            key = str(vtype)
-            if key not in self.exchange:
-                self.exchange[key] = self.slot(vtype)
-            buf = self.exchange[key]
+            buf = self.exchange_buffer(value.type)
             idx = self.index
             with ir.InsertionPoint(op), op.location:
                 self.store_slot(value, buf)

@@ -409,10 +409,7 @@ class ControlFlow:
                                           comparators=[ast.Name(id=hidden + "ub", ctx=ast.Load())]),
                          op=ast.BitAnd(), right=not_broken(flags, node))
         loop = ast.While(test=test, body=head + rewrite_body(node.body, flags), orelse=[])
-        ast.fix_missing_locations(ast.copy_location(loop, node))
-        for n in ast.walk(loop):
-            if hasattr(n, "lineno") and n.lineno == 1 and n is not loop:
-                ast.copy_location(n, node)
+        ast.fix_missing_locations(ast.copy_location(loop, node))   # new nodes: node's line
         self.scope.update(bind)
         try:
             self._dynamic_while(loop)
@@ -527,8 +524,8 @@ class ControlFlow:
             return self._dynamic_while(node)
         flags = new_flags(exits | {"break"})
         test = ast.BoolOp(op=ast.And(), values=[not_broken(flags, node), node.test])
-        loop = ast.copy_location(ast.While(test=test, body=rewrite_body(node.body, flags),
-                                           orelse=[]), node)
+        loop = ast.fix_missing_locations(ast.copy_location(
+            ast.While(test=test, body=rewrite_body(node.body, flags), orelse=[]), node))
         self.scope[flags.brk] = False
         try:
             return self._dynamic_while(loop)

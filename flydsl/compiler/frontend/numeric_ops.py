@@ -138,7 +138,7 @@ def _no_rocm(fname: str, dtype: DType, f32_ok: bool) -> UnsupportedConstructErro
         f"the ROCm device libraries (ocml), which flydsl cannot link{hint}")
 
 
-def _math(fname: str, op, *xs, rocm, rocm_f64: bool = False,
+def float_math(fname: str, op, *xs, rocm, rocm_f64: bool = False,
           expand_on: tuple = ("rocm",)) -> Value:
     """``op`` (a math dialect op) applied to ``xs``, as described in the module docstring.
 
@@ -300,91 +300,91 @@ def _acos_expanded(x: Value) -> Value:
 # -- math functions ------------------------------------------------------------------------
 
 def tan(x) -> Value:
-    return _math("tan", mmath.tan, x, rocm=_tan_expanded)
+    return float_math("tan", mmath.tan, x, rocm=_tan_expanded)
 
 
 def asin(x) -> Value:
-    return _math("asin", mmath.asin, x, rocm=_asin_expanded)
+    return float_math("asin", mmath.asin, x, rocm=_asin_expanded)
 
 
 def acos(x) -> Value:
-    return _math("acos", mmath.acos, x, rocm=_acos_expanded)
+    return float_math("acos", mmath.acos, x, rocm=_acos_expanded)
 
 
 def atan(x) -> Value:
-    return _math("atan", mmath.atan, x, rocm=_atan_expanded)
+    return float_math("atan", mmath.atan, x, rocm=_atan_expanded)
 
 
 def atan2(y, x) -> Value:
-    return _math("atan2", mmath.atan2, y, x, rocm=_atan2_expanded)
+    return float_math("atan2", mmath.atan2, y, x, rocm=_atan2_expanded)
 
 
 def sinh(x) -> Value:
-    return _math("sinh", mmath.sinh, x, rocm=_sinh_expanded)
+    return float_math("sinh", mmath.sinh, x, rocm=_sinh_expanded)
 
 
 def cosh(x) -> Value:
-    return _math("cosh", mmath.cosh, x, rocm=_cosh_expanded)
+    return float_math("cosh", mmath.cosh, x, rocm=_cosh_expanded)
 
 
 def asinh(x) -> Value:
-    return _math("asinh", mmath.asinh, x, rocm=_asinh_expanded)
+    return float_math("asinh", mmath.asinh, x, rocm=_asinh_expanded)
 
 
 def acosh(x) -> Value:
-    return _math("acosh", mmath.acosh, x, rocm=_acosh_expanded)
+    return float_math("acosh", mmath.acosh, x, rocm=_acosh_expanded)
 
 
 def atanh(x) -> Value:
-    return _math("atanh", mmath.atanh, x, rocm=_atanh_expanded)
+    return float_math("atanh", mmath.atanh, x, rocm=_atanh_expanded)
 
 
 def exp2(x) -> Value:
-    return _math("exp2", mmath.exp2, x, rocm=NATIVE)
+    return float_math("exp2", mmath.exp2, x, rocm=NATIVE)
 
 
 # MLIR lowers math.expm1 and math.log1p for the CPU as exp(x) - 1 and log(1 + x), which
 # lose all precision near 0: Kahan's formulas there too (libdevice's are accurate).
 
 def expm1(x) -> Value:
-    return _math("expm1", mmath.expm1, x, rocm=_expm1_expanded, expand_on=("rocm", "cpu"))
+    return float_math("expm1", mmath.expm1, x, rocm=_expm1_expanded, expand_on=("rocm", "cpu"))
 
 
 def log2(x) -> Value:
-    return _math("log2", mmath.log2, x, rocm=NATIVE)
+    return float_math("log2", mmath.log2, x, rocm=NATIVE)
 
 
 def log10(x) -> Value:
-    return _math("log10", mmath.log10, x, rocm=NATIVE)
+    return float_math("log10", mmath.log10, x, rocm=NATIVE)
 
 
 def log1p(x) -> Value:
-    return _math("log1p", mmath.log1p, x, rocm=_log1p_expanded, expand_on=("rocm", "cpu"))
+    return float_math("log1p", mmath.log1p, x, rocm=_log1p_expanded, expand_on=("rocm", "cpu"))
 
 
 def pow(x, y) -> Value:   # noqa: A001  (fx.pow)
-    return _math("pow", mmath.powf, x, y, rocm=None)
+    return float_math("pow", mmath.powf, x, y, rocm=None)
 
 
 def erf(x) -> Value:
-    return _math("erf", mmath.erf, x, rocm=None)
+    return float_math("erf", mmath.erf, x, rocm=None)
 
 
 def copysign(x, y) -> Value:
-    return _math("copysign", mmath.copysign, x, y, rocm=NATIVE, rocm_f64=True)
+    return float_math("copysign", mmath.copysign, x, y, rocm=NATIVE, rocm_f64=True)
 
 
 def fmod(x, y) -> Value:
     # ROCm: convert-gpu-to-rocdl turns frem into __ocml_fmod, which flydsl cannot link
-    return _math("fmod", arith.remf, x, y, rocm=None)
+    return float_math("fmod", arith.remf, x, y, rocm=None)
 
 
 def trunc(x) -> Value:
-    return _math("trunc", llvm.intr_trunc, x, rocm=NATIVE, rocm_f64=True)
+    return float_math("trunc", llvm.intr_trunc, x, rocm=NATIVE, rocm_f64=True)
 
 
 def rint(x) -> Value:
-    return _math("rint", mmath.roundeven, x, rocm=NATIVE, rocm_f64=True)
+    return float_math("rint", mmath.roundeven, x, rocm=NATIVE, rocm_f64=True)
 
 
 def hypot(x, y) -> Value:

@@ -15,8 +15,9 @@ from ...expr.dtypes import DType
 from . import context
 from .memory_ops import (atomic_update, constant_shape, dynamic_shared_array,
                          means_dynamic_shared)
+from .numeric_ops import NATIVE, float_math
 from .tensors import TensorValue
-from .values import Value, as_value, cast, float_operand, is_scalar, promote, select as _select
+from .values import Value, as_value, cast, is_scalar, promote, select as _select
 
 
 def _dim(name: str) -> object:
@@ -119,10 +120,8 @@ def shuffle_xor(value, mask) -> Value:
 
 
 def _unary_math(fn, fname: str):
-    def apply(x):
-        v = float_operand(x)   # f16/bf16: computed in f32 (ROCm's f16 sin/cos are coarse)
-        w = cast(v, dt.Float32) if v.dtype.bits < 32 else v
-        return cast(Value(fn(w.v), w.dtype), v.dtype)
+    def apply(x):   # native everywhere; f16/bf16 computed in f32
+        return float_math(fname, fn, x, rocm=NATIVE, rocm_f64=True)
     apply.__name__ = fname
     return apply
 
