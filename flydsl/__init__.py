@@ -15,6 +15,11 @@ from .runtime.debug_checks import DeviceAssertError, OutOfBoundsError
 from .runtime.devices import synchronize
 from .runtime.drivers import get_driver, list_drivers, register_driver
 from .version import __version__
+from . import compiler as _compiler
+
+# ``import flydsl.compiler as flyc`` (FlyDSL's spelling) gives flyc.kernel / flyc.jit:
+# the same objects, set here because the compiler layer cannot import the user API.
+_compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, compile
 
 __all__ = [
     "CompilationError", "CompiledProgram", "DSLError", "DeviceAssertError", "FlydslError", "FlydslRuntimeError",

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import launch_context
 from .errors import DSLTypeError, LaunchError
-from .expr.dtypes import TensorAnnotation
+from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
                                constexpr_token, dim3, env_token)
@@ -108,6 +108,8 @@ class KernelFunction:
     def launch(self, args: tuple, kwargs: dict, grid, block, smem: int = 0, stream=None) -> None:
         """Launch with positional ``args``/``kwargs``; compiles on the first call of a
         specialization. Warm calls take the fast path (no binding, no classification)."""
+        if type(stream) is Stream:
+            stream = stream.value
         if smem:
             check_smem_arg(smem, self.name)
         grid3, block3 = dim3(grid, "grid", self.name), dim3(block, "block", self.name)

@@ -7,6 +7,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "examples", "layout"))
 sys.path.insert(0, HERE)
 
 #: The fake GPU driver fixtures (fake_cuda, fake_hip) for the GPU runtime tests.

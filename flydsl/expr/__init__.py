@@ -1,5 +1,11 @@
 """The DSL a kernel body uses: ``import flydsl.expr as fx``."""
-from . import debug, memory, numeric, warp
+from . import debug, layout, memory, numeric, nvvm, rocdl, warp
+from .atoms import (
+    BufferCopy, CopyAtom, MmaAtom, ThrCopy, ThrMma, TiledCopy, TiledMma, UniversalCopy,
+    UniversalCopy32b, UniversalCopy64b, UniversalCopy128b, make_copy_atom, make_mma_atom,
+    make_tiled_copy, make_tiled_copy_A, make_tiled_copy_B, make_tiled_copy_C,
+    make_tiled_copy_tv, make_tiled_mma,
+)
 from .builtins import (
     abs, atomic_add, barrier, block_dim, block_idx, cast, ceil, cos, exp, floor, fma, grid,
     grid_dim, gridsize, log, max, min, range, range_constexpr, rsqrt, select, shared_array,
@@ -7,9 +13,10 @@ from .builtins import (
     threadfence_system, warp_size, where,
 )
 from .debug import *      # noqa: F401,F403  (each area module's __all__)
+from .layout import *     # noqa: F401,F403
 from .dtypes import (
     BFloat16, Bool, Constexpr, DType, Float16, Float32, Float64, Int8, Int16, Int32, Int64,
-    Tensor, UInt8, UInt16, UInt32, UInt64,
+    Stream, Tensor, UInt8, UInt16, UInt32, UInt64,
 )
 from .memory import *     # noqa: F401,F403
 from .numeric import *    # noqa: F401,F403
@@ -25,3 +32,13 @@ __all__ = [
     "threadfence_system", "warp_size", "where",
 ]
 __all__ += debug.__all__ + memory.__all__ + numeric.__all__ + warp.__all__
+#: The layout model (CuTe's algebra, views, copy and MMA atoms; fx.rocdl, fx.nvvm).
+__all__ += layout.__all__ + [
+    "BufferCopy", "Boolean", "CopyAtom", "MmaAtom", "Stream", "ThrCopy", "ThrMma", "TiledCopy",
+    "TiledMma", "UniversalCopy", "UniversalCopy128b", "UniversalCopy32b", "UniversalCopy64b",
+    "make_copy_atom", "make_mma_atom", "make_tiled_copy", "make_tiled_copy_A",
+    "make_tiled_copy_B", "make_tiled_copy_C", "make_tiled_copy_tv", "make_tiled_mma", "nvvm",
+    "rocdl",
+]
+#: FlyDSL's spelling of fx.Bool.
+Boolean = Bool

@@ -113,6 +113,18 @@ class Constexpr:
         return ConstexprAnnotation(py_type)
 
 
+class Stream:
+    """A launch stream as a parameter: ``stream: fx.Stream = fx.Stream(None)`` in a
+    ``@flydsl.jit`` function, passed on as ``launch(stream=stream)``. It wraps what
+    ``stream=`` takes (None for the default stream, a torch stream, a handle)."""
+
+    def __init__(self, value: Any = None):
+        self.value = value.value if isinstance(value, Stream) else value
+
+    def __repr__(self) -> str:
+        return f"fx.Stream({self.value!r})"
+
+
 class TensorAnnotation:
     """``fx.Tensor`` or ``fx.Tensor[fx.Float32]`` (element type checked at launch)."""
 

@@ -48,6 +48,8 @@ def annotation_kind(ann) -> str:
     from ..expr.dtypes import Constexpr
     if isinstance(ann, ConstexprAnnotation) or ann is Constexpr:
         return "constexpr"
+    if getattr(ann, "__flydsl_constexpr__", False):   # fx.TiledCopy, fx.Layout, ...
+        return "constexpr"
     if isinstance(ann, TensorAnnotation):
         return "tensor"
     if isinstance(ann, DType):

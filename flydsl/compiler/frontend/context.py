@@ -41,6 +41,11 @@ def current() -> TraceContext:
     return ctx
 
 
+def active():
+    """The trace in progress on this thread, or None."""
+    return getattr(_local, "trace", None)
+
+
 class tracing:
     """Context manager installing a TraceContext for the current thread."""
 

@@ -44,6 +44,10 @@ class ShapeView:
     def __iter__(self):
         return (self._t.dim(k) for k in range(self._t.rank))
 
+    def unpack(self) -> tuple:
+        """Every dimension, as a tuple (``M, N = A.shape.unpack()``)."""
+        return tuple(self)
+
 
 class TensorValue:
     """A tensor (or shared array) inside a kernel: ``t[i]``, ``t[i, j] = v``, ``t.shape[k]``."""

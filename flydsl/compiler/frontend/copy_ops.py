@@ -1,0 +1,273 @@
+"""``fx.copy``: copy atoms executed on views, one vector access per atom where legal.
+
+A copy of ``n`` elements with an atom of ``bits`` runs ``n / (bits / element bits)``
+atom calls; call ``j`` moves elements ``j*V .. j*V+V-1`` (in the views' column-major
+order) and is guarded by ``pred[j]`` when a predicate is given.
+
+What each call becomes:
+
+* both sides contiguous for the call (the leading coalesced mode of each view has
+  stride 1 and a size that is a multiple of V): one V-wide vector load and store. On
+  GPUs a global or shared address that is not V*itemsize aligned at run time takes a
+  per-element path instead (a misaligned vector access faults or reads the wrong
+  bytes), so the vector instruction only ever runs aligned. The CPU loads unaligned
+  vectors directly.
+* otherwise: V scalar loads and stores (still exact).
+* a buffer tensor (``fx.rocdl.make_buffer_tensor``): on gfx9 a ``raw.ptr.buffer``
+  load/store through a resource covering the tensor (the hardware returns 0 past it
+  and drops stores); elsewhere the same semantics with bounds checks.
+"""
+from __future__ import annotations
+
+import mlir.ir as ir
+from mlir.dialects import arith, llvm, memref, rocdl, scf
+
+from ...errors import DSLTypeError
+from ...expr import layout_algebra as la
+from . import context
+from .values import Value, as_value, to_index
+from .tensors import storage_type
+from .views import Memory, TensorView, as_view, vector_load, vector_store, vector_type, when
+
+#: Buffer-resource word 3 for gfx9 (CDNA): 32-bit data format, as LLVM's AMDGPU
+#: lowering of ``amdgpu.raw_buffer_load`` sets it.
+GFX9_BUFFER_FLAGS = (7 << 12) | (4 << 15)
+
+
+def copy(atom, src, dst, pred=None) -> None:
+    """``fx.copy(atom, src, dst, pred=None)``: see the module docstring."""
+    src, dst = as_view(src), as_view(dst)
+    _check_views(atom, src, dst)
+    n = src.size()
+    width = max(atom.bits // src.dtype.bits, 1) if src.dtype.kind != "bool" else 1
+    if n % width:
+        raise DSLTypeError(f"fx.copy with {atom!r}: {n} elements is not a whole number of "
+                           f"{width}-element atom calls")
+    calls = n // width
+    if pred is not None:
+        pred = as_view(pred)
+        if pred.size() != calls:
+            raise DSLTypeError(f"fx.copy: the predicate has {pred.size()} elements but the "
+                               f"copy makes {calls} atom calls of {width} elements "
+                               f"(one predicate per call)")
+    vectorizable = _contiguous_runs(src.layout, width) and _contiguous_runs(dst.layout, width)
+    for j in range(calls):
+        if pred is None:
+            _copy_call(src, dst, j * width, width, vectorizable)
+            continue
+        with when(_bool(pred[j])):
+            _copy_call(src, dst, j * width, width, vectorizable)
+
+
+def _check_views(atom, src: TensorView, dst: TensorView) -> None:
+    for role, v in (("source", src), ("destination", dst)):
+        if v.memory is None:
+            raise DSLTypeError(f"fx.copy: the {role} is a coordinate tensor, which has no "
+                               "memory")
+    if src.dtype is not dst.dtype:
+        raise DSLTypeError(f"fx.copy: source is {src.dtype.name} but destination is "
+                           f"{dst.dtype.name}; convert through a fragment "
+                           "(frag.store(other.load().to(dtype)))")
+    if src.size() != dst.size():
+        raise DSLTypeError(f"fx.copy: source has {src.size()} elements ({src.layout!r}), "
+                           f"destination {dst.size()} ({dst.layout!r})")
+    if atom.dtype is not None and atom.dtype.bits != src.dtype.bits:
+        raise DSLTypeError(f"fx.copy: {atom!r} moves {atom.dtype.name} elements but the "
+                           f"tensors hold {src.dtype.name}")
+
+
+def _bool(v) -> ir.Value:
+    if isinstance(v, Value):
+        return v.v if v.dtype.kind == "bool" else (v != 0).v
+    return as_value(bool(v)).v
+
+
+def _contiguous_runs(layout: la.Layout, width: int) -> bool:
+    """Whether every aligned group of ``width`` consecutive elements is contiguous."""
+    if width == 1:
+        return True
+    flat = la.coalesce(layout)
+    shapes, strides = _leaves(flat.shape), _leaves(flat.stride)
+    if not shapes:
+        return False
+    s, d = shapes[0], strides[0]
+    return isinstance(s, int) and isinstance(d, int) and d == 1 and s % width == 0
+
+
+def _leaves(t) -> list:
+    if isinstance(t, tuple):
+        out = []
+        for x in t:
+            out.extend(_leaves(x))
+        return out
+    return [t]
+
+
+def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,
+               vectorizable: bool) -> None:
+    so, do = src.element_offset(first), dst.element_offset(first)
+    if not vectorizable:
+        _scalar_copy(src, dst, first, width)
+        return
+    buffered = src.memory.records is not None or dst.memory.records is not None
+    if buffered and _gfx9():
+        _buffer_copy(src.memory, so, dst.memory, do, width)
+        return
+    if buffered:
+        ok = _and(_in_records(src.memory, so, width), _in_records(dst.memory, do, width))
+        branch = scf.IfOp(ok, [], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            _vector_copy(src.memory, so, dst.memory, do, width)
+            scf.YieldOp([])
+        with ir.InsertionPoint(branch.else_block):
+            _scalar_copy(src, dst, first, width)
+            scf.YieldOp([])
+        return
+    _vector_copy(src.memory, so, dst.memory, do, width)
+
+
+def _vector_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
+    nbytes = width * sm.itemsize
+    checks = [c for c in (_misaligned_check(sm, so, nbytes), _misaligned_check(dm, do, nbytes))
+              if c is not None]
+    if not checks:
+        vec = vector_load(sm, so, width, _static_align(sm, so, nbytes))
+        vector_store(dm, do, vec, _static_align(dm, do, nbytes))
+        return
+    aligned = checks[0] if len(checks) == 1 else arith.andi(checks[0], checks[1])
+    branch = scf.IfOp(aligned, [], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        vector_store(dm, do, vector_load(sm, so, width, nbytes), nbytes)
+        scf.YieldOp([])
+    with ir.InsertionPoint(branch.else_block):
+        for t in range(width):
+            dm.store(_plus(do, t), sm.load(_plus(so, t)))
+        scf.YieldOp([])
+
+
+def _static_align(mem: Memory, offset, nbytes: int) -> int:
+    """The alignment a vector access may claim without a run-time check."""
+    if mem.space == "register" and isinstance(offset, int) and offset * mem.itemsize % nbytes == 0:
+        return nbytes
+    return mem.itemsize
+
+
+def _misaligned_check(mem: Memory, offset, nbytes: int):
+    """An i1 "this access is aligned" for GPU global/shared memory, or None where no
+    check is needed (registers, host backends: unaligned vectors are legal there)."""
+    if mem.space == "register" or not _on_gpu():
+        return None
+    idx_t = ir.IndexType.get()
+    base = memref.extract_aligned_pointer_as_index(mem.mem)
+    meta = memref.ExtractStridedMetadataOp(mem.mem)
+    elems = arith.addi(meta.offset, to_index(offset))
+    addr = arith.addi(base, arith.muli(elems, arith.constant(idx_t, mem.itemsize)))
+    low = arith.andi(addr, arith.constant(idx_t, nbytes - 1))
+    return arith.cmpi(arith.CmpIPredicate.eq, low, arith.constant(idx_t, 0))
+
+
+def _scalar_copy(src: TensorView, dst: TensorView, first: int, width: int) -> None:
+    for t in range(first, first + width):
+        so, do = src.element_offset(t), dst.element_offset(t)
+        value = _guarded_load(src.memory, so)
+        _guarded_store(dst.memory, do, value)
+
+
+def _guarded_load(mem: Memory, offset) -> Value:
+    if mem.records is None:
+        return mem.load(offset)
+    ok = _in_records(mem, offset, 1)
+    branch = scf.IfOp(ok, [mem.dtype.mlir_type() if mem.dtype.kind != "bool"
+                           else ir.IntegerType.get_signless(1)], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp([mem.load(offset).v])
+    with ir.InsertionPoint(branch.else_block):
+        scf.YieldOp([as_value(0, mem.dtype).v])
+    return Value(branch.results[0], mem.dtype)
+
+
+def _guarded_store(mem: Memory, offset, value: Value) -> None:
+    if mem.records is None:
+        mem.store(offset, value)
+        return
+    with when(_in_records(mem, offset, 1)):
+        mem.store(offset, value)
+
+
+def _in_records(mem: Memory, offset, width: int) -> ir.Value:
+    """i1: elements ``offset .. offset+width-1`` lie inside the buffer's records."""
+    if mem.records is None:
+        return arith.constant(ir.IntegerType.get_signless(1), 1)
+    lo = as_value(offset, None) if not isinstance(offset, Value) else offset
+    inside = (lo >= 0) & (lo + width <= mem.records)
+    return inside.v
+
+
+def _and(a: ir.Value, b: ir.Value) -> ir.Value:
+    return arith.andi(a, b)
+
+
+def _plus(offset, t: int):
+    return offset + t if t else offset
+
+
+def _on_gpu() -> bool:
+    return context.current().target.backend in ("cuda", "rocm")
+
+
+def _gfx9() -> bool:
+    target = context.current().target
+    return target.backend == "rocm" and target.arch.startswith("gfx9")
+
+
+# -- AMD buffer resources ------------------------------------------------------------
+
+def _buffer_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
+    # one element is a scalar access (LLVM cannot scalarize a <1 x T> buffer load)
+    vtype = vector_type(width, sm.dtype) if width > 1 else storage_type(sm.dtype)
+    if sm.records is not None:
+        vec = rocdl.raw_ptr_buffer_load(vtype, _resource(sm), _byte_offset(sm, so),
+                                        _i32(0), _i32(0))
+    elif width == 1:
+        vec = memref.load(sm.mem, [to_index(so)])
+    else:
+        vec = vector_load(sm, so, width, _static_align(sm, so, width * sm.itemsize))
+    if dm.records is not None:
+        rocdl.raw_ptr_buffer_store(vec, _resource(dm), _byte_offset(dm, do), _i32(0), _i32(0))
+    elif width == 1:
+        memref.store(vec, dm.mem, [to_index(do)])
+    else:
+        vector_store(dm, do, vec, _static_align(dm, do, width * dm.itemsize))
+
+
+def _i32(n: int) -> ir.Value:
+    return arith.constant(ir.IntegerType.get_signless(32), n)
+
+
+def _byte_offset(mem: Memory, offset) -> ir.Value:
+    i32 = ir.IntegerType.get_signless(32)
+    off = offset.v if isinstance(offset, Value) else _i32(offset)
+    if isinstance(offset, Value) and offset.dtype.bits != 32:
+        off = arith.trunci(i32, off)
+    return arith.muli(off, _i32(mem.itemsize))
+
+
+def _resource(mem: Memory) -> ir.Value:
+    """A buffer resource whose base is element 0 of ``mem`` and whose size is its
+    records (in bytes)."""
+    i64 = ir.IntegerType.get_signless(64)
+    meta = memref.ExtractStridedMetadataOp(mem.mem)
+    base = memref.extract_aligned_pointer_as_index(mem.mem)
+    start = arith.addi(base, arith.muli(meta.offset,
+                                        arith.constant(ir.IndexType.get(), mem.itemsize)))
+    ptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, start))
+    records = mem.records
+    nbytes = (records * mem.itemsize) if isinstance(records, int) else \
+        (records * mem.itemsize).v
+    if isinstance(nbytes, int):
+        nbytes = arith.constant(i64, nbytes)
+    elif ir.IntegerType(nbytes.type).width != 64:
+        nbytes = arith.extui(i64, nbytes)
+    return rocdl.make_buffer_rsrc(llvm.PointerType.get(8), ptr,
+                                  arith.constant(ir.IntegerType.get_signless(16), 0),
+                                  nbytes, _i32(GFX9_BUFFER_FLAGS))

@@ -1,0 +1,395 @@
+"""Tensor views of the layout model: memory (or coordinates) seen through a CuTe layout.
+
+A :class:`TensorView` is ``(memory, offset, layout)``: element ``coord`` lives at
+``offset + layout(coord)`` of ``memory``, a flat 1-D memref of global, shared or
+register (per-thread) memory. Dividing, slicing and partitioning a view only change
+its offset and layout (index arithmetic at trace time); loads and stores index the
+flat memref. A *coordinate* view (``fx.make_view((0, 0), fx.make_identity_layout(s))``)
+has no memory: its elements are the coordinates themselves, tiled exactly like the
+data they predicate.
+
+Register fragments (``fx.make_fragment_like``) are ``memref.alloca`` arrays made at the
+kernel's entry: every index into them is a trace-time constant, so LLVM keeps them
+in registers on GPUs (and SROA does the same on the CPU).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import mlir.ir as ir
+from mlir.dialects import arith, memref, scf, vector
+
+from ...errors import DSLTypeError
+from ...expr import dtypes as dt
+from ...expr import layout_algebra as la
+from ...expr.dtypes import DType
+from . import context
+from .tensors import TensorValue, coerce_for_store, storage_type
+from .values import Value, as_value, cast, to_index
+
+#: Alignment of register fragments and the most any copy atom needs (128 bits).
+MAX_VECTOR_BYTES = 16
+
+
+class Memory:
+    """Where a view's elements live: a flat 1-D memref of ``dtype`` elements.
+
+    ``space`` is ``"global"``, ``"shared"`` or ``"register"``; ``records`` (buffer
+    tensors only) is the number of elements an AMD buffer resource covers: reads past
+    it give 0 and writes past it are dropped, as the hardware does."""
+
+    def __init__(self, mem: ir.Value, dtype: DType, space: str, name: str = "",
+                 records=None, source: Optional[TensorValue] = None):
+        self.mem, self.dtype, self.space, self.name = mem, dtype, space, name
+        self.records = records
+        self.source = source
+
+    def with_records(self, records) -> "Memory":
+        return Memory(self.mem, self.dtype, self.space, self.name, records, self.source)
+
+    @property
+    def itemsize(self) -> int:
+        return 1 if self.dtype.kind == "bool" else self.dtype.bits // 8
+
+    def load(self, offset) -> Value:
+        raw = memref.load(self.mem, [to_index(offset)])
+        return _from_storage(raw, self.dtype)
+
+    def store(self, offset, value) -> None:
+        v = coerce_for_store(value, self.dtype, self.label())
+        memref.store(_to_storage(v), self.mem, [to_index(offset)])
+
+    def label(self) -> str:
+        what = {"register": "register fragment", "shared": "shared tensor"}.get(self.space,
+                                                                             "tensor")
+        return f"{what} {self.name!r}" if self.name else what
+
+
+def _from_storage(raw: ir.Value, dtype: DType) -> Value:
+    if dtype.kind == "bool":
+        zero = arith.constant(ir.IntegerType.get_signless(8), 0)
+        return Value(arith.cmpi(arith.CmpIPredicate.ne, raw, zero), dt.Bool)
+    return Value(raw, dtype)
+
+
+def _to_storage(v: Value) -> ir.Value:
+    if v.dtype.kind == "bool":
+        return arith.extui(ir.IntegerType.get_signless(8), v.v)
+    return v.v
+
+
+# -- offsets (ints, kernel values, or coordinate tuples) -------------------------
+
+def add_offsets(a, b):
+    """``a + b`` for view offsets: numbers add; coordinates (tuples and the basis
+    elements of identity layouts) add componentwise."""
+    if isinstance(a, int) and not isinstance(a, bool) and a == 0:
+        return b
+    if isinstance(b, int) and not isinstance(b, bool) and b == 0:
+        return a
+    if isinstance(a, tuple) and not isinstance(a, la.ArithTuple):
+        a = la.ArithTuple(a)
+    if isinstance(b, tuple) and not isinstance(b, la.ArithTuple):
+        b = la.ArithTuple(b)
+    return a + b
+
+
+def as_coordinate(x):
+    """A coordinate view's element as a tuple (a lone basis element ``k@i`` included)."""
+    if isinstance(x, la.ScaledBasis):
+        return la.ArithTuple(()) + x
+    return x
+
+
+class TensorView:
+    """A tensor of the layout model: ``view[coord]`` reads ``offset + layout(coord)``.
+
+    ``view[coord]`` with ``None`` in the coordinate is a sub-view (CuTe's ``_``);
+    ``view.load()`` reads every element into a :class:`FragmentValue`,
+    ``view.store(v)`` writes one back, ``view.fill(x)`` sets every element."""
+
+    def __init__(self, memory: Optional[Memory], offset, layout: la.Layout, owner=None):
+        self.memory = memory
+        self.offset = offset
+        self.layout = layout
+        self.owner = owner          # the TiledMma a fragment belongs to, if any
+
+    # -- what it is ----------------------------------------------------------
+    @property
+    def shape(self) -> la.IntTuple:
+        return self.layout.shape
+
+    @property
+    def stride(self) -> la.IntTuple:
+        return self.layout.stride
+
+    @property
+    def dtype(self) -> Optional[DType]:
+        return None if self.memory is None else self.memory.dtype
+
+    element_type = dtype
+
+    @property
+    def is_coordinates(self) -> bool:
+        return self.memory is None
+
+    def __repr__(self) -> str:
+        where = "coordinates" if self.memory is None else self.memory.label()
+        return f"<flydsl view of {where}: {self.layout!r}>"
+
+    def with_layout(self, layout: la.Layout, offset=0) -> "TensorView":
+        return TensorView(self.memory, add_offsets(self.offset, offset), layout, self.owner)
+
+    def sliced(self, coord) -> "TensorView":
+        """The sub-view of the modes ``coord`` leaves open (``None``). As in FlyDSL, a
+        result of one mode that is itself a tuple is unwrapped:
+        ``fx.slice(fx.zipped_divide(A, (8, 24)), (None, bid))`` is an 8 x 24 tile of
+        rank 2 (CuTe would give rank 1 with one nested mode, the same function)."""
+        sub, off = la.slice_and_offset(coord, self.layout)
+        if la.rank(sub) == 1 and isinstance(sub.shape[0], tuple):
+            sub = sub[0]
+        return self.with_layout(sub, off)
+
+    # -- elements --------------------------------------------------------------
+    def element_offset(self, coord):
+        return add_offsets(self.offset, self.layout(coord))
+
+    def __getitem__(self, coord):
+        if _has_none(coord):
+            return self.sliced(coord)
+        off = self.element_offset(coord)
+        if self.memory is None:
+            return as_coordinate(off)
+        return self.memory.load(off)
+
+    def __setitem__(self, coord, value) -> None:
+        if self.memory is None:
+            raise DSLTypeError("a coordinate (identity) tensor is read-only")
+        if _has_none(coord):
+            raise DSLTypeError("assign elements one at a time, or use view.store(v) / fill(x)")
+        self.memory.store(self.element_offset(coord), value)
+
+    def size(self) -> int:
+        n = la.size(self.layout)
+        if not isinstance(n, int):
+            raise DSLTypeError(f"{self!r} has a runtime size; load()/store()/fill() and "
+                               "copies need a view of a constant shape (divide or partition "
+                               "it first)")
+        return int(n)
+
+    def load(self) -> "FragmentValue":
+        return FragmentValue([self[i] for i in range(self.size())], self.shape, self.dtype)
+
+    def store(self, value) -> None:
+        n = self.size()
+        if isinstance(value, FragmentValue):
+            if len(value.values) != n:
+                raise DSLTypeError(f"cannot store {len(value.values)} values into a view of "
+                                   f"{n} elements ({self.layout!r})")
+            items = value.values
+        else:
+            items = [value] * n
+        for i, v in enumerate(items):
+            self[i] = v
+
+    def fill(self, value) -> None:
+        v = as_value(value, self.dtype) if not isinstance(value, Value) else value
+        self.store(v)
+
+
+def _has_none(coord) -> bool:
+    if coord is None:
+        return True
+    if isinstance(coord, tuple):
+        return any(_has_none(c) for c in coord)
+    return False
+
+
+# -- values of a whole fragment ------------------------------------------------------
+
+class FragmentValue:
+    """What ``view.load()`` gives: one value per element, with elementwise arithmetic
+    (``a.load() + b.load()``, ``x * 2``), ``.to(dtype)`` and ``v[i]``."""
+
+    def __init__(self, values: list, shape, dtype: Optional[DType]):
+        self.values, self.shape, self.dtype = list(values), shape, dtype
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int):
+        return self.values[i]
+
+    def to(self, dtype: DType) -> "FragmentValue":
+        return FragmentValue([cast(v, dtype) for v in self.values], self.shape, dtype)
+
+    def _map(self, other, fn) -> "FragmentValue":
+        if isinstance(other, FragmentValue):
+            if len(other.values) != len(self.values):
+                raise DSLTypeError(f"fragments of {len(self.values)} and {len(other.values)} "
+                                   "values cannot be combined elementwise")
+            out = [fn(a, b) for a, b in zip(self.values, other.values)]
+        else:
+            out = [fn(a, other) for a in self.values]
+        dtype = out[0].dtype if out and isinstance(out[0], Value) else self.dtype
+        return FragmentValue(out, self.shape, dtype)
+
+    def __add__(self, o): return self._map(o, lambda a, b: a + b)
+    def __radd__(self, o): return self._map(o, lambda a, b: b + a)
+    def __sub__(self, o): return self._map(o, lambda a, b: a - b)
+    def __rsub__(self, o): return self._map(o, lambda a, b: b - a)
+    def __mul__(self, o): return self._map(o, lambda a, b: a * b)
+    def __rmul__(self, o): return self._map(o, lambda a, b: b * a)
+    def __truediv__(self, o): return self._map(o, lambda a, b: a / b)
+    def __rtruediv__(self, o): return self._map(o, lambda a, b: b / a)
+    def __neg__(self): return FragmentValue([-v for v in self.values], self.shape, self.dtype)
+
+    def map(self, fn) -> "FragmentValue":
+        """``fn`` applied to every value (e.g. ``v.map(fx.exp)``)."""
+        out = [fn(v) for v in self.values]
+        return FragmentValue(out, self.shape, out[0].dtype if out else self.dtype)
+
+
+# -- making views -------------------------------------------------------------------
+
+def as_view(x) -> TensorView:
+    """A kernel tensor argument or shared array as a view (layout from its shape and
+    strides); a view is returned as it is."""
+    if isinstance(x, TensorView):
+        return x
+    if isinstance(x, TensorValue):
+        return _tensor_view(x)
+    raise DSLTypeError(f"expected a tensor or a tensor view, got {type(x).__name__} {x!r}")
+
+
+def _tensor_view(t: TensorValue) -> TensorView:
+    mtype = ir.MemRefType(t.mem.type)
+    meta = memref.ExtractStridedMetadataOp(t.mem)
+    static_strides, _ = mtype.get_strides_and_offset()
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    shape, strides = [], []
+    for k in range(t.rank):
+        shape.append(t.dim(k))
+        s = static_strides[k]
+        strides.append(s if s != dyn else _i32(meta.strides[k]))
+    flat = _flatten(t.mem, meta, storage_type(t.dtype), mtype.memory_space)
+    space = "global" if mtype.memory_space is None else _space_name(mtype.memory_space)
+    # Made where it is asked for (CSE merges repeats): a view made inside a runtime
+    # `if` must not be reused after it.
+    return TensorView(Memory(flat, t.dtype, space, t.name, source=t), 0,
+                      la.make_layout(tuple(shape), tuple(strides)))
+
+
+def _i32(index_value: ir.Value) -> Value:
+    return Value(arith.index_cast(dt.Int32.mlir_type(), index_value), dt.Int32)
+
+
+def _space_name(attr) -> str:
+    text = str(attr)
+    if "workgroup" in text or text == "3":
+        return "shared"
+    if "private" in text or text == "5":
+        return "register"
+    return "global"
+
+
+def _flatten(mem: ir.Value, meta, elem: ir.Type, space) -> ir.Value:
+    """``mem`` as ``memref<?xT, strided<[1], offset: ?>>`` over the elements it spans
+    (``1 + sum((size - 1) * stride)``; 0 for an empty tensor), so the debug mode's
+    bounds checks still see the tensor's real extent."""
+    dyn = ir.ShapedType.get_dynamic_size()
+    layout = ir.StridedLayoutAttr.get(ir.ShapedType.get_dynamic_stride_or_offset(), [1])
+    flat_t = ir.MemRefType.get([dyn], elem, layout=layout, memory_space=space)
+    idx = ir.IndexType.get()
+    one, zero = arith.constant(idx, 1), arith.constant(idx, 0)
+    extent = one
+    for size, stride in zip(meta.sizes, meta.strides):
+        extent = arith.addi(extent, arith.muli(arith.subi(size, one), stride))
+    extent = arith.maxsi(extent, zero)
+    return memref.ReinterpretCastOp(flat_t, meta.base_buffer, [meta.offset], [extent], [],
+                                    [ir.ShapedType.get_dynamic_stride_or_offset()], [dyn],
+                                    [1]).result
+
+
+def make_view(where, layout: la.Layout) -> TensorView:
+    """``fx.make_view(ptr_or_coord, layout)``: a tensor/view (its memory from ``offset``
+    on) or a coordinate tuple (an identity/coordinate tensor) seen through ``layout``."""
+    if not isinstance(layout, la.Layout):
+        raise DSLTypeError(f"fx.make_view needs a layout, got {type(layout).__name__}")
+    if isinstance(where, (TensorValue, TensorView)):
+        base = as_view(where)
+        return TensorView(base.memory, base.offset, layout)
+    if isinstance(where, (tuple, int, Value)):
+        return TensorView(None, la.IntTuple(where) if isinstance(where, tuple) else where,
+                          layout)
+    raise DSLTypeError(f"fx.make_view takes a tensor, a view or a coordinate, "
+                       f"got {type(where).__name__}")
+
+
+def register_fragment(layout: la.Layout, dtype: DType, owner=None) -> TensorView:
+    """A per-thread register array of ``cosize(layout)`` elements seen through ``layout``."""
+    n = la.cosize(layout)
+    if not isinstance(n, int):
+        raise DSLTypeError(f"a register fragment needs a constant shape, got {layout!r}")
+    ctx = context.current()
+    count = ctx.extra["fragments"] = ctx.extra.get("fragments", 0) + 1
+    space = ir.Attribute.parse("#gpu.address_space<private>")
+    mtype = ir.MemRefType.get([max(int(n), 1)], storage_type(dtype), memory_space=space)
+    entry = ctx.func_op.regions[0].blocks[0]
+    with ir.InsertionPoint.at_block_begin(entry):
+        mem = memref.AllocaOp(mtype, [], [], alignment=MAX_VECTOR_BYTES).result
+    return TensorView(Memory(mem, dtype, "register", f"frag{count - 1}"), 0, layout, owner)
+
+
+def make_fragment_like(src, dtype: Optional[DType] = None) -> TensorView:
+    """Registers shaped like ``src`` (a view or a layout), compact column-major, of
+    ``src``'s element type unless ``dtype`` is given."""
+    if isinstance(src, la.Layout):
+        layout, src_dtype, owner = src, None, None
+    else:
+        view = as_view(src)
+        layout, src_dtype, owner = view.layout, view.dtype, view.owner
+    dtype = dtype or src_dtype
+    if dtype is None:
+        raise DSLTypeError("fx.make_fragment_like of a coordinate tensor or a layout needs "
+                           "dtype=")
+    if not la.is_static(layout.shape):
+        raise DSLTypeError(f"fx.make_fragment_like needs a constant shape, got {layout!r}; "
+                           "partition or slice the tensor to a tile first")
+    return register_fragment(la.make_layout(layout.shape), dtype, owner)
+
+
+def buffer_tensor(x) -> TensorView:
+    """``fx.rocdl.make_buffer_tensor(t)``: ``t`` read and written through an AMD buffer
+    resource covering exactly its elements (out-of-range reads give 0, writes are
+    dropped). Other targets emulate that with bounds checks."""
+    view = as_view(x)
+    if view.memory is None or view.memory.space != "global":
+        raise DSLTypeError("fx.rocdl.make_buffer_tensor needs a global tensor")
+    extent = la.cosize(view.layout)
+    records = add_offsets(view.offset, extent)
+    return TensorView(view.memory.with_records(records), view.offset, view.layout)
+
+
+def vector_type(n: int, dtype: DType) -> ir.VectorType:
+    return ir.VectorType.get([n], storage_type(dtype))
+
+
+def vector_load(mem: Memory, offset, n: int, align: int) -> ir.Value:
+    return vector.LoadOp(vector_type(n, mem.dtype), mem.mem, [to_index(offset)],
+                         alignment=align).result
+
+
+def vector_store(mem: Memory, offset, vec: ir.Value, align: int) -> None:
+    vector.StoreOp(vec, mem.mem, [to_index(offset)], alignment=align)
+
+
+@contextlib.contextmanager
+def when(cond):
+    """``if cond:`` around what the body emits (``cond``: a Bool Value or an i1)."""
+    raw = cond.v if isinstance(cond, Value) else cond
+    branch = scf.IfOp(raw)
+    with ir.InsertionPoint(branch.then_block):
+        yield
+        scf.YieldOp([])

@@ -1,0 +1,550 @@
+"""Copy and MMA atoms, tiled copies and tiled MMAs (CuTe's ``TiledCopy``/``TiledMMA``).
+
+Pure layout logic: which thread moves or multiplies which elements. Partitioning a
+tensor view for one thread only changes the view's layout and offset; the copies and
+MMAs themselves are emitted by :func:`flydsl.expr.copy` / :func:`flydsl.expr.gemm`.
+
+Conventions (CuTe's): a *TV layout* maps ``(thread, value)`` to a column-major index
+in an ``M x N`` (or ``M x K``) tile; a tiled copy covers a ``tile_mn`` tile with
+``size(thread mode)`` threads; a tiled MMA repeats an MMA atom over an
+``atom_layout`` of ``(M, N, K)`` atoms, one group of atom lanes per atom.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from ..errors import DSLTypeError
+from . import layout_algebra as la
+from . import mma_layouts
+from .dtypes import DType
+from .implementation import ops as _ops
+
+
+# -- copy atoms ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UniversalCopy:
+    """A copy of ``bits`` bits per thread per call with plain loads and stores: one
+    ``bits``-wide vector instruction where the elements are contiguous and aligned."""
+    bits: int = 32
+
+    def __post_init__(self):
+        if self.bits not in (8, 16, 32, 64, 128):
+            raise DSLTypeError(f"UniversalCopy bits must be 8, 16, 32, 64 or 128, "
+                               f"got {self.bits!r}")
+
+    kind = "universal"
+
+
+def UniversalCopy32b() -> UniversalCopy:
+    """A 32-bit copy per thread per call."""
+    return UniversalCopy(32)
+
+
+def UniversalCopy64b() -> UniversalCopy:
+    """A 64-bit copy per thread per call (``ld.global.v2.f32``, ``global_load_dwordx2``)."""
+    return UniversalCopy(64)
+
+
+def UniversalCopy128b() -> UniversalCopy:
+    """A 128-bit copy per thread per call (``ld.global.v4``, ``global_load_dwordx4``)."""
+    return UniversalCopy(128)
+
+
+@dataclass(frozen=True)
+class BufferCopy:
+    """AMD buffer-resource copy (``buffer_load_dword[x2|x4]``) of ``bits`` per call;
+    reads outside the buffer tensor give 0, writes outside it are dropped."""
+    bits: int = 32
+    kind = "buffer"
+
+
+@dataclass(frozen=True)
+class CopyAtom:
+    """``fx.make_copy_atom(op, dtype)``: ``op`` moving ``dtype`` elements."""
+    __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
+    op: object
+    dtype: DType
+
+    @property
+    def bits(self) -> int:
+        return self.op.bits
+
+    @property
+    def num_values(self) -> int:
+        """Elements one thread moves per call."""
+        return max(self.op.bits // self.dtype.bits, 1)
+
+    @property
+    def thr_layout(self) -> la.Layout:
+        return la.make_layout(1, 0)
+
+    @property
+    def layout_src_tv(self) -> la.Layout:
+        return la.make_layout((1, self.num_values), (0, 1))
+
+    layout_dst_tv = layout_src_tv
+
+    def __repr__(self) -> str:
+        return f"CopyAtom({type(self.op).__name__}{self.op.bits}b, {self.dtype.name})"
+
+
+def make_copy_atom(op, dtype: DType) -> CopyAtom:
+    """A copy atom: ``op`` (``fx.UniversalCopy128b()``, ``fx.rocdl.BufferCopy32b()``, ...)
+    applied to ``dtype`` elements."""
+    if not isinstance(op, (UniversalCopy, BufferCopy)):
+        raise DSLTypeError(f"fx.make_copy_atom needs a copy operation such as "
+                           f"fx.UniversalCopy128b(), got {op!r}")
+    if not isinstance(dtype, DType):
+        raise DSLTypeError(f"fx.make_copy_atom dtype must be a flydsl dtype, got {dtype!r}")
+    if op.bits % dtype.bits:
+        raise DSLTypeError(f"a {op.bits}-bit copy cannot move whole {dtype.name} elements")
+    return CopyAtom(op, dtype)
+
+
+# -- tiled copies ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TiledCopy:
+    """A copy atom repeated over threads: ``layout_tv`` maps ``(thread, value)`` to the
+    column-major index in a ``tile_mn`` tile."""
+    __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
+    atom: CopyAtom
+    layout_tv: la.Layout
+    tiler: tuple
+    operand: Optional[Tuple[str, "TiledMma"]] = field(default=None, compare=True)
+
+    @property
+    def tile_mn(self) -> la.IntTuple:
+        return la.IntTuple(self.tiler)
+
+    @property
+    def num_threads(self) -> int:
+        return int(la.size(self.layout_tv[0]))
+
+    @property
+    def layout_src_tv_tiled(self) -> la.Layout:
+        return self.layout_tv
+
+    layout_dst_tv_tiled = layout_src_tv_tiled
+
+    def get_slice(self, thr_idx) -> "ThrCopy":
+        """The part of the copy thread ``thr_idx`` does."""
+        return ThrCopy(self, thr_idx)
+
+    thr_slice = get_slice
+
+    def tidfrg(self, view):
+        """``view`` (a tile-shaped tensor) as ``(thread, value, rest...)``: CuTe's
+        ``tile2thrfrg`` for an atom of one thread."""
+        tiled = _divide_view(la.zipped_divide, view, self.tiler)
+        v = self.atom.num_values
+        atom_tv = la.zipped_divide(self.layout_tv, (1, v))
+        # ((1, V), (thr, rest_v)) -> ((thr), (V, rest_v)) -> index in the tile
+        thr = atom_tv[1, 0]
+        val = la.make_layout(atom_tv[0, 1], atom_tv[1, 1])
+        thrval = la.make_layout(thr, val)
+        return _compose_mode0(tiled, thrval)
+
+    def partition(self, view, thr_idx):
+        tv = self.tidfrg(view)
+        rest_rank = la.rank(_layout_of(tv)[2])
+        # CuTe's slice flattens the rest modes: (values, rest_m, rest_n, ...)
+        return _slice(tv, (thr_idx, None, (None,) * rest_rank if rest_rank > 1 else None))
+
+
+class ThrCopy:
+    """One thread's part of a tiled copy (``tiled_copy.get_slice(tid)``)."""
+
+    def __init__(self, tiled: TiledCopy, thr_idx):
+        self.tiled, self.thr_idx = tiled, thr_idx
+
+    def partition_S(self, src):
+        """The source elements this thread copies: ``((atom values, rest), rest_m, ...)``."""
+        return self.tiled.partition(src, self.thr_idx)
+
+    def partition_D(self, dst):
+        """The destination elements this thread copies (same shape as ``partition_S``)."""
+        return self.tiled.partition(dst, self.thr_idx)
+
+    def retile(self, frag):
+        """``frag`` (a fragment made by ``make_fragment_A/B/C`` of the tiled MMA this copy
+        was made from) in this copy's value order: the same registers, grouped like
+        ``partition_S`` of the block tile."""
+        operand = self.tiled.operand
+        if operand is None:
+            raise DSLTypeError("retile needs a tiled copy made by fx.make_tiled_copy_A/B/C "
+                               "(its values must follow the MMA's fragment order)")
+        return _ops().retile(frag, self.tiled.atom.num_values)
+
+
+def make_tiled_copy_tv(atom: CopyAtom, thr_layout, val_layout) -> TiledCopy:
+    """A tiled copy where thread ``t`` (``thr_layout``: coordinate in the thread grid ->
+    thread index) moves the ``val_layout`` block of values at its grid position."""
+    tiler, layout_tv = la.make_layout_tv(thr_layout, val_layout)
+    return make_tiled_copy(atom, layout_tv, tiler)
+
+
+def make_tiled_copy(atom: CopyAtom, layout_tv, tile_mn, operand=None) -> TiledCopy:
+    """A tiled copy from a ``(thread, value) -> tile index`` layout over ``tile_mn``."""
+    if not isinstance(atom, CopyAtom):
+        raise DSLTypeError(f"expected a copy atom (fx.make_copy_atom), got {atom!r}")
+    tiler = tuple(la.unpack(tile_mn)) if not isinstance(tile_mn, int) else (tile_mn,)
+    _check_static("the tile", tiler)
+    v = atom.num_values
+    if la.size(layout_tv[1]) % v:
+        raise DSLTypeError(f"{atom!r} moves {v} values per call but each thread has "
+                           f"{la.size(layout_tv[1])} values in {layout_tv!r}")
+    return TiledCopy(atom, layout_tv, tiler, operand)
+
+
+def _check_static(what: str, t) -> None:
+    if not la.is_static(t):
+        raise DSLTypeError(f"{what} must be constant, got {t!r}")
+
+
+# -- views: the front end does the memory side -----------------------------------------
+
+def _layout_of(x) -> la.Layout:
+    return x if isinstance(x, la.Layout) else x.layout
+
+
+def _divide_view(fn, view, tiler):
+    if isinstance(view, la.Layout):
+        return fn(view, tiler)
+    return _ops().view_apply(fn, view, tiler)
+
+
+def _compose_mode0(view, inner: la.Layout):
+    """``view`` with its mode 0 composed with ``inner`` (CuTe ``t.compose(inner, _)``)."""
+    layout = _layout_of(view)
+    new = la.make_layout(la.composition(layout[0], inner), layout[1])
+    # ((thr, val), rest) -> (thr, val, rest)
+    new = la.make_layout(new[0, 0], new[0, 1], new[1])
+    if isinstance(view, la.Layout):
+        return new
+    return view.with_layout(new)
+
+
+# -- MMA atoms ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MmaOp:
+    """An MMA instruction family and shape; see :func:`flydsl.expr.rocdl.MFMA` & co.
+    ``ab`` names the input type as the instruction reads it (``"f16"``, ``"tf32"``)."""
+    family: str
+    m: int
+    n: int
+    k: int
+    acc_dtype: DType
+    ab_dtype: DType
+    ab: str
+
+    def spec(self, arch: Optional[str] = None) -> "mma_layouts.MmaSpec":
+        """The instruction's table entry; ``arch`` (a GPU arch) picks the generation
+        where layouts differ (gfx11/gfx12 WMMA) and rejects an arch without it."""
+        try:
+            return mma_layouts.find_spec(self.family, self.m, self.n, self.k, self.ab,
+                                         dtype_name(self.acc_dtype), arch=arch)
+        except LookupError as e:
+            raise DSLTypeError(str(e)) from None
+
+
+def dtype_name(d: DType) -> str:
+    """The short name MMA tables use for a dtype (``"f16"``)."""
+    return {"Float32": "f32", "Float16": "f16", "BFloat16": "bf16",
+            "Float64": "f64"}.get(d.name, d.name)
+
+
+def mma_op(family: str, m: int, n: int, k: int, dtype: DType, ab_dtype=None) -> MmaOp:
+    """An :class:`MmaOp` from the user's spelling: ``dtype`` is the accumulator type when
+    ``ab_dtype`` is given or ``dtype`` is 32/64-bit (then also the input type), else the
+    input type with a Float32 accumulator (``MFMA(16, 16, 16, fx.Float16)``)."""
+    from .dtypes import Float32
+    for what, v in (("m", m), ("n", n), ("k", k)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise DSLTypeError(f"MMA {what} must be a positive int, got {v!r}")
+    if not isinstance(dtype, DType):
+        raise DSLTypeError(f"MMA dtype must be a flydsl dtype such as fx.Float32, got {dtype!r}")
+    if ab_dtype is None:
+        acc, ab = (dtype, dtype) if dtype.bits >= 32 else (Float32, dtype)
+    else:
+        acc, ab = dtype, ab_dtype
+    if ab == "tf32" or (family == "mma_sync" and getattr(ab, "name", "") == "Float32"):
+        return MmaOp(family, m, n, k, acc, Float32, "tf32")
+    if not isinstance(ab, DType):
+        raise DSLTypeError(f"MMA ab_dtype must be a flydsl dtype or 'tf32', got {ab!r}")
+    return MmaOp(family, m, n, k, acc, ab, dtype_name(ab))
+
+
+@dataclass(frozen=True)
+class MmaAtom:
+    """``fx.make_mma_atom(op)``: one matrix-core instruction over one group of lanes."""
+    __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
+    op: MmaOp
+
+    @property
+    def spec(self):
+        """The instruction table entry for the target being traced (any generation's
+        outside a trace or on the CPU)."""
+        return self.op.spec(_gpu_arch())
+
+    @property
+    def shape_mnk(self) -> la.IntTuple:
+        s = self.spec
+        return la.IntTuple((s.m, s.n, s.k))
+
+    @property
+    def thr_layout(self) -> la.Layout:
+        return la.make_layout(self.spec.lanes)
+
+    @property
+    def layout_A_tv(self) -> la.Layout:
+        return la.make_layout(*self.spec.a_tv)
+
+    @property
+    def layout_B_tv(self) -> la.Layout:
+        return la.make_layout(*self.spec.b_tv)
+
+    @property
+    def layout_C_tv(self) -> la.Layout:
+        return la.make_layout(*self.spec.c_tv)
+
+    @property
+    def ab_dtype(self) -> DType:
+        return self.op.ab_dtype
+
+    @property
+    def acc_dtype(self) -> DType:
+        return self.op.acc_dtype
+
+    def __repr__(self) -> str:
+        return f"MmaAtom({self.spec.name})"
+
+
+def make_mma_atom(op: MmaOp) -> MmaAtom:
+    """An MMA atom from ``fx.rocdl.MFMA(...)``, ``fx.rocdl.WMMA(...)`` or
+    ``fx.nvvm.MMA(...)``."""
+    if not isinstance(op, MmaOp):
+        raise DSLTypeError(f"fx.make_mma_atom needs an MMA operation such as "
+                           f"fx.rocdl.MFMA(16, 16, 4, fx.Float32), got {op!r}")
+    op.spec(_gpu_arch())   # an unknown shape, or one the GPU target lacks, is an error
+    # here, naming the shapes and arches that exist
+    return MmaAtom(op)
+
+
+def _gpu_arch() -> Optional[str]:
+    from . import implementation
+    ops = implementation._ops
+    return None if ops is None else ops.current_gpu_arch()
+
+
+# -- tiled MMAs ----------------------------------------------------------------------
+
+_OPERAND_MODES = {"A": (0, 2), "B": (1, 2), "C": (0, 1)}
+
+
+@dataclass(frozen=True)
+class TiledMma:
+    """An MMA atom repeated over an ``(M, N, K)`` layout of atoms (one lane group each)."""
+    __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
+    atom: MmaAtom
+    atom_layout: la.Layout
+
+    @property
+    def thr_layout_vmnk(self) -> la.Layout:
+        """``(lane, atom_m, atom_n, atom_k)`` -> thread index."""
+        lanes = self.atom.spec.lanes
+        al = self.atom_layout
+        strides = tuple(s * lanes if isinstance(s, int) else s for s in _mode_strides(al))
+        return la.make_layout((lanes,) + _mode_shapes(al), (1,) + strides)
+
+    @property
+    def num_threads(self) -> int:
+        return self.atom.spec.lanes * int(la.size(self.atom_layout))
+
+    size = num_threads
+
+    @property
+    def tile_size_mnk(self) -> la.IntTuple:
+        s = self.atom.spec
+        m, n, k = _mode_shapes(self.atom_layout)
+        return la.IntTuple((s.m * m, s.n * n, s.k * k))
+
+    def _atom_tv(self, operand: str) -> la.Layout:
+        return {"A": self.atom.layout_A_tv, "B": self.atom.layout_B_tv,
+                "C": self.atom.layout_C_tv}[operand]
+
+    def _atom_tile(self, operand: str) -> tuple:
+        s = self.atom.spec
+        mnk = (s.m, s.n, s.k)
+        a, b = _OPERAND_MODES[operand]
+        return (mnk[a], mnk[b])
+
+    def thrfrg(self, operand: str, view):
+        """``view`` as ``((lane, (thr_x, thr_y)), (value, (rest_x, rest_y)))`` (CuTe's
+        ``thrfrg_A/B/C``)."""
+        a, b = _OPERAND_MODES[operand]
+        shapes = _mode_shapes(self.atom_layout)
+        tiled = _divide_view(la.zipped_divide, view, self._atom_tile(operand))
+        # ((atom x, atom y), (rest x, rest y)) -> ((lane, value), (rest x, rest y))
+        tv = la.make_layout(la.composition(_layout_of(tiled)[0], self._atom_tv(operand)),
+                            _layout_of(tiled)[1])
+        # the rest modes split over the lane groups: ((groups x, y), (rest x, y))
+        rest = la.zipped_divide(tv[1], (shapes[a], shapes[b]))
+        new = la.make_layout(la.make_layout(tv[0, 0], rest[0]),
+                             la.make_layout(tv[0, 1], rest[1]))
+        return new if isinstance(view, la.Layout) else tiled.with_layout(new)
+
+    def tv_layout(self, operand: str) -> la.Layout:
+        """``(thread index, value)`` -> index in the ``tile_size`` tile of ``operand``
+        (CuTe's ``get_layoutA_TV`` & co)."""
+        a, b = _OPERAND_MODES[operand]
+        tile = self.tile_size_mnk
+        frg = self.thrfrg(operand, la.make_layout((tile[a], tile[b])))
+        lanes = self.atom.spec.lanes
+        shapes = _mode_shapes(self.atom_layout)
+        # (lane, m, n, k) -> linear index of (lane, (thr_x, thr_y)) in frg's thread
+        # mode; the third mode's lane groups share the operand (stride 0)
+        strides = [0, 0, 0]
+        strides[a], strides[b] = lanes, lanes * shapes[a]
+        pick = la.make_layout((lanes,) + shapes, (1,) + tuple(strides))
+        thread = la.composition(pick, la.right_inverse(self.thr_layout_vmnk))
+        return la.make_layout(la.composition(frg[0], thread), frg[1])
+
+    @property
+    def tv_layout_A_tiled(self) -> la.Layout:
+        return self.tv_layout("A")
+
+    @property
+    def tv_layout_B_tiled(self) -> la.Layout:
+        return self.tv_layout("B")
+
+    @property
+    def tv_layout_C_tiled(self) -> la.Layout:
+        return self.tv_layout("C")
+
+    def thr_slice(self, thr_idx) -> "ThrMma":
+        """The part of the MMA thread ``thr_idx`` does."""
+        return ThrMma(self, thr_idx)
+
+    get_slice = thr_slice
+
+
+def _mode_shapes(layout: la.Layout) -> tuple:
+    shape = tuple(layout.shape)
+    return shape + (1,) * (3 - len(shape))
+
+
+def _mode_strides(layout: la.Layout) -> tuple:
+    stride = tuple(layout.stride)
+    return stride + (0,) * (3 - len(stride))
+
+
+def _slice(x, coord):
+    """``x`` (a layout or a view) restricted to the modes ``coord`` leaves open."""
+    if isinstance(x, la.Layout):
+        return la.slice_(coord, x)
+    return x.sliced(coord)
+
+
+class ThrMma:
+    """One thread's part of a tiled MMA (``tiled_mma.thr_slice(tid)``)."""
+
+    def __init__(self, tiled: TiledMma, thr_idx):
+        self.tiled, self.thr_idx = tiled, thr_idx
+
+    def _coords(self, operand: str):
+        """This thread's ``(lane, (thr_x, thr_y))`` in the operand's thread modes."""
+        a, b = _OPERAND_MODES[operand]
+        c = _flat_coord(self.tiled.thr_layout_vmnk, self.thr_idx)
+        return (c[0], (c[1 + a], c[1 + b]))
+
+    def partition(self, operand: str, view):
+        frg = self.tiled.thrfrg(operand, view)
+        return _slice(frg, (self._coords(operand), (None, (None, None))))
+
+    def partition_A(self, a):
+        """This thread's elements of ``a`` (M x K): ``(values, rest_m, rest_k)``."""
+        return self.partition("A", a)
+
+    def partition_B(self, b):
+        """This thread's elements of ``b`` (N x K): ``(values, rest_n, rest_k)``."""
+        return self.partition("B", b)
+
+    def partition_C(self, c):
+        """This thread's elements of ``c`` (M x N): ``(values, rest_m, rest_n)``."""
+        return self.partition("C", c)
+
+    def _fragment(self, operand: str, view, dtype):
+        part = self.partition(operand, view)
+        return _ops().mma_fragment(part, dtype, self.tiled, operand)
+
+    def make_fragment_A(self, a):
+        """Registers for this thread's A values (the atom's input type)."""
+        return self._fragment("A", a, self.tiled.atom.ab_dtype)
+
+    def make_fragment_B(self, b):
+        """Registers for this thread's B values (the atom's input type)."""
+        return self._fragment("B", b, self.tiled.atom.ab_dtype)
+
+    def make_fragment_C(self, c):
+        """Registers for this thread's accumulators (the atom's accumulator type)."""
+        return self._fragment("C", c, self.tiled.atom.acc_dtype)
+
+    partition_fragment_A = make_fragment_A
+    partition_fragment_B = make_fragment_B
+    partition_fragment_C = make_fragment_C
+
+
+def _flat_coord(layout: la.Layout, idx) -> tuple:
+    """The coordinate ``c`` with ``layout(c) == idx`` for a compact layout of flat modes
+    in any order (CuTe's ``get_flat_coord``); a mode of size 1 is coordinate 0."""
+    out = []
+    for s, d in zip(layout.shape, layout.stride):
+        if s == 1 or d == 0:
+            out.append(0)
+            continue
+        q = idx // d if d != 1 else idx
+        out.append(q % s)
+    return tuple(out)
+
+
+def make_tiled_mma(atom: MmaAtom, atom_layout=None, permutation=None) -> TiledMma:
+    """``atom`` repeated over ``atom_layout``: an ``(M, N, K)`` layout of atoms whose value
+    is the lane group (warp/wave) that runs that atom, e.g.
+    ``fx.make_layout((2, 2, 1), (1, 2, 0))``: four groups, 2 x 2 over M and N."""
+    if not isinstance(atom, MmaAtom):
+        raise DSLTypeError(f"fx.make_tiled_mma needs an MMA atom (fx.make_mma_atom), "
+                           f"got {atom!r}")
+    if permutation is not None:
+        raise DSLTypeError("fx.make_tiled_mma: permutations are not supported yet")
+    if atom_layout is None:
+        atom_layout = la.make_layout((1, 1, 1))
+    if not isinstance(atom_layout, la.Layout):
+        atom_layout = la.make_layout(atom_layout)
+    _check_static("the atom layout", atom_layout.shape)
+    return TiledMma(atom, atom_layout)
+
+
+def make_tiled_copy_A(atom: CopyAtom, tiled_mma: TiledMma) -> TiledCopy:
+    """A tiled copy whose threads load exactly the A values their MMA fragments hold."""
+    return _copy_for(atom, tiled_mma, "A")
+
+
+def make_tiled_copy_B(atom: CopyAtom, tiled_mma: TiledMma) -> TiledCopy:
+    """A tiled copy whose threads load exactly the B values their MMA fragments hold."""
+    return _copy_for(atom, tiled_mma, "B")
+
+
+def make_tiled_copy_C(atom: CopyAtom, tiled_mma: TiledMma) -> TiledCopy:
+    """A tiled copy whose threads move exactly the C values their MMA fragments hold."""
+    return _copy_for(atom, tiled_mma, "C")
+
+
+def _copy_for(atom: CopyAtom, tiled_mma: TiledMma, operand: str) -> TiledCopy:
+    a, b = _OPERAND_MODES[operand]
+    tile = tiled_mma.tile_size_mnk
+    return make_tiled_copy(atom, tiled_mma.tv_layout(operand), (tile[a], tile[b]),
+                           operand=(operand, tiled_mma))

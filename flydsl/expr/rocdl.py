@@ -1,0 +1,51 @@
+"""AMD-specific atoms of the layout model: buffer copies and matrix cores (``fx.rocdl``).
+
+* ``BufferCopy32b/64b/128b``: copies through a buffer resource (``buffer_load_dwordx4``
+  on gfx9); with :func:`make_buffer_tensor`, reads past the tensor give 0 and writes
+  past it are dropped, as on the hardware (other targets emulate it exactly).
+* ``MFMA(m, n, k, dtype)``: CDNA matrix cores (gfx90a, gfx942, gfx950), a wave of 64
+  lanes; ``WMMA(m, n, k, dtype)``: RDNA3/4 (gfx11, gfx12), a wave of 32. ``dtype`` is
+  the input type (Float32 for the f32 forms), accumulating in Float32. Every atom also
+  runs on the CPU backend with the same per-lane fragment layout.
+"""
+from __future__ import annotations
+
+from .atoms import BufferCopy, MmaOp, mma_op
+from .dtypes import DType
+from .implementation import ops as _ops
+
+__all__ = ["BufferCopy", "BufferCopy128b", "BufferCopy32b", "BufferCopy64b", "MFMA", "WMMA",
+           "make_buffer_tensor"]
+
+
+def BufferCopy32b() -> BufferCopy:
+    """A 32-bit buffer copy per thread per call."""
+    return BufferCopy(32)
+
+
+def BufferCopy64b() -> BufferCopy:
+    """A 64-bit buffer copy per thread per call (``buffer_load_dwordx2``)."""
+    return BufferCopy(64)
+
+
+def BufferCopy128b() -> BufferCopy:
+    """A 128-bit buffer copy per thread per call (``buffer_load_dwordx4``)."""
+    return BufferCopy(128)
+
+
+def make_buffer_tensor(tensor):
+    """``tensor`` accessed through an AMD buffer resource covering exactly its elements:
+    copies with ``BufferCopy*`` atoms (and any copy) read 0 past its end and drop
+    writes there."""
+    return _ops().buffer_tensor(tensor)
+
+
+def MFMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None) -> MmaOp:
+    """A CDNA MFMA instruction, e.g. ``MFMA(16, 16, 4, fx.Float32)``,
+    ``MFMA(32, 32, 8, fx.Float16)``, ``MFMA(16, 16, 16, fx.BFloat16)``."""
+    return mma_op("mfma", m, n, k, dtype, ab_dtype)
+
+
+def WMMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None) -> MmaOp:
+    """An RDNA WMMA instruction, e.g. ``WMMA(16, 16, 16, fx.Float16)``."""
+    return mma_op("wmma", m, n, k, dtype, ab_dtype)
