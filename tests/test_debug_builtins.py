@@ -76,8 +76,8 @@ def print_kinds(x: fx.Tensor, h: fx.Tensor):
     big = fx.Int64(x[i]) * 3000000000
     fx.printf("%d|%5d|%-4d|%u|%x|%lld|%ld|%c|%+.2f|%g|%s|%5s|%d|%f%%\n",
               i, i, i, -1 - i, 255 + i, big, big, 65 + i, x[i], h[i], "txt", "ab", 7, 2)
-    fx.printf("{} {} {} {} {} {} {} {}% {{}}\n", i, big, x[i], x[i] > 0.0, "name", fx.Float32,
-              1.5, NP_SCALE)
+    fx.printf("{} {} {} {} {} {} {} {}% {{}} {}\n", i, big, x[i], x[i] > 0.0, "name",
+              fx.Float32, 1.5, NP_SCALE, 42)
 
 
 NP_SCALE = np.int16(-3)
@@ -93,8 +93,8 @@ def test_printf_conversions_and_placeholders(capfd):
         big = int(x[i]) * 3000000000
         assert lines[2 * i] == ("%d|%5d|%-4d|%u|%x|%d|%d|%c|%+.2f|%g|txt|   ab|7|%f%%" % (
             i, i, i, (-1 - i) & 0xFFFFFFFF, 255 + i, big, big, chr(65 + i), x[i], h[i], 2.0))
-        assert lines[2 * i + 1] == "%d %d %f %d name Float32 %f -3%% {}" % (
-            i, big, x[i], int(x[i] > 0), 1.5)
+        assert lines[2 * i + 1] == "%d %d %f %d name Float32 %f -3%% {} 42" % (
+            i, big, x[i], int(x[i] > 0), 1.5)   # a Python int literal under {} is an int
 
 
 @flydsl.kernel

@@ -148,19 +148,24 @@ def _convert(conv: _Conversion, value: Any, position: int) -> tuple[str, Optiona
         if conv.conv == "s":
             text = conv.spec() % text       # Python's %s takes C's flags, width, precision
         return text.replace("%", "%%"), None
-    if conv.conv in _FLOAT_CONVERSIONS and type(value) is int:
+    if _is_float(conv.conv) and type(value) is int:
         value = float(value)                # a Python int literal printed as a float
     v = _printable_value(value, position)
     kind = "float" if v.dtype.kind == "float" else "int"
     if conv.conv == "":                     # {}: the dtype picks the conversion
         conv = _Conversion("{}", "", "", None, "f" if kind == "float" else
                            ("d" if v.dtype.signed or v.dtype.kind == "bool" else "u"))
-    elif conv.conv == "s" or (conv.conv in _FLOAT_CONVERSIONS) != (kind == "float"):
+    elif conv.conv == "s" or _is_float(conv.conv) != (kind == "float"):
         raise _mismatch(conv, value, position)
     if kind == "float":
         return conv.spec(), cast(v, dt.Float64).v
     operand, wide = _int_vararg(v, conv.conv == "c")
     return conv.spec("ll" if wide else ""), operand
+
+
+def _is_float(conv: str) -> bool:
+    """A float conversion letter (``""``, from ``{}``, is neither: the dtype picks)."""
+    return conv != "" and conv in _FLOAT_CONVERSIONS
 
 
 def _printable_value(value: Any, position: int) -> Value:
@@ -194,7 +199,7 @@ def _int_vararg(v: Value, char: bool) -> tuple[ir.Value, bool]:
 def _mismatch(conv: _Conversion, value: Any, position: int) -> DSLTypeError:
     if conv.conv == "s":
         wanted = "a Python str"
-    elif conv.conv in _FLOAT_CONVERSIONS:
+    elif _is_float(conv.conv):
         wanted = "a float (convert with fx.Float32(x))"
     else:
         wanted = "an integer (convert with fx.Int32(x))"
