@@ -319,3 +319,29 @@ def test_static_algebra_in_plain_python():
     tiler, tv = fx.make_layout_tv(fx.make_ordered_layout((8, 16), order=(1, 0)),
                                   fx.make_ordered_layout((1, 4), order=(0, 1)))
     assert tuple(tiler) == (8, 64) and fx.size(tv) == 512
+
+
+def test_retile_refuses_a_fragment_of_another_tiled_mma():
+    """A copy made from one tiled MMA lists values in that MMA's order: a fragment of
+    a differently laid-out MMA would be filled silently wrong."""
+    @flydsl.kernel
+    def mismatch(A: fx.Tensor):
+        tid = fx.thread_idx.x
+        mma = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32))
+        mine = fx.make_tiled_mma(mma, fx.make_layout((2, 2, 1), (1, 2, 0)))
+        other = fx.make_tiled_mma(mma, fx.make_layout((2, 2, 1), (2, 1, 0)))
+        bA = fx.slice(fx.zipped_divide(A, (64, 8)), (None, 0))
+        frag = mine.thr_slice(tid).make_fragment_A(bA)
+        atom = fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32)
+        copy = fx.make_tiled_copy_A(atom, other).get_slice(tid)
+        copy.retile(frag)
+
+    with pytest.raises(flydsl.DSLError, match="another tiled MMA"):
+        mismatch[1, 256](np.zeros((64, 8), np.float32))
+
+
+def test_flydsl_spelling_of_mfma_input_types():
+    assert fx.rocdl.MFMA(16, 16, 16, fx.Float32, elem_ty_ab=fx.Float16) == \
+        fx.rocdl.MFMA(16, 16, 16, fx.Float16)
+    assert fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float32, ab_dtype=fx.BFloat16)) \
+        .spec.name == "mfma_f32_16x16x16bf16_1k"

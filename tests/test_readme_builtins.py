@@ -10,7 +10,11 @@ TESTS = os.path.join(ROOT, "tests")
 #: Names in fx that are types or loop helpers, documented in prose instead of the table.
 NOT_IN_TABLE = {"BFloat16", "Bool", "Constexpr", "DType", "Float16", "Float32", "Float64",
                 "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64",
-                "Tensor", "range", "range_constexpr", "static_range"}
+                "Tensor", "range", "range_constexpr", "static_range",
+                # the layout model's types (README: "Layouts, copies and MMA")
+                "Boolean", "BufferCopy", "CopyAtom", "IntTuple", "Layout", "MmaAtom",
+                "ScaledBasis", "StaticInt", "Stream", "ThrCopy", "ThrMma", "TiledCopy",
+                "TiledMma", "UniversalCopy"}
 
 
 def reference_rows() -> list:

@@ -176,7 +176,8 @@ class ThrCopy:
         if operand is None:
             raise DSLTypeError("retile needs a tiled copy made by fx.make_tiled_copy_A/B/C "
                                "(its values must follow the MMA's fragment order)")
-        return _ops().retile(frag, self.tiled.atom.num_values)
+        name, tiled_mma = operand
+        return _ops().retile(frag, self.tiled.atom.num_values, (tiled_mma, name))
 
 
 def make_tiled_copy_tv(atom: CopyAtom, thr_layout, val_layout) -> TiledCopy:

@@ -40,12 +40,13 @@ def make_buffer_tensor(tensor):
     return _ops().buffer_tensor(tensor)
 
 
-def MFMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None) -> MmaOp:
+def MFMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None, *, elem_ty_ab=None) -> MmaOp:
     """A CDNA MFMA instruction, e.g. ``MFMA(16, 16, 4, fx.Float32)``,
-    ``MFMA(32, 32, 8, fx.Float16)``, ``MFMA(16, 16, 16, fx.BFloat16)``."""
-    return mma_op("mfma", m, n, k, dtype, ab_dtype)
+    ``MFMA(32, 32, 8, fx.Float16)``, ``MFMA(16, 16, 16, fx.BFloat16)``; with
+    ``ab_dtype=`` (FlyDSL: ``elem_ty_ab=``) ``dtype`` is the accumulator type."""
+    return mma_op("mfma", m, n, k, dtype, ab_dtype or elem_ty_ab)
 
 
-def WMMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None) -> MmaOp:
+def WMMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None, *, elem_ty_ab=None) -> MmaOp:
     """An RDNA WMMA instruction, e.g. ``WMMA(16, 16, 16, fx.Float16)``."""
-    return mma_op("wmma", m, n, k, dtype, ab_dtype)
+    return mma_op("wmma", m, n, k, dtype, ab_dtype or elem_ty_ab)

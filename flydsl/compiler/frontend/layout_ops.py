@@ -57,7 +57,7 @@ def mma_fragment(part, dtype, tiled_mma, operand: str) -> TensorView:
     return register_fragment(la.make_layout(layout.shape), dtype, owner=(tiled_mma, operand))
 
 
-def retile(frag, atom_values: int) -> TensorView:
+def retile(frag, atom_values: int, expected_owner) -> TensorView:
     """A tiled MMA's fragment seen by a tiled copy made from that MMA: the copy's
     ``partition_S`` of the block tile lists the thread's values in the same order as
     the fragment (both follow the MMA's thread-value layout), so the registers are
@@ -65,6 +65,14 @@ def retile(frag, atom_values: int) -> TensorView:
     view = as_view(frag)
     if view.memory is None or view.memory.space != "register" or view.owner is None:
         raise DSLTypeError("retile takes a fragment made by thr_mma.make_fragment_A/B/C")
+    if view.owner != expected_owner:
+        have_mma, have = view.owner
+        want_mma, want = expected_owner
+        what = (f"an {have} fragment" if have != want else "a fragment of another tiled MMA")
+        raise DSLTypeError(f"retile: the tiled copy was made by make_tiled_copy_{want} of "
+                           f"{want_mma.atom!r} over {want_mma.atom_layout!r}, but this is "
+                           f"{what} ({have_mma.atom!r} over {have_mma.atom_layout!r}); "
+                           "their values are in different orders")
     if view.size() % atom_values:
         raise DSLTypeError(f"the fragment's {view.size()} values are not a whole number of "
                            f"{atom_values}-value copies")
