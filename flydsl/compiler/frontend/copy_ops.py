@@ -87,20 +87,13 @@ def _contiguous_runs(layout: la.Layout, width: int) -> bool:
     if width == 1:
         return True
     flat = la.coalesce(layout)
-    shapes, strides = _leaves(flat.shape), _leaves(flat.stride)
+    shapes, strides = la.flatten(flat.shape), la.flatten(flat.stride)
+    shapes = shapes if isinstance(shapes, tuple) else (shapes,)
+    strides = strides if isinstance(strides, tuple) else (strides,)
     if not shapes:
         return False
     s, d = shapes[0], strides[0]
     return isinstance(s, int) and isinstance(d, int) and d == 1 and s % width == 0
-
-
-def _leaves(t) -> list:
-    if isinstance(t, tuple):
-        out = []
-        for x in t:
-            out.extend(_leaves(x))
-        return out
-    return [t]
 
 
 def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,
