@@ -345,3 +345,21 @@ def test_flydsl_spelling_of_mfma_input_types():
         fx.rocdl.MFMA(16, 16, 16, fx.Float16)
     assert fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float32, ab_dtype=fx.BFloat16)) \
         .spec.name == "mfma_f32_16x16x16bf16_1k"
+
+
+@pytest.mark.parametrize("backend,arch,make_op,instruction", [
+    ("rocm", "gfx942", lambda: fx.rocdl.MFMA(16, 16, 16, fx.BFloat16), "v_mfma_f32_16x16x16_bf16"),
+    ("rocm", "gfx942", lambda: fx.rocdl.MFMA(32, 32, 8, fx.Float16), "v_mfma_f32_32x32x8_f16"),
+    ("rocm", "gfx1100", lambda: fx.rocdl.WMMA(16, 16, 16, fx.Float16), "v_wmma_f32_16x16x16_f16"),
+    ("rocm", "gfx1100", lambda: fx.rocdl.WMMA(16, 16, 16, fx.BFloat16), "v_wmma_f32_16x16x16_bf16"),
+    ("rocm", "gfx1201", lambda: fx.rocdl.WMMA(16, 16, 16, fx.Float16), "v_wmma_f32_16x16x16_f16"),
+    ("cuda", "sm_90", lambda: fx.nvvm.MMA(16, 8, 8, fx.Float32, ab_dtype="tf32"),
+     "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+    ("cuda", "sm_90", lambda: fx.nvvm.MMA(16, 8, 16, fx.Float32, ab_dtype=fx.BFloat16),
+     "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
+])
+def test_each_atom_family_emits_its_instruction(backend, arch, make_op, instruction):
+    A, C = np.zeros((32, 16), np.float32), np.zeros((32, 32), np.float32)
+    text = _asm(one_atom, (A, A, C, make_op()), backend, arch,
+                "amdgcn" if backend == "rocm" else "ptx")
+    assert instruction in text

@@ -18,6 +18,7 @@ from ..errors import DSLTypeError
 from . import layout_algebra as la
 from . import mma_layouts
 from .dtypes import DType
+from .implementation import installed as _installed_ops
 from .implementation import ops as _ops
 
 
@@ -217,15 +218,17 @@ def _divide_view(fn, view, tiler):
     return _ops().view_apply(fn, view, tiler)
 
 
+def _with_layout(x, layout: la.Layout):
+    """``layout`` itself when ``x`` is a layout, else the view ``x`` seen through it."""
+    return layout if isinstance(x, la.Layout) else x.with_layout(layout)
+
+
 def _compose_mode0(view, inner: la.Layout):
     """``view`` with its mode 0 composed with ``inner`` (CuTe ``t.compose(inner, _)``)."""
     layout = _layout_of(view)
     new = la.make_layout(la.composition(layout[0], inner), layout[1])
     # ((thr, val), rest) -> (thr, val, rest)
-    new = la.make_layout(new[0, 0], new[0, 1], new[1])
-    if isinstance(view, la.Layout):
-        return new
-    return view.with_layout(new)
+    return _with_layout(view, la.make_layout(new[0, 0], new[0, 1], new[1]))
 
 
 # -- MMA atoms ---------------------------------------------------------------------
@@ -336,8 +339,7 @@ def make_mma_atom(op: MmaOp) -> MmaAtom:
 
 
 def _gpu_arch() -> Optional[str]:
-    from . import implementation
-    ops = implementation._ops
+    ops = _installed_ops()
     return None if ops is None else ops.current_gpu_arch()
 
 
@@ -396,7 +398,7 @@ class TiledMma:
         rest = la.zipped_divide(tv[1], (shapes[a], shapes[b]))
         new = la.make_layout(la.make_layout(tv[0, 0], rest[0]),
                              la.make_layout(tv[0, 1], rest[1]))
-        return new if isinstance(view, la.Layout) else tiled.with_layout(new)
+        return _with_layout(tiled, new)
 
     def tv_layout(self, operand: str) -> la.Layout:
         """``(thread index, value)`` -> index in the ``tile_size`` tile of ``operand``

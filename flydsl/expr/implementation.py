@@ -21,6 +21,11 @@ def install(ops_module: Any) -> None:
     _ops = ops_module
 
 
+def installed() -> Any:
+    """The front end's ops module, or None when no front end was imported yet."""
+    return _ops
+
+
 def ops() -> Any:
     """The front end's ops module; outside a trace, a DSLError that says so."""
     if _ops is None:

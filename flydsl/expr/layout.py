@@ -13,6 +13,7 @@ import functools
 
 from . import layout_algebra as la
 from .builtins import select as _select_value
+from .implementation import installed as _installed_ops
 from .implementation import ops as _ops
 from .layout_algebra import IntTuple, Layout, ScaledBasis, StaticInt
 
@@ -44,9 +45,11 @@ def _tensor_aware(fn):
 
 
 def _is_tensor(x) -> bool:
+    """A kernel tensor or view (only a front end, i.e. a trace, can have made one)."""
     if isinstance(x, (Layout, tuple, int)) or x is None:
         return False
-    return hasattr(x, "layout") or type(x).__name__ == "TensorValue"
+    ops = _installed_ops()
+    return ops is not None and ops.is_view(x)
 
 
 globals().update({name: _tensor_aware(getattr(la, name)) for name in _ON_TENSORS})

@@ -107,7 +107,7 @@ def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,
         _buffer_copy(src.memory, so, dst.memory, do, width)
         return
     if buffered:
-        ok = _and(_in_records(src.memory, so, width), _in_records(dst.memory, do, width))
+        ok = arith.andi(_in_records(src.memory, so, width), _in_records(dst.memory, do, width))
         branch = scf.IfOp(ok, [], has_else=True)
         with ir.InsertionPoint(branch.then_block):
             _vector_copy(src.memory, so, dst.memory, do, width)
@@ -121,8 +121,7 @@ def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,
 
 def _vector_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     nbytes = width * sm.itemsize
-    checks = [c for c in (_misaligned_check(sm, so, nbytes), _misaligned_check(dm, do, nbytes))
-              if c is not None]
+    checks = [c for c in (_aligned(sm, so, nbytes), _aligned(dm, do, nbytes)) if c is not None]
     if not checks:
         vec = vector_load(sm, so, width, _static_align(sm, so, nbytes))
         vector_store(dm, do, vec, _static_align(dm, do, nbytes))
@@ -145,18 +144,22 @@ def _static_align(mem: Memory, offset, nbytes: int) -> int:
     return mem.itemsize
 
 
-def _misaligned_check(mem: Memory, offset, nbytes: int):
+def _aligned(mem: Memory, offset, nbytes: int):
     """An i1 "this access is aligned" for GPU global/shared memory, or None where no
     check is needed (registers, host backends: unaligned vectors are legal there)."""
     if mem.space == "register" or not _on_gpu():
         return None
     idx_t = ir.IndexType.get()
-    base = memref.extract_aligned_pointer_as_index(mem.mem)
-    meta = memref.ExtractStridedMetadataOp(mem.mem)
-    elems = arith.addi(meta.offset, to_index(offset))
-    addr = arith.addi(base, arith.muli(elems, arith.constant(idx_t, mem.itemsize)))
-    low = arith.andi(addr, arith.constant(idx_t, nbytes - 1))
+    low = arith.andi(_address(mem, offset), arith.constant(idx_t, nbytes - 1))
     return arith.cmpi(arith.CmpIPredicate.eq, low, arith.constant(idx_t, 0))
+
+
+def _address(mem: Memory, offset) -> ir.Value:
+    """The byte address (an index) of element ``offset`` of ``mem``."""
+    idx_t = ir.IndexType.get()
+    base = memref.extract_aligned_pointer_as_index(mem.mem)
+    elems = arith.addi(memref.ExtractStridedMetadataOp(mem.mem).offset, to_index(offset))
+    return arith.addi(base, arith.muli(elems, arith.constant(idx_t, mem.itemsize)))
 
 
 def _scalar_copy(src: TensorView, dst: TensorView, first: int, width: int) -> None:
@@ -194,10 +197,6 @@ def _in_records(mem: Memory, offset, width: int) -> ir.Value:
     lo = as_value(offset, None) if not isinstance(offset, Value) else offset
     inside = (lo >= 0) & (lo + width <= mem.records)
     return inside.v
-
-
-def _and(a: ir.Value, b: ir.Value) -> ir.Value:
-    return arith.andi(a, b)
 
 
 def _plus(offset, t: int):
@@ -249,11 +248,7 @@ def _resource(mem: Memory) -> ir.Value:
     """A buffer resource whose base is element 0 of ``mem`` and whose size is its
     records (in bytes)."""
     i64 = ir.IntegerType.get_signless(64)
-    meta = memref.ExtractStridedMetadataOp(mem.mem)
-    base = memref.extract_aligned_pointer_as_index(mem.mem)
-    start = arith.addi(base, arith.muli(meta.offset,
-                                        arith.constant(ir.IndexType.get(), mem.itemsize)))
-    ptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, start))
+    ptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, _address(mem, 0)))
     records = mem.records
     nbytes = (records * mem.itemsize) if isinstance(records, int) else \
         (records * mem.itemsize).v

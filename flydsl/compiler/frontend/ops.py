@@ -38,6 +38,12 @@ def launch_index(name: str, axis: str) -> Value:
     return _index_to_i32(_LAUNCH_INDEX[name](_dim(axis)))
 
 
+def block_thread_index() -> Value:
+    """The calling thread's linear index in its block (x fastest, then y, then z)."""
+    x, y, z = (launch_index("thread_idx", a) for a in "xyz")
+    return x + launch_index("block_dim", "x") * (y + launch_index("block_dim", "y") * z)
+
+
 def _per_axis(ndim: int, fn, what: str):
     if ndim not in (1, 2, 3) or isinstance(ndim, bool):
         raise DSLTypeError(f"fx.{what}(ndim) takes 1, 2 or 3, got {ndim!r}")

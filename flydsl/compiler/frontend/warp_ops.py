@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import mlir.ir as ir
-from mlir.dialects import arith, gpu, llvm, nvvm, rocdl, scf
+from mlir.dialects import arith, gpu, llvm, nvvm, rocdl
 
 from ...errors import CompileTimeValueRequired, DSLTypeError
 from ...expr import dtypes as dt
@@ -38,6 +38,7 @@ from ...runtime.dispatch import MAX_BLOCK_THREADS
 from . import context
 from .tensors import TensorValue
 from .values import Value, as_value, binary, cast, constant, is_scalar
+from .views import when
 
 __all__ = [
     "active_mask", "block_reduce", "block_scan", "lane_id", "shuffle", "shuffle_down",
@@ -479,10 +480,9 @@ class _Block:
 
     def __init__(self):
         ops = implementation.ops()
-        idx = [ops.launch_index("thread_idx", d) for d in "xyz"]
         dim = [ops.launch_index("block_dim", d) for d in "xyz"]
         warp = _warp()
-        self.linear = idx[0] + dim[0] * (idx[1] + dim[1] * idx[2])
+        self.linear = ops.block_thread_index()
         self.threads = dim[0] * dim[1] * dim[2]
         self.warp = self.linear // warp
         self.lane = Value(_lane(), dt.Int32)
@@ -494,22 +494,16 @@ class _Block:
         return implementation.ops().minimum(self.threads - self.warp * _warp(), _warp()) - 1
 
 
-def _when(cond: Value, body: Callable[[], object]) -> None:
-    """``if cond: body()`` for a per-thread ``cond`` (``body`` emits the branch)."""
-    branch = scf.IfOp(cond.v)
-    with ir.InsertionPoint(branch.then_block):
-        body()
-        scf.YieldOp([])
-
-
 def _store_if(cond: Value, smem: TensorValue, index, value: Value) -> None:
     """``if cond: smem[index] = value``."""
-    _when(cond, lambda: smem.__setitem__(index, value))
+    with when(cond):
+        smem[index] = value
 
 
 def _over_warp_totals(blk: _Block, smem: TensorValue, body: Callable[[Value], None]) -> None:
     """Run ``body(total of warp lane)`` in lanes 0 .. warps-1 of warp 0."""
-    _when((blk.warp == 0) & (blk.lane < blk.warps), lambda: body(smem[blk.lane]))
+    with when((blk.warp == 0) & (blk.lane < blk.warps)):
+        body(smem[blk.lane])
 
 
 def block_reduce(value, op="sum") -> Value:
@@ -568,7 +562,8 @@ def _count_block(pred: ir.Value) -> tuple[Value, _Block]:
     ops.barrier()
     ballot = _ballot_raw(pred)
     in_warp = cast(Value(llvm.intr_ctpop(ballot), _mask_dtype()), dt.Int32)
-    _when(blk.lane == 0, lambda: ops.atomic_add(count, 0, in_warp))
+    with when(blk.lane == 0):
+        ops.atomic_add(count, 0, in_warp)
     ops.barrier()
     return count[0], blk
 
