@@ -4,6 +4,7 @@ Layout under ``FLYDSL_CACHE_DIR`` (default ``~/.cache/flydsl``)::
 
     entries/<k[:2]>/<key>.fdc      one file per compiled specialization
     manifests/<b[:2]>/<base>.fdm   per base key: what earlier traces read
+    records/<kind>/<k[:2]>/<key>.fdr  small named records (autotune winners)
     locks/<base>.lock              while a process compiles: N processes compile once
 
 A file is ``MAGIC | u64 meta length | meta JSON | blobs | sha256`` where the digest
@@ -39,7 +40,8 @@ MAGIC = b"FLYDSLC2"
 SUFFIX = ".fdc"
 MANIFEST_SUFFIX = ".fdm"
 #: Subfolders flydsl owns (``cache clear`` empties them, ``cache info`` counts them).
-SUBDIRS = ("entries", "manifests", "locks", "generated", "runtime")
+SUBDIRS = ("entries", "manifests", "records", "locks", "generated", "runtime")
+RECORD_SUFFIX = ".fdr"
 #: Base keys keep the dependency sets of this many recent variants.
 MAX_VARIANTS = 16
 _HEADER = struct.Struct("<Q")
@@ -254,9 +256,13 @@ class DiskCache:
         return entry
 
     def put(self, key: str, entry: CacheEntry) -> None:
+        self.put_raw(key, entry.encode(key))
+
+    def put_raw(self, key: str, data: bytes) -> None:
+        """Store an encoded entry (``CacheEntry.encode(key)``, already verified)."""
         if not self.usable():
             return
-        if self._write(self._entry_path(key), entry.encode(key)):
+        if self._write(self._entry_path(key), data):
             stats["writes"] += 1
             limit = max_bytes()
             if limit is not None:
@@ -284,6 +290,23 @@ class DiskCache:
         variants = [variant] + variants[:MAX_VARIANTS - 1]
         self._write(self._manifest_path(base),
                     CacheEntry({"variants": variants}, {}).encode(base))
+
+    # -- records ------------------------------------------------------------------
+    def _record_path(self, kind: str, key: str) -> str:
+        return os.path.join(self.dir, "records", kind, key[:2], key + RECORD_SUFFIX)
+
+    def get_record(self, kind: str, key: str) -> Optional[dict]:
+        """The record ``kind``/``key`` (a JSON dict), or None; verified like an entry."""
+        if not self.usable():
+            return None
+        found = self._read(self._record_path(kind, key), f"{kind}:{key}")
+        return found.meta if found is not None else None
+
+    def put_record(self, kind: str, key: str, record: dict) -> bool:
+        if not self.usable():
+            return False
+        return self._write(self._record_path(kind, key),
+                           CacheEntry(dict(record), {}).encode(f"{kind}:{key}"))
 
     # -- locks -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -403,7 +426,7 @@ class DiskCache:
         write in progress)."""
         removed = 0
         now = time.time()
-        for sub in ("entries", "manifests", "generated"):
+        for sub in ("entries", "manifests", "records", "generated"):
             for path, _, mtime in self._files(sub):
                 name = os.path.basename(path)
                 if not name.startswith(".tmp-"):
