@@ -9,6 +9,7 @@ from .errors import (
     LaunchError,
 )
 from .compiler.backends import get_backend, list_backends, register_backend
+from .compiler.bundle import load_bundle
 from .jit import CompiledProgram, compile, jit
 from .kernel import KernelFunction, kernel
 from .runtime.debug_checks import DeviceAssertError, OutOfBoundsError
@@ -24,6 +25,6 @@ _compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, compile
 __all__ = [
     "CompilationError", "CompiledProgram", "DSLError", "DeviceAssertError", "FlydslError", "FlydslRuntimeError",
     "InvalidBackend", "InvalidDriver", "KernelFunction", "LaunchError", "OutOfBoundsError",
-    "compile", "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers",
+    "compile", "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers", "load_bundle",
     "register_backend", "register_driver", "synchronize", "__version__",
 ]

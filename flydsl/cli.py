@@ -44,23 +44,36 @@ def _parser() -> argparse.ArgumentParser:
                                    "function) and write one stage to OUT.")
     c.add_argument("target", metavar="FILE.py::NAME")
     c.add_argument("--backend", default=None, help="cpu, cuda, rocm, ... (default: auto)")
-    c.add_argument("--arch", default=None, help="sm_90, gfx942, ... (default: resolved)")
+    c.add_argument("--arch", action="append", default=None,
+                   help="sm_90, gfx942, ... (default: resolved); repeat it for a bundle")
     c.add_argument("--emit", default="asm", choices=_EMIT,
                    help="stage to write (asm = the backend's assembly)")
-    c.add_argument("--signature", default=None,
+    c.add_argument("--signature", action="append", default=None,
                    help="arguments in parameter order, comma separated: a tensor as DTYPE[RANK] "
                         "(f32[1], bf16[2]), a scalar as a dtype (i32, f32), a constexpr as "
-                        "=VALUE (=256, ='mode'); e.g. 'f32[1],f32[1],f32[1],i32'")
-    c.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+                        "=VALUE (=256, ='mode'); e.g. 'f32[1],f32[1],f32[1],i32'; repeat it "
+                        "for a bundle")
+    c.add_argument("--configs", default=None,
+                   help="keyword arguments to compile with, as a Python list of dicts, one "
+                        "compile each: \"[{'BLOCK': 128}, {'BLOCK': 256}]\"")
+    c.add_argument("--bundle", default=None, metavar="PATH",
+                   help="write every kernel compiled (each signature x config x arch) to a "
+                        "bundle: a folder, or an archive if PATH ends in .tar, .tar.gz or "
+                        ".tgz; load it with FLYDSL_CACHE_BUNDLE=PATH or flydsl.load_bundle")
+    c.add_argument("-o", "--output", default=None,
+                   help="output file (default: stdout, or nothing with --bundle)")
     c.set_defaults(func=_cmd_compile)
 
     k = sub.add_parser("cache", help="inspect or clean the compile cache")
     ksub = k.add_subparsers(title="cache commands")
     for name, helptext in (("info", "directory, entries and bytes"),
-                           ("list", "one line per entry"),
-                           ("clear", "remove every entry"),
+                           ("list", "one line per entry (and per shared-store entry)"),
+                           ("clear", "remove every entry, here and in the shared store"),
                            ("prune", "drop stale temp files and evict down to the size cap")):
         sp = ksub.add_parser(name, help=helptext)
+        if name == "clear":
+            sp.add_argument("--local", action="store_true",
+                            help="leave the shared store (FLYDSL_CACHE_STORE) alone")
         if name == "prune":
             sp.add_argument("--max-bytes", type=int, default=None,
                             help="size to evict down to (default: FLYDSL_CACHE_MAX_BYTES)")
@@ -158,24 +171,61 @@ def _stand_in(dtype: str, rank: int):
 def _cmd_compile(args) -> int:
     import flydsl
     fn = _load_target(args.target)
-    if args.signature is None:
+    if not args.signature:
         raise ValueError("--signature is needed to know the argument dtypes and ranks "
                          "(e.g. --signature 'f32[1],f32[1],f32[1],i32')")
-    call_args = parse_signature(args.signature)
-    prog = flydsl.compile(fn, *call_args, backend=args.backend, arch=args.arch)
-    if not prog.kernels:
-        raise ValueError(f"{args.target} launched no kernel")
-    stage = args.emit
+    configs = _parse_configs(args.configs)
+    arches = args.arch or [None]
+    if args.bundle is None and (len(args.signature) > 1 or len(configs) > 1 or len(arches) > 1):
+        raise ValueError("several --signature, --configs or --arch values make a bundle: "
+                         "add --bundle PATH")
+    progs = [flydsl.compile(fn, *parse_signature(sig), backend=args.backend, arch=arch,
+                            **config)
+             for sig in args.signature for config in configs for arch in arches]
+    for prog in progs:
+        if not prog.kernels:
+            raise ValueError(f"{args.target} launched no kernel")
+    if args.bundle is not None:
+        _write_bundle(args.bundle, [k for prog in progs for k in prog.kernels])
+    if args.output is not None or args.bundle is None:
+        _write(args.output or "-", _stage(progs[0], args.emit))
+    return 0
+
+
+def _parse_configs(text: Optional[str]) -> list:
+    if text is None:
+        return [{}]
+    try:
+        configs = ast.literal_eval(text)
+    except (ValueError, SyntaxError) as e:
+        raise ValueError(f"--configs {text!r} is not a Python list of dicts ({e})") from None
+    if isinstance(configs, dict):
+        configs = [configs]
+    if not isinstance(configs, list) or not configs or not all(
+            isinstance(c, dict) and all(isinstance(k, str) for k in c) for c in configs):
+        raise ValueError(f"--configs {text!r}: expected a list of dicts with names as keys, "
+                         "e.g. \"[{'BLOCK': 128}, {'BLOCK': 256}]\"")
+    return configs
+
+
+def _stage(prog, stage: str):
     asm = prog.asm
     if stage == "asm":
-        data = prog.backend.assembly(asm)
-    elif stage not in asm:
+        return prog.backend.assembly(asm)
+    if stage not in asm:
         raise KeyError(f"the {prog.backend.name} backend produced no {stage!r} stage; "
                        f"available: {', '.join(asm)}")
-    else:
-        data = asm[stage]
-    _write(args.output, data)
-    return 0
+    return asm[stage]
+
+
+def _write_bundle(dest: str, kernels: list) -> None:
+    from .compiler.bundle import write_bundle
+    memory_only = sorted({k.kernel_name for k in kernels if not k.cache_key})
+    if memory_only:
+        raise ValueError(f"cannot bundle kernel(s) {', '.join(memory_only)}: they are cached "
+                         "in memory only (see the warning above, or FLYDSL_CACHE_DISABLE)")
+    count = write_bundle(dest, _store(), [(k.base_key, k.cache_key) for k in kernels])
+    print(f"wrote {count} kernel(s) to the bundle {dest}", file=sys.stderr)
 
 
 def _write(path: str, data) -> None:
@@ -196,6 +246,15 @@ def _store():
     return DiskCache()
 
 
+def _remote():
+    from .compiler.remote import active_tier, store_spec
+    tier = active_tier()
+    if tier is None and store_spec():
+        raise OSError(f"the cache store FLYDSL_CACHE_STORE={store_spec()} cannot be used "
+                      "(see the warning above)")
+    return tier
+
+
 def _cmd_cache_info(args) -> int:
     from .compiler.cache import enabled, max_bytes
     store = _store()
@@ -204,9 +263,14 @@ def _cmd_cache_info(args) -> int:
     print(f"enabled:   {'yes' if enabled() else 'no (FLYDSL_CACHE_DISABLE)'}")
     print(f"entries:   {len(entries)}")
     print(f"bytes:     {store.total_bytes()} (entries {sum(size for _, size, _ in entries)}; "
-          "with manifests, generated sources and leftovers)")
+          "with manifests, records, generated sources and leftovers)")
     cap = max_bytes()
     print(f"max bytes: {cap if cap is not None else 'unlimited'}")
+    remote = _remote()
+    if remote is not None:
+        info = remote.info()
+        print(f"store:     {remote.description}: {info['entries']} entries, "
+              f"{info['records']} records, {info['bytes']} bytes")
     return 0
 
 
@@ -216,18 +280,32 @@ def _cmd_cache_list(args) -> int:
     for path, size, mtime in _store().entries():
         try:
             with open(path, "rb") as f:
-                meta = CacheEntry.decode(f.read()).meta
-            what = f"{meta.get('kernel')} {meta.get('backend')}/{meta.get('target', ['', '?'])[1]}"
+                what = _describe(CacheEntry.decode(f.read()).meta)
         except Exception:  # noqa: BLE001
             what = "(corrupt)"
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime))
         print(f"{os.path.basename(path)[:16]}  {size:>9}  {stamp}  {what}")
+    remote = _remote()
+    if remote is not None:
+        for name in remote.entry_names():
+            key = name.partition(":")[2]
+            found = remote.get_entry(key)
+            what = _describe(found[0].meta) if found is not None else "(rejected)"
+            size = len(found[1]) if found is not None else 0
+            print(f"{key[:16]}  {size:>9}  {'(store)':>16}  {what}")
     return 0
+
+
+def _describe(meta: dict) -> str:
+    return f"{meta.get('kernel')} {meta.get('backend')}/{meta.get('target', ['', '?'])[1]}"
 
 
 def _cmd_cache_clear(args) -> int:
     store = _store()
     print(f"removed {store.clear()} entries; {store.total_bytes()} bytes left")
+    remote = _remote() if not args.local else None
+    if remote is not None:
+        print(f"removed {remote.clear()} entries from {remote.description}")
     return 0
 
 

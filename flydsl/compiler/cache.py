@@ -98,6 +98,24 @@ class CacheEntry:
         return cls(meta, blobs)
 
 
+def entry_relpath(key: str) -> str:
+    """Where the entry ``key`` lives, relative to a cache folder (or a bundle)."""
+    return os.path.join("entries", key[:2], key + SUFFIX)
+
+
+def manifest_relpath(base: str) -> str:
+    return os.path.join("manifests", base[:2], base + MANIFEST_SUFFIX)
+
+
+def record_relpath(kind: str, key: str) -> str:
+    return os.path.join("records", kind, key[:2], key + RECORD_SUFFIX)
+
+
+def record_binding(kind: str, key: str) -> str:
+    """The key a record file is bound to (checked on read)."""
+    return f"{kind}:{key}"
+
+
 def enabled() -> bool:
     return not env_flag("FLYDSL_CACHE_DISABLE")
 
@@ -158,10 +176,10 @@ class DiskCache:
 
     # -- paths and trust ---------------------------------------------------------
     def _entry_path(self, key: str) -> str:
-        return os.path.join(self.dir, "entries", key[:2], key + SUFFIX)
+        return os.path.join(self.dir, entry_relpath(key))
 
     def _manifest_path(self, base: str) -> str:
-        return os.path.join(self.dir, "manifests", base[:2], base + MANIFEST_SUFFIX)
+        return os.path.join(self.dir, manifest_relpath(base))
 
     def usable(self) -> bool:
         """Whether this directory may be used (checked once per process)."""
@@ -293,20 +311,20 @@ class DiskCache:
 
     # -- records ------------------------------------------------------------------
     def _record_path(self, kind: str, key: str) -> str:
-        return os.path.join(self.dir, "records", kind, key[:2], key + RECORD_SUFFIX)
+        return os.path.join(self.dir, record_relpath(kind, key))
 
     def get_record(self, kind: str, key: str) -> Optional[dict]:
         """The record ``kind``/``key`` (a JSON dict), or None; verified like an entry."""
         if not self.usable():
             return None
-        found = self._read(self._record_path(kind, key), f"{kind}:{key}")
+        found = self._read(self._record_path(kind, key), record_binding(kind, key))
         return found.meta if found is not None else None
 
     def put_record(self, kind: str, key: str, record: dict) -> bool:
         if not self.usable():
             return False
         return self._write(self._record_path(kind, key),
-                           CacheEntry(dict(record), {}).encode(f"{kind}:{key}"))
+                           CacheEntry(dict(record), {}).encode(record_binding(kind, key)))
 
     # -- locks -------------------------------------------------------------------
     @contextlib.contextmanager

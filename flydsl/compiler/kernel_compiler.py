@@ -9,6 +9,7 @@ import threading
 from typing import Optional
 
 from . import cache as disk_cache
+from .store import active_store
 from .target import GPUTarget
 from .dependencies import resolve_hashes
 from .fingerprint import base_key, entry_key
@@ -23,8 +24,8 @@ class CompiledKernel:
 
     def __init__(self, *, kernel_name: str, name: str, specs: tuple, asm: dict,
                  binary_stage: str, backend_name: str, driver: str, target: GPUTarget,
-                 shared_bytes: int, cache_key: str = "", from_cache: bool = False,
-                 written: tuple = ()):
+                 shared_bytes: int, cache_key: str = "", base_key: str = "",
+                 from_cache: bool = False, written: tuple = ()):
         self.kernel_name = kernel_name
         self.name = name
         self.specs = specs
@@ -35,6 +36,9 @@ class CompiledKernel:
         self.target = target
         self.shared_bytes = shared_bytes
         self.cache_key = cache_key
+        #: The key before what the trace read (its manifest): with ``cache_key``, what a
+        #: bundle needs to ship this kernel.
+        self.base_key = base_key
         self.from_cache = from_cache
         #: Tensor parameters the kernel may write: read-only arguments are refused there.
         self.written = tuple(written)
@@ -63,7 +67,8 @@ class CompiledKernel:
         return disk_cache.CacheEntry(meta, blobs)
 
     @classmethod
-    def from_entry(cls, entry: disk_cache.CacheEntry, specs: tuple, key: str) -> "CompiledKernel":
+    def from_entry(cls, entry: disk_cache.CacheEntry, specs: tuple, key: str,
+                   base: str = "") -> "CompiledKernel":
         m = entry.meta
         if m.get("version") != ENTRY_VERSION:
             raise ValueError("cache entry version mismatch")
@@ -72,13 +77,15 @@ class CompiledKernel:
         return cls(kernel_name=m["kernel"], name=m["name"], specs=specs, asm=asm,
                    binary_stage=m["binary_stage"], backend_name=m["backend"],
                    driver=m["driver"], target=GPUTarget(*m["target"]),
-                   shared_bytes=m["shared_bytes"], cache_key=key, from_cache=True,
+                   shared_bytes=m["shared_bytes"], cache_key=key, base_key=base,
+                   from_cache=True,
                    written=tuple(m["written"]))
 
 
 def compile_specialization(fn, name: str, specs: tuple, backend, options) -> CompiledKernel:
-    """Disk cache hit, or trace + compile (once across processes) and store: the
-    kernel ``name`` whose body is the Python function ``fn``.
+    """Cache hit, or trace + compile (once across processes and, with a shared store,
+    across machines) and store: the kernel ``name`` whose body is the Python function
+    ``fn``.
 
     The full key needs what the trace reads (:mod:`.dependencies`): a lookup tries
     the dependency sets earlier traces of this base key recorded, resolved against
@@ -86,7 +93,7 @@ def compile_specialization(fn, name: str, specs: tuple, backend, options) -> Com
     """
     if not disk_cache.enabled():
         return _compile(fn, name, specs, backend, options)
-    store = disk_cache.DiskCache()
+    store = active_store()
     if not store.usable():
         return _compile(fn, name, specs, backend, options)
     base = base_key(fn, specs, backend, options)
@@ -102,33 +109,41 @@ def compile_specialization(fn, name: str, specs: tuple, backend, options) -> Com
         deps = traced.dependencies
         if deps.problems:
             _warn_memory_only(name, deps.problems)
-            return _build(name, traced, specs, backend, options, "")
+            return _build(name, traced, specs, backend, options, "", base)
         key = entry_key(base, deps.variant, deps.hashes)
-        hit = _load(store, key, specs)   # compiled before, but the manifest lost it
+        hit = _load(store, key, specs, base)   # compiled before, but the manifest lost it
         if hit is None:
-            hit = _build(name, traced, specs, backend, options, key)
+            hit = _build(name, traced, specs, backend, options, key, base)
             store.put(key, hit.to_entry())
         store.add_variant(base, deps.variant)
         return hit
 
 
 def _lookup(store, base: str, fn, constexprs: dict, specs: tuple) -> Optional[CompiledKernel]:
-    for variant in store.variants(base):
+    unusable: set = set()    # keys whose entry failed to load (a bundle's cannot be removed)
+
+    def key_for(variant):
         hashes = resolve_hashes(fn, constexprs, variant)
-        if hashes is None:
-            continue
-        hit = _load(store, entry_key(base, variant, hashes), specs)
+        key = entry_key(base, variant, hashes) if hashes is not None else None
+        return key if key not in unusable else None
+    while True:
+        found = store.find(base, key_for)
+        if found is None:
+            return None
+        hit = _from_entry(store, found[1], specs, found[0], base)
         if hit is not None:
             return hit
-    return None
+        unusable.add(found[0])
 
 
-def _load(store, key: str, specs: tuple) -> Optional[CompiledKernel]:
+def _load(store, key: str, specs: tuple, base: str) -> Optional[CompiledKernel]:
     entry = store.get(key)
-    if entry is None:
-        return None
+    return _from_entry(store, entry, specs, key, base) if entry is not None else None
+
+
+def _from_entry(store, entry, specs: tuple, key: str, base: str) -> Optional[CompiledKernel]:
     try:
-        return CompiledKernel.from_entry(entry, specs, key)
+        return CompiledKernel.from_entry(entry, specs, key, base)
     except Exception as e:  # noqa: BLE001 - a well-formed file with bad contents: rebuild
         store.remove(key, f"has unusable contents ({type(e).__name__}: {e})")
         return None
@@ -160,10 +175,11 @@ def _trace(fn, name: str, specs: tuple, backend, options):
 
 def _compile(fn, name: str, specs: tuple, backend, options) -> CompiledKernel:
     traced = _trace(fn, name, specs, backend, options)
-    return _build(name, traced, specs, backend, options, "")
+    return _build(name, traced, specs, backend, options, "", "")
 
 
-def _build(name: str, traced, specs: tuple, backend, options, key: str) -> CompiledKernel:
+def _build(name: str, traced, specs: tuple, backend, options, key: str,
+           base: str) -> CompiledKernel:
     from .mlir_compiler import MlirCompiler
     disk_cache.stats["compiles"] += 1
     compiled_keys.append(key)
@@ -173,4 +189,4 @@ def _build(name: str, traced, specs: tuple, backend, options, key: str) -> Compi
                           asm=artifact.asm, binary_stage=artifact.binary_stage,
                           backend_name=backend.name, driver=backend.driver or backend.name,
                           target=backend.target, shared_bytes=traced.shared_bytes,
-                          cache_key=key, written=traced.written)
+                          cache_key=key, base_key=base, written=traced.written)

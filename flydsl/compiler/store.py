@@ -8,10 +8,11 @@ the remote store never fails or slows a launch (see :mod:`.remote`).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
-from . import cache as disk_cache
+from .bundle import active_bundles
 from .cache import CacheEntry, DiskCache
+from .remote import active_tier
 
 
 class CacheStore:
@@ -54,13 +55,26 @@ class CacheStore:
         if self.remote is not None:
             self.remote.remove_entry(key)
 
-    def variants(self, base: str) -> list:
-        found = list(self.local.variants(base))
-        for bundle in self.bundles:
-            found += [v for v in bundle.variants(base) if v not in found]
+    def find(self, base: str, key_for: Callable[[list], Optional[str]]) -> Optional[tuple]:
+        """``(key, entry)`` of a stored compile of ``base``: for each dependency set
+        recorded under ``base`` (local manifests first, then bundles, then the remote
+        store), ``key_for(variant)`` gives the full key (None: not resolvable here)."""
+        tried: list = []
+        sources = [self.local.variants, *(b.variants for b in self.bundles)]
         if self.remote is not None:
-            found += [v for v in self.remote.variants(base) if v not in found]
-        return found
+            sources.append(self.remote.variants)
+        for source, variants in enumerate(sources):
+            for variant in variants(base):
+                if variant in tried:
+                    continue
+                tried.append(variant)
+                key = key_for(variant)
+                entry = self.get(key) if key is not None else None
+                if entry is not None:
+                    if source == len(sources) - 1 and self.remote is not None:
+                        self.local.add_variant(base, variant)   # next time: a local hit
+                    return key, entry
+        return None
 
     def add_variant(self, base: str, variant: list) -> None:
         self.local.add_variant(base, variant)
@@ -68,14 +82,14 @@ class CacheStore:
             self.remote.add_variant(base, variant)
 
     @contextlib.contextmanager
-    def lock(self, base: str, what: str, ready=None) -> Iterator[bool]:
-        """The local lock, then the remote one (while another machine compiles
-        ``base``, wait until ``ready()`` finds its result or the lock is released)."""
+    def lock(self, base: str, what: str) -> Iterator[bool]:
+        """The local compile lock on ``base``, then the remote one (waiting while
+        another machine compiles it: its result is in the store when it lets go)."""
         with self.local.lock(base, what) as held:
             if self.remote is None:
                 yield held
                 return
-            with self.remote.lock(base, what, ready) as remote_held:
+            with self.remote.lock(base, what) as remote_held:
                 yield held and remote_held
 
     # -- records (autotune winners) ---------------------------------------------------
@@ -103,8 +117,7 @@ class CacheStore:
 
 
 def active_store() -> CacheStore:
-    """The store for the current environment (cache dir, bundles, remote store)."""
-    return CacheStore(DiskCache())
-
-
-__all__ = ["CacheStore", "active_store", "disk_cache"]
+    """The store for the current environment: ``FLYDSL_CACHE_DIR``, the bundles
+    (``FLYDSL_CACHE_BUNDLE``, :func:`~flydsl.compiler.bundle.load_bundle`) and
+    ``FLYDSL_CACHE_STORE``, read now (a changed variable takes effect at once)."""
+    return CacheStore(DiskCache(), active_bundles(), active_tier())

@@ -1,0 +1,130 @@
+"""Bundles of precompiled kernels: written by `flydsl compile --bundle`, read through
+FLYDSL_CACHE_BUNDLE or flydsl.load_bundle, with no compiler work at run time."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.compiler import bundle as bundles
+from flydsl.compiler import kernel_compiler
+from flydsl.compiler.cache import DiskCache
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "shared_cache_child.py")
+
+
+def cli(*args, env=None, ok=True):
+    p = subprocess.run([sys.executable, "-m", "flydsl.cli", *args], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, **(env or {})))
+    assert (p.returncode == 0) == ok, p.stderr
+    return p
+
+
+def make_bundle(stem, cache_dir, suffix=""):
+    """Two bundles: add_kernel, and scale_kernel with S = 2 and 3."""
+    env = {"FLYDSL_CACHE_DIR": str(cache_dir), "FLYDSL_COMPILE_BACKEND": "cpu"}
+    paths = [f"{stem}-add{suffix}", f"{stem}-scale{suffix}"]
+    cli("compile", f"{CHILD}::add_kernel", "--signature", "f32[1],f32[1],f32[1],i32",
+        "--bundle", paths[0], env=env)
+    p = cli("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
+            "--configs", "[{'S': 2}, {'S': 3}]", "--bundle", paths[1], env=env)
+    assert "wrote 2 kernel(s)" in p.stderr
+    return paths
+
+
+def run_child(cache_dir, bundle_paths, *kernels):
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(cache_dir), FLYDSL_COMPILE_BACKEND="cpu",
+               FLYDSL_CACHE_BUNDLE=os.pathsep.join(bundle_paths))
+    p = subprocess.run([sys.executable, CHILD, *kernels], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("suffix", ["", ".tar.gz"])
+def test_a_process_with_a_bundle_compiles_nothing_and_never_imports_the_compiler(
+        tmp_path, suffix):
+    paths = make_bundle(tmp_path / "bundle", tmp_path / "build-cache", suffix)
+    if suffix:
+        assert all(os.path.isfile(p) for p in paths)
+    else:
+        assert os.path.isdir(os.path.join(paths[0], "entries"))
+    got = run_child(tmp_path / "empty-cache", paths, "add", "scale2", "scale3")
+    assert got["ok"] and got["compiled"] == []
+    assert not got["imported_mlir"] and not got["imported_llvmlite"]
+    assert got["warnings"] == []
+    # what the bundle lacks (scale4) is compiled as usual
+    more = run_child(tmp_path / "empty-cache2", paths, "scale4")
+    assert more["ok"] and len(more["compiled"]) == 1
+
+
+def test_a_corrupt_file_in_a_bundle_is_skipped_and_the_kernel_compiled(tmp_path):
+    paths = make_bundle(tmp_path / "bundle", tmp_path / "build-cache")
+    entries = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(paths[0], "entries"))
+               for f in fs]
+    assert len(entries) == 1
+    with open(entries[0], "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    got = run_child(tmp_path / "empty-cache", paths, "add")
+    assert got["ok"] and len(got["compiled"]) == 1
+    assert any("is corrupt" in w for w in got["warnings"])
+
+
+@flydsl.kernel
+def offset_kernel(a: fx.Tensor, c: fx.Tensor, n: fx.Int32, D: fx.Constexpr[int]):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        c[i] = a[i] + D
+
+
+def test_load_bundle_in_process(tmp_path, monkeypatch):
+    d = time.time_ns() % 100000 + 7
+    a = np.arange(64, dtype=np.float32)
+    c = np.zeros_like(a)
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "build"))
+    prog = flydsl.compile(offset_kernel, a, c, 64, d)
+    k = prog.kernels[0]
+    assert k.cache_key and k.base_key
+    count = bundles.write_bundle(str(tmp_path / "b.tar"), DiskCache(), [(k.base_key, k.cache_key)])
+    assert count == 1
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(bundles, "_loaded", [])
+    offset_kernel.cache_clear()
+    loaded = flydsl.load_bundle(str(tmp_path / "b.tar"))
+    assert loaded.get(k.cache_key) is not None
+    before = len(kernel_compiler.compiled_keys)
+    offset_kernel[1, 64](a, c, 64, d)
+    assert np.array_equal(c, a + d)
+    assert len(kernel_compiler.compiled_keys) == before
+
+
+def test_bundle_errors(tmp_path):
+    with pytest.raises(ValueError, match="neither a folder nor a tar archive"):
+        flydsl.load_bundle(str(tmp_path / "missing"))
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "notes.txt").write_text("keep")
+    p = cli("compile", f"{CHILD}::add_kernel", "--signature", "f32[1],f32[1],f32[1],i32",
+            "--bundle", str(tmp_path / "precious"), ok=False)
+    assert "not a bundle folder" in p.stderr
+    assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
+    p = cli("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
+            "--configs", "[{'S': 2}, {'S': 3}]", ok=False)
+    assert "add --bundle PATH" in p.stderr
+    p = cli("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
+            "--configs", "S=2", ok=False)
+    assert "list of dicts" in p.stderr
+    with pytest.warns(RuntimeWarning, match="cannot be read"):
+        os.environ["FLYDSL_CACHE_BUNDLE"] = str(tmp_path / "nope")
+        try:
+            assert all(b.path != str(tmp_path / "nope") for b in bundles.active_bundles())
+        finally:
+            del os.environ["FLYDSL_CACHE_BUNDLE"]
