@@ -1,8 +1,25 @@
-"""Timing helpers shared by the benchmarks."""
+"""Timing helpers shared by the benchmarks.
+
+Kernel and operator timings go through :func:`bench_ms`, i.e.
+``flydsl.testing.do_bench`` (device events and an L2 flush on a GPU, the host clock
+on the CPU). The loop timers below measure host-side costs (launch overhead,
+compile time, whole numpy calls) where per-call events or flushes do not fit.
+"""
 from __future__ import annotations
 
+import statistics
 import time
-from typing import Callable
+from typing import Callable, Optional
+
+from flydsl.testing import do_bench
+
+
+def bench_ms(fn: Callable[[], object], *, warmup: float = 25, rep: float = 100,
+             flush: bool = True, backend: Optional[str] = None) -> tuple[float, float]:
+    """(min, median) milliseconds of one ``fn()`` call, from
+    ``do_bench(fn, warmup, rep, return_mode="all", flush=..., backend=...)``."""
+    times = do_bench(fn, warmup, rep, return_mode="all", flush=flush, backend=backend)
+    return min(times), statistics.median(times)
 
 
 def best_time(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> float:

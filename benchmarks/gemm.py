@@ -11,46 +11,34 @@
   ``torch.matmul`` (cuBLAS / hipBLASLt), and GB/s of the 128-bit vector add against a
   device-to-device copy (target: >= 70% and >= 90%).
 
-Times are min and median of >= 7 runs.
+Times are the min and median of ``flydsl.testing.do_bench``'s timed calls (through
+``common.bench_ms``): on the GPU, device events with the L2 flushed before each call;
+on the CPU, the host clock with warm caches (the operands fit in them anyway).
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "layout"))
 sys.path.insert(0, HERE)
 
-from common import print_table  # noqa: E402
+from common import bench_ms, print_table  # noqa: E402
 
 GEMM_VS_TORCH_TARGET = 0.70
 VADD_VS_COPY_TARGET = 0.90
-
-
-def timed(fn, repeat: int, sync=lambda: None) -> tuple:
-    """(min, median) seconds of ``fn()`` over ``repeat`` runs after one warm-up."""
-    fn()
-    sync()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return min(times), statistics.median(times)
 
 
 def cpu_rows(quick: bool) -> list:
     import torch
     from layout_gemm import gemm
     rows = []
+    rep = 50 if quick else 300     # ms of timed calls per row (at least one call)
     sizes = [(256, 256, 256)] if quick else [(256, 256, 256), (512, 512, 512), (300, 200, 136)]
     for M, N, K in sizes:
         A, B = torch.randn(M, K, dtype=torch.float16), torch.randn(N, K, dtype=torch.float16)
@@ -61,10 +49,11 @@ def cpu_rows(quick: bool) -> list:
             C = torch.zeros(M, N)
             gemm(A, B, C, atom=atom)
             err = (C - ref).abs().max().item()
-            lo, med = timed(lambda: gemm(A, B, C, atom=atom), 3 if quick else 7)
-            t_lo, t_med = timed(lambda: torch.matmul(Af, Bt), 7)
-            rows.append([f"{M}x{N}x{K}", atom, f"{err:.1e}", f"{flop / lo / 1e9:.2f}",
-                         f"{flop / med / 1e9:.2f}", f"{flop / t_lo / 1e9:.1f}",
+            lo, med = bench_ms(lambda: gemm(A, B, C, atom=atom), warmup=10, rep=rep,
+                               flush=False)
+            t_lo, _ = bench_ms(lambda: torch.matmul(Af, Bt), warmup=10, rep=rep, flush=False)
+            rows.append([f"{M}x{N}x{K}", atom, f"{err:.1e}", f"{flop / lo / 1e6:.2f}",
+                         f"{flop / med / 1e6:.2f}", f"{flop / t_lo / 1e6:.1f}",
                          f"{lo / t_lo:.1f}x"])
     return rows
 
@@ -103,26 +92,26 @@ def register_rows() -> list:
 def gpu_rows(torch) -> list:
     from layout_gemm import gemm
     from vector_add_2d import vector_add
-    sync = torch.cuda.synchronize
     n = 4096
     A = torch.randn(n, n, dtype=torch.float16, device="cuda")
     B = torch.randn(n, n, dtype=torch.float16, device="cuda")
     C = torch.empty(n, n, dtype=torch.float32, device="cuda")
-    lo, med = timed(lambda: gemm(A, B, C), 10, sync)
-    t_lo, t_med = timed(lambda: torch.matmul(A, B.T, out_dtype=torch.float32)
-                        if "out_dtype" in torch.matmul.__doc__ else torch.matmul(A, B.T), 10, sync)
+    # Device times (ms) from events on the default stream, where torch launches too.
+    lo, med = bench_ms(lambda: gemm(A, B, C))
+    t_lo, _ = bench_ms(lambda: torch.matmul(A, B.T, out_dtype=torch.float32)
+                       if "out_dtype" in torch.matmul.__doc__ else torch.matmul(A, B.T))
     flop = 2 * n ** 3
-    rows = [["gemm 4096^3 fp16 TFLOP/s", f"{flop / lo / 1e12:.1f}", f"{flop / med / 1e12:.1f}",
-             f"{flop / t_lo / 1e12:.1f}", f"{t_lo / lo:.2f}", GEMM_VS_TORCH_TARGET]]
+    rows = [["gemm 4096^3 fp16 TFLOP/s", f"{flop / lo / 1e9:.1f}", f"{flop / med / 1e9:.1f}",
+             f"{flop / t_lo / 1e9:.1f}", f"{t_lo / lo:.2f}", GEMM_VS_TORCH_TARGET]]
     M, N = 8192, 8192
     X = torch.randn(M, N, device="cuda")
     Y = torch.randn(M, N, device="cuda")
     Z = torch.empty(M, N, device="cuda")
-    lo, med = timed(lambda: vector_add(X, Y, Z), 20, sync)
-    c_lo, _ = timed(lambda: Z.copy_(X), 20, sync)
-    gbs = 3 * X.numel() * 4 / lo / 1e9
-    copy_gbs = 2 * X.numel() * 4 / c_lo / 1e9
-    rows.append(["vadd 128-bit GB/s", f"{gbs:.0f}", f"{3 * X.numel() * 4 / med / 1e9:.0f}",
+    lo, med = bench_ms(lambda: vector_add(X, Y, Z))
+    c_lo, _ = bench_ms(lambda: Z.copy_(X))
+    gbs = 3 * X.numel() * 4 / lo / 1e6
+    copy_gbs = 2 * X.numel() * 4 / c_lo / 1e6
+    rows.append(["vadd 128-bit GB/s", f"{gbs:.0f}", f"{3 * X.numel() * 4 / med / 1e6:.0f}",
                  f"{copy_gbs:.0f} (d2d copy)", f"{gbs / copy_gbs:.2f}", VADD_VS_COPY_TARGET])
     return rows
 

@@ -3,7 +3,8 @@
 ``libcuda.so.1`` and ``libamdhip64.so`` stubs implement the driver calls flydsl
 makes, with ``stub_device_count`` devices (sm_90 / the arch the caller sets), one
 context per device that modules and functions belong to, modules that accept any
-ELF image, and (CUDA) device pointers listed in ``stub_pointers``. The launch entry
+ELF image, (CUDA) device pointers listed in ``stub_pointers``, and timing events
+and a cache-flush allocation (see :data:`TIMING_STUB_SOURCE`). The launch entry
 point records its arguments (the first ``stub_nparams`` kernel parameters as 8-byte
 words, the dims, stream and ``extra``) and returns, or fails with
 ``stub_fail_launch`` when that is set. Loaded under their real names through
@@ -22,8 +23,58 @@ import shutil
 import subprocess
 from pathlib import Path
 
+#: C shared by both stubs: timing events and the cache-flush buffer. Events are
+#: handles 0x5000 + k whose state is checked (an elapsed time needs a recorded start
+#: and a synchronized end, as on the real drivers) and measure ``stub_event_ms``; a
+#: memset must target an allocation. ``stub_log`` gets one letter per call, in
+#: order: R record, S event synchronize, E elapsed time, M memset, Y device
+#: synchronize, F ``stub_mark()`` (for the caller's own code to mark itself).
+TIMING_STUB_SOURCE = r"""
+#include <stddef.h>
+#include <stdint.h>
+#define STUB_MAX_EVENTS 8192
+static unsigned char event_state[STUB_MAX_EVENTS];   /* 0 none, 1 created, 2 recorded, 3 done */
+static int nevents = 0;
+float stub_event_ms = 1.0f;
+int stub_event_records = 0, stub_events_live = 0, stub_memsets = 0, stub_allocs = 0;
+uint64_t stub_alloc_bytes = 0, stub_memset_words = 0;
+char stub_log[16384]; int stub_nlog = 0;
+static void stub_note(char c) {
+  if (stub_nlog < (int)sizeof stub_log - 1) stub_log[stub_nlog++] = c; }
+void stub_mark(void) { stub_note('F'); }
+static int event_index(void *e) {
+  long k = (long)((uintptr_t)e - 0x5000);
+  return k >= 0 && k < nevents && event_state[k] ? (int)k : -1; }
+static int stub_event_create(void **e) {
+  if (nevents >= STUB_MAX_EVENTS) return 2;
+  event_state[nevents] = 1; *e = (void *)(uintptr_t)(0x5000 + nevents++);
+  stub_events_live++; return 0; }
+static int stub_event_record(void *e) {
+  int k = event_index(e); if (k < 0) return 400;
+  event_state[k] = 2; stub_event_records++; stub_note('R'); return 0; }
+static int stub_event_synchronize(void *e) {
+  int k = event_index(e); if (k < 0) return 400;
+  if (event_state[k] == 2) event_state[k] = 3;
+  stub_note('S'); return 0; }
+static int stub_event_elapsed(float *ms, void *a, void *b) {
+  int i = event_index(a), j = event_index(b);
+  if (i < 0 || j < 0) return 400;
+  if (event_state[i] < 2 || event_state[j] < 3) return 600;   /* NOT_READY */
+  *ms = stub_event_ms; stub_note('E'); return 0; }
+static int stub_event_destroy(void *e) {
+  int k = event_index(e); if (k < 0) return 400;
+  event_state[k] = 0; stub_events_live--; return 0; }
+static int stub_alloc(uint64_t *p, uint64_t n) {
+  *p = 0x70000000ull + 0x100000000ull * stub_allocs++; stub_alloc_bytes = n; return 0; }
+static int stub_memset32(uint64_t p, uint64_t words) {
+  if (!stub_allocs || p < 0x70000000ull || (p - 0x70000000ull) % 0x100000000ull) return 1;
+  if (words * 4 > stub_alloc_bytes) return 1;
+  stub_memsets++; stub_memset_words = words; stub_note('M'); return 0; }
+"""
+
+
 #: C source of the CUDA stub; its globals (``stub_*``) are read and set with ctypes.
-CUDA_STUB_SOURCE = r"""
+CUDA_STUB_SOURCE = TIMING_STUB_SOURCE + r"""
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
@@ -69,8 +120,16 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   unsigned d[7] = {gx, gy, gz, bx, by, bz, smem}; memcpy(stub_dims, d, sizeof d);
   stub_stream = (uint64_t)(uintptr_t)stream; stub_extra = (uint64_t)(uintptr_t)extra;
   stub_launch_device = current_device(); stub_launches++; return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuCtxSynchronize(void) { stub_note('Y'); return 0; }
 CUresult cuStreamSynchronize(void *s) { return 0; }
+CUresult cuEventCreate(void **e, unsigned flags) { return current ? stub_event_create(e) : 201; }
+CUresult cuEventRecord(void *e, void *stream) { return current ? stub_event_record(e) : 201; }
+CUresult cuEventSynchronize(void *e) { return stub_event_synchronize(e); }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) { return stub_event_elapsed(ms, a, b); }
+CUresult cuEventDestroy(void *e) { return stub_event_destroy(e); }
+CUresult cuMemAlloc(uint64_t *p, size_t n) { return current ? stub_alloc(p, n) : 201; }
+CUresult cuMemsetD32Async(uint64_t p, unsigned v, size_t n, void *stream) {
+  return current ? stub_memset32(p, n) : 201; }
 CUresult cuGetErrorName(int e, const char **s) {
   *s = e == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "?"; return 0; }
 CUresult cuGetErrorString(int e, const char **s) { *s = "unspecified launch failure"; return 0; }
@@ -84,7 +143,7 @@ CUresult cuPointerGetAttribute(void *data, int a, uint64_t p) {
 #: C source of the HIP stub. ``gcnArchName``'s offset in ``hipDeviceProp_tR0600``
 #: depends on the headers hip-python was built with: the caller sets
 #: ``stub_arch_offset`` (see :func:`hip_arch_offset`).
-HIP_STUB_SOURCE = r"""
+HIP_STUB_SOURCE = TIMING_STUB_SOURCE + r"""
 #include <stdint.h>
 #include <string.h>
 typedef int hipError_t;
@@ -122,8 +181,17 @@ hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   unsigned d[7] = {gx, gy, gz, bx, by, bz, smem}; memcpy(stub_dims, d, sizeof d);
   stub_stream = (uint64_t)(uintptr_t)stream; stub_extra = (uint64_t)(uintptr_t)extra;
   stub_launch_device = current_device; stub_launches++; return 0; }
-hipError_t hipDeviceSynchronize(void) { return 0; }
+hipError_t hipDeviceSynchronize(void) { stub_note('Y'); return 0; }
 hipError_t hipStreamSynchronize(void *s) { return 0; }
+hipError_t hipEventCreate(void **e) { return stub_event_create(e); }
+hipError_t hipEventRecord(void *e, void *stream) { return stub_event_record(e); }
+hipError_t hipEventSynchronize(void *e) { return stub_event_synchronize(e); }
+hipError_t hipEventElapsedTime(float *ms, void *a, void *b) {
+  return stub_event_elapsed(ms, a, b); }
+hipError_t hipEventDestroy(void *e) { return stub_event_destroy(e); }
+hipError_t hipMalloc(uint64_t *p, size_t n) { return stub_alloc(p, n); }
+hipError_t hipMemsetD32Async(uint64_t p, int v, size_t n, void *stream) {
+  return stub_memset32(p, n); }
 const char *hipGetErrorName(hipError_t e) {
   return e == 719 ? "hipErrorLaunchFailure" : "hipErrorUnknown"; }
 const char *hipGetErrorString(hipError_t e) { return "unspecified launch failure"; }
@@ -171,5 +239,5 @@ def hip_arch_offset(hip) -> int:
     raise RuntimeError("gcnArchName not found in hipDeviceProp_t")
 
 
-__all__ = ["CUDA_STUB_SOURCE", "HIP_STUB_SOURCE", "build_stub_libamdhip64",
-           "build_stub_libcuda", "hip_arch_offset"]
+__all__ = ["CUDA_STUB_SOURCE", "HIP_STUB_SOURCE", "TIMING_STUB_SOURCE",
+           "build_stub_libamdhip64", "build_stub_libcuda", "hip_arch_offset"]

@@ -12,7 +12,12 @@ gives flydsl everything it needs to run kernels on its devices:
   kernels read (``device_types``) and which torch device type
   ``torch.compile(backend="flydsl")`` generates kernels for (``torch_device_type``);
 * **streams and synchronization**: a ``stream=`` argument as a raw handle, and
-  waiting for (and reporting errors of) asynchronous launches.
+  waiting for (and reporting errors of) asynchronous launches;
+* **timing** (what ``flydsl.testing.do_bench`` uses): device events
+  (:meth:`Driver.create_event`, :meth:`~Driver.record_event`,
+  :meth:`~Driver.event_elapsed_ms`, :meth:`~Driver.destroy_event`) and
+  :meth:`Driver.flush_cache`. The defaults mean "no device events, no device cache":
+  such a driver's launches are timed with a host clock.
 
 Also here, for every driver: :func:`driver_error` (a FlydslRuntimeError carrying
 the driver's code) and :data:`used_devices` (what ``flydsl.synchronize()`` waits
@@ -20,8 +25,9 @@ for).
 """
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Optional, Protocol, Sequence
 
 from ...errors import FlydslRuntimeError, LaunchError
 
@@ -93,6 +99,37 @@ class Driver(ABC):
 
     def synchronize_stream(self, handle: int) -> None:
         """Wait for the work queued on one stream; raise its first error."""
+
+    def on_device(self, index: int) -> ContextManager[None]:
+        """Run a block with device ``index`` current, restoring the previous one
+        (a single-device driver has nothing to switch)."""
+        return contextlib.nullcontext()
+
+    # -- timing (flydsl.testing.do_bench) ----------------------------------------
+    def create_event(self) -> Optional[object]:
+        """A timing event on the current device, or None when the driver has no
+        device events (its launches are then timed with a host clock). Release it
+        with :meth:`destroy_event`."""
+        return None
+
+    def record_event(self, event: object, stream: int = 0) -> None:
+        """Enqueue ``event`` on ``stream`` (a raw handle, 0 = the default stream): it
+        completes when the work queued before it has."""
+        raise FlydslRuntimeError(f"the {self.name} driver has no timing events")
+
+    def event_elapsed_ms(self, start: object, end: object) -> float:
+        """Milliseconds of device time between two recorded events; waits for ``end``
+        first (and so raises the first error of the work before it)."""
+        raise FlydslRuntimeError(f"the {self.name} driver has no timing events")
+
+    def destroy_event(self, event: object) -> None:
+        """Release an event from :meth:`create_event` (best effort)."""
+
+    def flush_cache(self, stream: int = 0) -> bool:
+        """Queue, on ``stream``, a write over a buffer larger than the current device's
+        caches, so the next launch starts cold; False when the driver has no device
+        cache of its own (host drivers: the caller flushes the host's)."""
+        return False
 
 
 #: (driver name, device index) pairs this process launched on: what

@@ -61,6 +61,7 @@ class CudaDriver(GpuDriver):
         return images
 
     def __init__(self, cu):
+        super().__init__()
         self.cu = cu
         try:
             result = cu.cuInit(0)
@@ -168,6 +169,27 @@ class CudaDriver(GpuDriver):
 
     def synchronize_stream(self, handle: int) -> None:
         self.check(self.cu.cuStreamSynchronize(handle), "cuStreamSynchronize")
+
+    # -- timing ----------------------------------------------------------------
+    def create_event(self) -> object:
+        # CU_EVENT_DEFAULT (0): timing enabled, blocking-sync off.
+        return self.check(self.cu.cuEventCreate(0), "cuEventCreate")
+
+    def record_event(self, event: object, stream: int = 0) -> None:
+        self.check(self.cu.cuEventRecord(event, stream), "cuEventRecord")
+
+    def event_elapsed_ms(self, start: object, end: object) -> float:
+        self.check(self.cu.cuEventSynchronize(end), "cuEventSynchronize")
+        return float(self.check(self.cu.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+
+    def destroy_event(self, event: object) -> None:
+        self.cu.cuEventDestroy(event)   # best effort: only releases the handle
+
+    def mem_alloc(self, nbytes: int) -> object:
+        return self.check(self.cu.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})")
+
+    def memset_d32_async(self, ptr: object, value: int, count: int, stream: int) -> None:
+        self.check(self.cu.cuMemsetD32Async(ptr, value, count, stream), "cuMemsetD32Async")
 
 
 def _handle(obj) -> int:

@@ -1,10 +1,11 @@
 """The GPU driver API: what the CUDA and HIP drivers share.
 
 :class:`GpuDriver` is a :class:`~.base.Driver` written against a small binding
-interface (devices, contexts, modules, launches, synchronization; every call's
-return code checked); :mod:`.cuda` and :mod:`.hip` implement it over cuda-python
-and hip-python, and :class:`~.gpu_launcher.GpuLauncher` launches through it. Also
-here: the helpers binding modules need.
+interface (devices, contexts, modules, launches, synchronization, timing events
+and the cache-flush buffer; every call's return code checked); :mod:`.cuda` and
+:mod:`.hip` implement it over cuda-python and hip-python, and
+:class:`~.gpu_launcher.GpuLauncher` launches through it. Also here: the helpers
+binding modules need.
 """
 from __future__ import annotations
 
@@ -86,6 +87,13 @@ class GpuDriver(Driver):
     #: context" (INVALID_CONTEXT, INVALID_HANDLE, CONTEXT_IS_DESTROYED; HIP uses the
     #: same numbers): the launch is retried with the device selected.
     context_errors: frozenset = frozenset({201, 400, 709})
+    #: Bytes :meth:`flush_cache` writes: at least the last-level cache of current GPUs
+    #: (H100's L2 is 50 MB, MI300's Infinity Cache 256 MB).
+    flush_bytes: ClassVar[int] = 256 << 20
+
+    def __init__(self) -> None:
+        self._flush_buffers: dict[int, object] = {}   # device index -> allocation
+        self._flush_lock = threading.Lock()
 
     @classmethod
     @abstractmethod
@@ -185,6 +193,46 @@ class GpuDriver(Driver):
         """Wait for all work on device ``index``; raises the first asynchronous error."""
         with self.on_device(index):
             self.synchronize_current()
+
+    # -- timing (see Driver; events are created, recorded and allocated on the
+    # current device, so callers hold it with on_device) -------------------------
+    @abstractmethod
+    def create_event(self) -> object:
+        """A timing event on the current device."""
+
+    @abstractmethod
+    def record_event(self, event: object, stream: int = 0) -> None:
+        """Enqueue ``event`` on ``stream`` of the current device."""
+
+    @abstractmethod
+    def event_elapsed_ms(self, start: object, end: object) -> float:
+        """Milliseconds between two recorded events, after waiting for ``end``."""
+
+    @abstractmethod
+    def destroy_event(self, event: object) -> None:
+        """Release an event (best effort)."""
+
+    @abstractmethod
+    def mem_alloc(self, nbytes: int) -> object:
+        """``nbytes`` of device memory on the current device (the binding's pointer)."""
+
+    @abstractmethod
+    def memset_d32_async(self, ptr: object, value: int, count: int, stream: int) -> None:
+        """Queue on ``stream`` a fill of ``count`` 32-bit words at ``ptr`` with ``value``."""
+
+    def flush_cache(self, stream: int = 0) -> bool:
+        """Zero :attr:`flush_bytes` of device memory on ``stream`` to evict the current
+        device's L2 (the buffer is allocated on first use and kept for the process,
+        one per device)."""
+        index = self.current_device()
+        buf = self._flush_buffers.get(index)
+        if buf is None:
+            with self._flush_lock:
+                buf = self._flush_buffers.get(index)
+                if buf is None:
+                    buf = self._flush_buffers[index] = self.mem_alloc(self.flush_bytes)
+        self.memset_d32_async(buf, 0, self.flush_bytes // 4, stream)
+        return True
 
 
 def binding_text(fn: Callable, code) -> str:

@@ -47,6 +47,7 @@ class HipDriver(GpuDriver):
         return GpuLauncher(compiled, self)
 
     def __init__(self, hip):
+        super().__init__()
         self.hip = hip
         try:
             result = hip.hipGetDeviceCount()   # also initializes the runtime
@@ -122,6 +123,26 @@ class HipDriver(GpuDriver):
 
     def synchronize_stream(self, handle: int) -> None:
         self.check(self.hip.hipStreamSynchronize(handle), "hipStreamSynchronize")
+
+    # -- timing ----------------------------------------------------------------
+    def create_event(self) -> object:
+        return self.check(self.hip.hipEventCreate(), "hipEventCreate")   # timing enabled
+
+    def record_event(self, event: object, stream: int = 0) -> None:
+        self.check(self.hip.hipEventRecord(event, stream), "hipEventRecord")
+
+    def event_elapsed_ms(self, start: object, end: object) -> float:
+        self.check(self.hip.hipEventSynchronize(end), "hipEventSynchronize")
+        return float(self.check(self.hip.hipEventElapsedTime(start, end), "hipEventElapsedTime"))
+
+    def destroy_event(self, event: object) -> None:
+        self.hip.hipEventDestroy(event)   # best effort: only releases the handle
+
+    def mem_alloc(self, nbytes: int) -> object:
+        return self.check(self.hip.hipMalloc(nbytes), f"hipMalloc({nbytes})")
+
+    def memset_d32_async(self, ptr: object, value: int, count: int, stream: int) -> None:
+        self.check(self.hip.hipMemsetD32Async(ptr, value, count, stream), "hipMemsetD32Async")
 
 
 __all__ = ["HipDriver", "bindings"]
