@@ -128,3 +128,24 @@ def test_bundle_errors(tmp_path):
             assert all(b.path != str(tmp_path / "nope") for b in bundles.active_bundles())
         finally:
             del os.environ["FLYDSL_CACHE_BUNDLE"]
+
+
+def test_the_readme_bundle_commands_run_as_written(tmp_path):
+    """README 'Shipping precompiled kernels': the bash block, run in an empty folder."""
+    import re
+    root = os.path.dirname(HERE)
+    text = open(os.path.join(root, "README.md")).read()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "--bundle" in b)
+    script = block.replace("examples/", os.path.join(root, "examples") + "/")
+    venv_bin = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=venv_bin + os.pathsep + os.environ["PATH"],
+               FLYDSL_CACHE_DIR=str(tmp_path / "build-cache"), FLYDSL_COMPILE_BACKEND="cpu")
+    # the run (second line) gets its own empty cache: it must write nothing to it
+    script = script.replace("FLYDSL_CACHE_BUNDLE=",
+                            f"FLYDSL_CACHE_DIR={tmp_path / 'run-cache'} FLYDSL_CACHE_BUNDLE=")
+    p = subprocess.run(["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "elements OK" in p.stdout
+    assert (tmp_path / "vadd-bundle.tar.gz").is_file()
+    assert DiskCache(str(tmp_path / "run-cache")).entries() == []
