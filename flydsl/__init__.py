@@ -11,6 +11,7 @@ from .errors import (
 from .compiler.backends import get_backend, list_backends, register_backend
 from .compiler.bundle import load_bundle
 from .jit import CompiledProgram, compile, jit
+from .autotune import AutotuneError, Config, autotune
 from .kernel import KernelFunction, kernel
 from .runtime.debug_checks import DeviceAssertError, OutOfBoundsError
 from .runtime.devices import synchronize
@@ -23,8 +24,9 @@ from . import compiler as _compiler
 _compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, compile
 
 __all__ = [
-    "CompilationError", "CompiledProgram", "DSLError", "DeviceAssertError", "FlydslError", "FlydslRuntimeError",
-    "InvalidBackend", "InvalidDriver", "KernelFunction", "LaunchError", "OutOfBoundsError",
-    "compile", "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers", "load_bundle",
-    "register_backend", "register_driver", "synchronize", "__version__",
+    "AutotuneError", "CompilationError", "CompiledProgram", "Config", "DSLError", "DeviceAssertError",
+    "FlydslError", "FlydslRuntimeError", "InvalidBackend", "InvalidDriver", "KernelFunction",
+    "LaunchError", "OutOfBoundsError", "autotune", "compile", "get_backend", "get_driver", "jit",
+    "kernel", "list_backends", "list_drivers", "load_bundle", "register_backend", "register_driver",
+    "synchronize", "__version__",
 ]

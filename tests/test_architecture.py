@@ -114,6 +114,10 @@ LAYERS = {
     "flydsl.runtime": 2, "flydsl.passes": 2,
     "flydsl.compiler": 3,
     "flydsl": 4,                 # the user API: __init__, jit, kernel, launch_context, cli
+    "flydsl.autotune": 4,
+    # do_bench times autotune's candidates, so it sits with the user API (it imports
+    # only the compiler and runtime layers); the rest of testing/ is an integration.
+    "flydsl.testing.bench": 4,
     "flydsl.torch": 5, "flydsl.testing": 5,
 }
 
