@@ -22,6 +22,9 @@ from typing import Any, Callable, Iterable, Optional, Union
 RETURN_MODES = ("min", "max", "mean", "median", "all")
 #: Host flush buffer size when the cache sizes cannot be read.
 DEFAULT_HOST_FLUSH_BYTES = 64 << 20
+#: At most this much: VMs may report the whole socket's L3 (260 MiB seen), of which one
+#: core reaches a slice; a flush of 2x that would cost ~50 ms per timed call.
+MAX_HOST_FLUSH_BYTES = 128 << 20
 #: Calls timed together for the first estimate.
 ESTIMATE_CALLS = 5
 
@@ -240,7 +243,7 @@ def host_cache_bytes() -> int:
 
 def flush_host_cache() -> None:
     """Evict the CPU caches: add 1 over a buffer twice the last-level cache (64 MiB
-    when unknown), allocated once. A read-modify-write, since a plain fill may use
+    when unknown, 128 MiB at most), allocated once. A read-modify-write, since a plain fill may use
     non-temporal stores that bypass the caches."""
     global _host_buffer
     buf = _host_buffer
@@ -248,7 +251,8 @@ def flush_host_cache() -> None:
         import numpy as np   # only once a host flush is needed
         with _host_lock:
             if _host_buffer is None:
-                nbytes = 2 * host_cache_bytes() or DEFAULT_HOST_FLUSH_BYTES
+                nbytes = min(2 * host_cache_bytes() or DEFAULT_HOST_FLUSH_BYTES,
+                             MAX_HOST_FLUSH_BYTES)
                 # ones, not zeros: the pages are touched now, not in the first timing
                 _host_buffer = np.ones(nbytes // 8, np.int64)
             buf = _host_buffer
