@@ -141,6 +141,8 @@ def test_with_the_cache_disabled_winners_stay_in_memory(monkeypatch):
 
 # -- failing configs -----------------------------------------------------------------------
 
+# The same body as autotune_kernels.pooled_kernel, but another kernel object: the pool
+# test needs a kernel that no test has launched in this process (none in memory).
 @flydsl.kernel
 def add_kernel(x: fx.Tensor, n: fx.Int32, ADD: fx.Constexpr[int], SMEM: fx.Constexpr[int]):
     i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
