@@ -230,6 +230,7 @@ class RemoteTier:
         self._down_until = 0.0
         self._queue: "queue.Queue[Optional[Callable]]" = queue.Queue()
         self._writer: Optional[threading.Thread] = None
+        self._writer_lock = threading.Lock()
         self._owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     @property
@@ -279,11 +280,12 @@ class RemoteTier:
 
     def _later(self, fn: Callable) -> None:
         """Run ``fn`` on the write thread (in order), never raising."""
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._drain, name="flydsl-cache-store",
-                                            daemon=True)
-            self._writer.start()
-            atexit.register(self.flush)
+        with self._writer_lock:     # launches on several threads: one writer
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._drain, daemon=True,
+                                                name="flydsl-cache-store")
+                self._writer.start()
+                atexit.register(self.flush)
         self._queue.put(fn)
 
     def _drain(self) -> None:
