@@ -130,6 +130,9 @@ def shift_kernel(a: fx.Tensor, c: fx.Tensor, n: fx.Int32, D: fx.Constexpr[int]):
 
 
 def shift(d: int) -> np.ndarray:
+    """Launch shift_kernel as a fresh process would (nothing in memory: another test
+    may have drawn the same d)."""
+    shift_kernel.cache_clear()
     a = np.arange(100, dtype=np.float32)
     c = np.zeros_like(a)
     shift_kernel[1, 128](a, c, 100, d)
@@ -255,7 +258,6 @@ def test_a_store_class_by_path(tmp_path, monkeypatch):
     # a fresh process's view: another local folder, a new kernel object of the same source
     monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "b"))
     before = len(kernel_compiler.compiled_keys)
-    shift_kernel.cache_clear()
     hits = remote.stats["remote_hits"]
     shift(d)
     assert len(kernel_compiler.compiled_keys) == before
