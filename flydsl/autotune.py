@@ -699,10 +699,8 @@ def worker_count() -> int:
         if not text.isdigit():
             raise ValueError(f"FLYDSL_AUTOTUNE_WORKERS must be a whole number, got {text!r}")
         return int(text)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
+    from .runtime.drivers.cpu import usable_cpus
+    return usable_cpus()
 
 
 def _importable(tuner: Autotuner) -> Optional[tuple]:

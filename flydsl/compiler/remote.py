@@ -308,6 +308,16 @@ class RemoteTier:
             time.sleep(0.005)
         return True
 
+    def _verified(self, name: str, data, binding: str) -> Optional[tuple]:
+        """``(CacheEntry, payload)`` of the value ``data`` read under ``name``, checked
+        (signature, checksum, bound to ``binding``); None after rejecting it."""
+        try:
+            payload = self.unseal(name, data)
+            return CacheEntry.decode(payload, binding), payload
+        except Exception as e:  # noqa: BLE001 - whatever is wrong with it, it is not used
+            self._reject(name, f"failed verification ({type(e).__name__}: {e})")
+            return None
+
     # -- entries ---------------------------------------------------------------------
     def get_entry(self, key: str) -> Optional[tuple]:
         """``(CacheEntry, encoded bytes)`` for ``key``, verified, or None."""
@@ -316,14 +326,10 @@ class RemoteTier:
         if data is None:
             stats["remote_misses"] += 1
             return None
-        try:
-            payload = self.unseal(name, data)
-            entry = CacheEntry.decode(payload, key)
-        except Exception as e:  # noqa: BLE001 - whatever is wrong with it, it is not used
-            self._reject(name, f"failed verification ({type(e).__name__}: {e})")
-            return None
-        stats["remote_hits"] += 1
-        return entry, payload
+        found = self._verified(name, data, key)
+        if found is not None:
+            stats["remote_hits"] += 1
+        return found
 
     def put_entry(self, key: str, data: bytes) -> None:
         name = f"entry:{key}"
@@ -363,11 +369,8 @@ class RemoteTier:
         data = self._call(lambda: self.store.get(name), None)
         if data is None:
             return None
-        try:
-            return CacheEntry.decode(self.unseal(name, data), record_binding(kind, key)).meta
-        except Exception as e:  # noqa: BLE001
-            self._reject(name, f"failed verification ({type(e).__name__}: {e})")
-            return None
+        found = self._verified(name, data, record_binding(kind, key))
+        return found[0].meta if found is not None else None
 
     def put_record(self, kind: str, key: str, record: dict) -> None:
         name = f"record:{kind}:{key}"

@@ -39,6 +39,11 @@ def cpu_workers() -> int:
     env = os.environ.get("FLYDSL_CPU_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
+    return usable_cpus()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, not the machine's count."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
