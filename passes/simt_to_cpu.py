@@ -27,13 +27,16 @@ How a kernel body (a single block of structured ops) is lowered:
    (:mod:`._simt_collectives`).
 3. Uniformity analysis (:mod:`._simt_uniformity`); a barrier under divergent
    control flow is an :class:`~flydsl.errors.UnsupportedConstructError`.
+   Per-thread strided loops (``for j in range(tid, n, BLOCK)``) become block-level
+   loops with the thread loop inside, so it vectorizes (:mod:`._simt_lanes`).
 4. Per-thread iter_args / results of barrier-containing ``scf.for``/``scf.if``
    are demoted to per-thread slots (``memref<?xT>`` indexed by the linear
    thread id).
 5. Every *block level* (the body and the bodies of barrier-containing
    uniform ``scf.for``/``scf.if``) is cut at barriers into segments; each
    segment's per-thread ops go into a thread loop nest, uniform ops stay
-   outside, barriers disappear.
+   outside, barriers disappear. A segment that is one lane guard (``if tid < s``)
+   loops over the threads passing it only.
 6. Per-thread ``memref.alloca``s (and private attributions) move to the
    function entry (one per thread if they live across a barrier).
 7. Per-thread values used in a later thread loop are rematerialised when
@@ -56,6 +59,7 @@ from flydsl.errors import UnsupportedConstructError
 from ._simt_bounds import BoundsChecks
 from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
 from ._simt_printf import PrintfLowering
+from ._simt_lanes import LEVEL_ATTR, StridedLoopInterchange, inline_guard, lane_guard, lane_range
 from ._simt_ir import SYNC_OPS, is_pure, may_trap, source_location, strip_memory_space
 from ._simt_uniformity import Uniformity
 from .ir import block_ops, gpu_modules, op_of, terminator, walk
@@ -440,6 +444,7 @@ class _KernelLowering:
         self._check_divergence()
         self._rewrite_shuffles()
         SubgroupReduceLowering(self, _unsupported).run()   # votes, warp reductions, scans
+        StridedLoopInterchange(self).run()   # for j in range(tid, n, BLOCK): threads innermost
         self._demote_sync_op_values()
         self.uni = self._analyze()
         self._lower_level(self.body)
@@ -451,6 +456,8 @@ class _KernelLowering:
                                      skip=self.internal, labels=self.mem_labels)
         self._replace_thread_ids()
         self._strip_memory_spaces()
+        for op in walk(self.func, lambda o: LEVEL_ATTR in o.attributes):
+            del op.attributes[LEVEL_ATTR]
 
     def _report_ids(self, op) -> list:
         """Linear block id, block ids and thread ids of ``op``'s thread, for a
@@ -462,9 +469,11 @@ class _KernelLowering:
         return [lin, *bid] + [self.thread_id(d) for d in _DIMS]
 
     def _sync_ancestors(self) -> set:
+        """Ops holding a barrier (or a loop marked as a block level), with their
+        ancestors: the ops the thread loops go inside of."""
         result = set()
-        for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS):
-            p = s.parent
+        for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS or LEVEL_ATTR in o.attributes):
+            p = s if LEVEL_ATTR in s.attributes else s.parent
             while p is not None and p != self.block_loop:
                 result.add(p)
                 p = p.parent
@@ -786,6 +795,12 @@ class _KernelLowering:
         kb = self.known_block
         c0 = self.const(0)
         c1 = self.const(1)
+        bounds = {d: (c0, self.bdim[d]) for d in _DIMS}
+        # `if tid < s:` (tree reductions), `if tid == 0:`: loop over those threads only
+        lanes = None if preds else lane_guard(ops, self.uni.is_uniform)
+        if lanes is not None:
+            with ir.InsertionPoint(before), ops[0].location:
+                bounds["x"] = lane_range(lanes, self.bdim["x"], self.const)
         ivs = {}
         ip = ir.InsertionPoint(before)
         outer = None
@@ -796,7 +811,7 @@ class _KernelLowering:
                 ivs[d] = None
                 continue
             with ip, ops[0].location:
-                loop = op_of(scf.ForOp(c0, self.bdim[d], c1))
+                loop = op_of(scf.ForOp(*bounds[d], c1))
             loop_body = loop.regions[0].blocks[0]
             with ir.InsertionPoint(loop_body), ops[0].location:
                 yld = op_of(scf.YieldOp([]))
@@ -816,6 +831,9 @@ class _KernelLowering:
                 seg_end = op_of(scf.YieldOp([]))
         for op in ops:
             op.move_before(seg_end)
+        if lanes is not None:
+            inline_guard(lanes[0])
+            ops = block_ops(seg_block) or [seg_end]   # an empty guarded body: just the yield
         tl = _ThreadLoop(outer=outer, inner=inner, ivs=ivs, anchor=anchor or ops[0],
                          seg_block=seg_block)
         self.loops.append(tl)

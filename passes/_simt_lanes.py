@@ -1,0 +1,280 @@
+"""Thread loops that vectorize: the SIMT-to-CPU pass's lane-level rewrites.
+
+A CPU thread loop vectorizes when the thread id is its innermost induction variable
+and the accesses are contiguous across threads. Two GPU idioms defeat that, and are
+rewritten here:
+
+* **Per-thread strided loops** (``for j in range(tid, n, BLOCK)``, grid-stride loops):
+  left alone, such a loop becomes the innermost loop of the thread loop, scalar and
+  strided. :class:`StridedLoopInterchange` turns ``for j = U + t; j < ub; j += s``
+  (``t`` the x thread id, ``U``, ``ub``, ``s`` block-uniform) into a block-level
+  loop ``for b = U; b < ub; b += s`` whose body runs ``j = b + t`` for the threads
+  with ``j < ub``; the loop's per-thread state lives in per-thread slots. Iteration
+  ``k`` of thread ``t`` is iteration ``k`` of the new loop (``t >= 0``), so every
+  thread does the same work in the same order; only the interleaving of threads
+  changes, which no race-free kernel can observe (threads of a block between two
+  barriers may run in any order on a GPU too).
+* **Lane guards** (``if tid < s:`` in a tree reduction, ``if tid == 0:``): a thread
+  loop whose segment is such an ``scf.if`` runs only over the threads that pass it
+  (:func:`lane_range`), instead of testing every thread.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import mlir.ir as ir
+from mlir.dialects import arith, scf
+
+from ._simt_ir import SYNC_OPS, is_pure
+from .ir import block_ops, defining_op, op_of, terminator, walk
+
+#: Marks an ``scf.for`` the thread loops go inside of, like a loop holding a barrier.
+LEVEL_ATTR = "flydsl.thread_level"
+
+_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui")
+
+
+def is_thread_x(value) -> bool:
+    """``value`` is the x thread id, possibly cast to another integer type."""
+    op = defining_op(value)
+    while op is not None and op.name in _CASTS:
+        op = defining_op(op.operands[0])
+    return (op is not None and op.name == "gpu.thread_id"
+            and str(op.attributes["dimension"]).endswith("x>"))
+
+
+def split_thread_x(value, is_uniform: Callable) -> Optional[tuple]:
+    """``(t, u)`` when ``value`` is ``t + u`` with ``t`` the x thread id (maybe cast) and
+    ``u`` block-uniform (None when there is no ``u``), else None."""
+    if is_thread_x(value):
+        return value, None
+    op = defining_op(value)
+    if op is None or op.name != "arith.addi":
+        return None
+    a, b = op.operands
+    if is_thread_x(a) and is_uniform(b):
+        return a, b
+    if is_thread_x(b) and is_uniform(a):
+        return b, a
+    return None
+
+
+def _nsw() -> ir.Attribute:
+    return ir.Attribute.parse("#arith.overflow<nsw>")
+
+
+class StridedLoopInterchange:
+    """Rewrites a kernel's per-thread strided loops (module docstring).
+
+    ``lowering`` is the pass's ``_KernelLowering``: its per-thread slots, the
+    uniformity analysis and the kernel's outermost loop.
+    """
+
+    def __init__(self, lowering):
+        self.k = lowering
+
+    def run(self) -> None:
+        k = self.k
+        marked = []
+        for op in self._candidates():
+            op.attributes[LEVEL_ATTR] = ir.UnitAttr.get()
+            marked.append(op)
+        if not marked:
+            return
+        # A marked loop is a block level only if all its ancestors are block-uniform
+        # control flow; unmark the others until that holds for every one left.
+        while True:
+            uni = k._analyze()
+            bad = [op for op in marked if not self._legal(op, uni)]
+            if not bad:
+                break
+            for op in bad:
+                del op.attributes[LEVEL_ATTR]
+                marked.remove(op)
+        for op in marked:
+            self._rewrite(op, uni)
+
+    def _candidates(self) -> list:
+        """Outermost ``scf.for``s whose lower bound involves the x thread id and which
+        hold no barrier (their bounds are checked once the analysis runs)."""
+        found = []
+
+        def visit(block):
+            for op in block_ops(block):
+                if (op.name == "scf.for" and _thread_x_bound(op)
+                        and "unsignedCmp" not in op.attributes
+                        and not walk(op, lambda o: o.name in SYNC_OPS)):
+                    found.append(op)
+                    continue
+                for region in op.regions:
+                    for blk in region.blocks:
+                        visit(blk)
+        visit(self.k.body)
+        return found
+
+    def _legal(self, op, uni) -> bool:
+        lb, ub, step = list(op.operands)[:3]
+        carried = list(op.regions[0].blocks[0].arguments)[1:]
+        if any(isinstance(a.type, ir.MemRefType) for a in carried):
+            return False   # per-thread slots hold scalars
+        if not (uni.is_uniform(ub) and uni.is_uniform(step)
+                and split_thread_x(lb, uni.is_uniform) is not None):
+            return False
+        p = op.parent
+        while p is not None and p != self.k.block_loop:
+            if p.name == "scf.for":
+                if not all(uni.is_uniform(v) for v in list(p.operands)[:3]):
+                    return False
+            elif p.name == "scf.if":
+                if not uni.is_uniform(p.operands[0]):
+                    return False
+            else:
+                return False
+            p = p.parent
+        return True
+
+    def _rewrite(self, op, uni) -> None:
+        """``op`` becomes a marked block-uniform loop over ``b`` guarding ``j = b + t``."""
+        k = self.k
+        lb, ub, step = list(op.operands)[:3]
+        inits = list(op.operands)[3:]
+        t, u = split_thread_x(lb, uni.is_uniform)
+        body = op.regions[0].blocks[0]
+        iv, carried = body.arguments[0], list(body.arguments)[1:]
+        yld = terminator(body)
+        with ir.InsertionPoint(op), op.location:
+            if u is None:
+                u = arith.ConstantOp(lb.type, 0).result
+            slots = [k.slot(a.type) for a in carried]
+            for init, slot in zip(inits, slots):
+                k.store_slot(init, slot)
+            loop = op_of(scf.ForOp(u, ub, step))
+            loop.attributes[LEVEL_ATTR] = ir.UnitAttr.get()
+        del op.attributes[LEVEL_ATTR]
+        new_body = loop.regions[0].blocks[0]
+        with ir.InsertionPoint(new_body), op.location:
+            j = arith.AddIOp(new_body.arguments[0], t, overflowFlags=_nsw()).result
+            inside = arith.cmpi(arith.CmpIPredicate.slt, j, ub)
+            guard = op_of(scf.IfOp(inside))
+            scf.YieldOp([])
+        guard_body = guard.regions[0].blocks[0]
+        with ir.InsertionPoint(guard_body), op.location:
+            guard_end = op_of(scf.YieldOp([]))
+        iv.replace_all_uses_with(j)
+        # The next values: loaded (for values carried unchanged or swapped) before
+        # any store, so every read of a slot sees this iteration's old value.
+        yielded = list(yld.operands)
+        with ir.InsertionPoint(yld), yld.location:
+            nexts = [k.load_slot(slots[v.arg_number - 1], remat=False)
+                     if isinstance(v, ir.BlockArgument) and v.owner == body else v
+                     for v in yielded]
+            for value, slot in zip(nexts, slots):
+                k.store_slot(value, slot)
+        for arg, slot in zip(carried, slots):
+            k._replace_uses_with_loads(arg, slot, skip=lambda o, n: o == yld, remat=False)
+        for result, slot in zip(op.results, slots):
+            k._replace_uses_with_loads(result, slot)
+        for inner in block_ops(body):
+            inner.move_before(guard_end)
+        op.erase()
+
+
+def _thread_x_bound(op) -> bool:
+    lb = op.operands[0]
+    if is_thread_x(lb):
+        return True
+    d = defining_op(lb)
+    return d is not None and d.name == "arith.addi" and any(is_thread_x(v) for v in d.operands)
+
+
+# -- lane guards -------------------------------------------------------------------
+
+_SWAPPED = {"slt": "sgt", "sle": "sge", "ult": "ugt", "ule": "uge", "eq": "eq",
+            "sgt": "slt", "sge": "sle", "ugt": "ult", "uge": "ule"}
+
+
+def lane_guard(ops: list, is_uniform: Callable) -> Optional[tuple]:
+    """``(if_op, predicate, t_offset, bound)`` when the segment ``ops`` is an ``scf.if``
+    without results or else branch whose condition compares ``tid_x + t_offset`` with a
+    uniform ``bound`` (``tid_x < bound``, ``<=``, ``==``), preceded only by pure ops
+    that nothing outside the segment uses; else None."""
+    if not ops:
+        return None
+    guard = ops[-1]
+    if guard.name != "scf.if" or len(guard.results) or _has_else(guard):
+        return None
+    members = set(ops)
+    for op in ops[:-1]:
+        if not is_pure(op):
+            return None
+        for r in op.results:
+            for use in r.uses:
+                if _ancestor_in(op_of(use.owner), guard.block) not in members:
+                    return None
+    cmp = defining_op(guard.operands[0])
+    if cmp is None or cmp.name != "arith.cmpi":
+        return None
+    pred = str(cmp.attributes["predicate"]).split()[0]
+    names = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+    pred = names[ir.IntegerAttr(cmp.attributes["predicate"]).value] if pred.isdigit() \
+        else pred
+    lhs, rhs = cmp.operands
+    side = split_thread_x(lhs, is_uniform)
+    if side is None or not is_uniform(rhs):
+        side = split_thread_x(rhs, is_uniform)
+        if side is None or not is_uniform(lhs):
+            return None
+        pred, rhs = _SWAPPED.get(pred), lhs
+    if pred not in ("slt", "sle", "ult", "ule", "eq"):
+        return None
+    if pred.startswith("u") and side[1] is not None:
+        return None    # tid + u compared unsigned: wraps differently
+    return guard, pred, side[1], rhs
+
+
+def lane_range(guard: tuple, bdim_x, const: Callable) -> tuple:
+    """``(lo, hi)``: the x thread ids in ``[0, bdim_x)`` passing ``guard`` (from
+    :func:`lane_guard`), built at the current insertion point as index values."""
+    _, pred, offset, bound = guard
+    idx = ir.IndexType.get()
+
+    def to_index(v, unsigned=False):
+        if isinstance(v.type, ir.IndexType):
+            return v
+        return (arith.index_castui if unsigned else arith.index_cast)(idx, v)
+
+    limit = to_index(bound, unsigned=pred.startswith("u"))
+    if offset is not None:
+        limit = arith.subi(limit, to_index(offset))
+    c0, c1 = const(0), const(1)
+
+    def clamp(v):
+        return arith.minsi(arith.maxsi(v, c0), bdim_x)
+
+    if pred in ("slt", "ult"):
+        return c0, clamp(limit)
+    if pred in ("sle", "ule"):
+        return c0, clamp(arith.addi(limit, c1))
+    return clamp(limit), clamp(arith.addi(limit, c1))   # eq: one thread (or none)
+
+
+def inline_guard(guard_op) -> None:
+    """Move the guarded ops out of ``guard_op`` (an ``scf.if``) before it; erase it."""
+    blk = guard_op.regions[0].blocks[0]
+    for inner in block_ops(blk):
+        inner.move_before(guard_op)
+    guard_op.erase()
+
+
+def _has_else(op) -> bool:
+    region = op.regions[1]
+    return len(region.blocks) > 0 and len(block_ops(region.blocks[0])) > 0
+
+
+def _ancestor_in(op, block):
+    p = op
+    while p is not None:
+        if p.block == block:
+            return p
+        p = p.parent
+    return None

@@ -1,0 +1,202 @@
+"""CPU thread loops that vectorize (``passes/_simt_lanes.py``): per-thread strided loops
+run as block-level loops over the threads, and lane guards (``if tid < s``) shrink the
+thread loop instead of testing every thread. Results must not change; the IR after
+``simt-to-cpu`` shows the new shape."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+
+rng = np.random.default_rng(7)
+
+
+def simt_ir(monkeypatch, tmp_path, run) -> str:
+    """The IR after ``simt-to-cpu`` of the kernels ``run()`` compiles (cache bypassed)."""
+    monkeypatch.setenv("FLYDSL_DUMP_IR", "1")
+    monkeypatch.setenv("FLYDSL_DUMP_DIR", str(tmp_path / "dump"))
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "cache"))
+    run()
+    files = sorted(glob.glob(str(tmp_path / "dump" / "*" / "*-simt-to-cpu.mlir")))
+    assert files, "no IR dump written"
+    return "\n".join(open(f).read() for f in files)
+
+
+# -- per-thread strided loops -------------------------------------------------------------
+
+@flydsl.kernel
+def row_sums(x: fx.Tensor, out: fx.Tensor, ncols: fx.Int32, BLOCK: fx.Constexpr[int]):
+    row = fx.block_idx.x
+    tid = fx.thread_idx.x
+    red = fx.shared_array((BLOCK,), fx.Float32)
+    part = 0.0
+    count = 0
+    for j in range(tid, ncols, BLOCK):
+        part += x[row, j]
+        count += 1
+    red[tid] = part
+    fx.barrier()
+    if tid == 0:
+        total = 0.0
+        for t in range(BLOCK):
+            total += red[t]
+        out[row, 0] = total
+    # per-thread iteration counts: every thread's own trip count must survive
+    out[row, 1 + tid] = count * 1.0
+
+
+@pytest.mark.parametrize("ncols", [0, 1, 5, 32, 33, 100, 257])
+def test_strided_loop_sums_and_trip_counts(ncols):
+    block = 32
+    x = rng.standard_normal((3, ncols), dtype=np.float32)
+    out = np.full((3, 1 + block), -1.0, np.float32)
+    row_sums[(3,), (block,)](x, out, ncols, block)
+    np.testing.assert_allclose(out[:, 0], x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    expected = [len(range(t, ncols, block)) for t in range(block)]
+    np.testing.assert_array_equal(out[:, 1:], np.tile(expected, (3, 1)))
+
+
+@flydsl.kernel
+def grid_stride_saxpy(x: fx.Tensor, y: fx.Tensor, a: fx.Float32, n: fx.Int32):
+    start = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    for i in range(start, n, fx.grid_dim.x * fx.block_dim.x):
+        y[i] = a * x[i] + y[i]
+
+
+@pytest.mark.parametrize("n,grid,block", [(1000, 3, 64), (7, 4, 16), (4096, 2, 128), (0, 2, 8)])
+def test_grid_stride_loop(n, grid, block):
+    x = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal(n, dtype=np.float32)
+    want = np.float32(2.5) * x + y
+    grid_stride_saxpy[(grid,), (block,)](x, y, 2.5, n)
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+@flydsl.kernel
+def fib_swap(out: fx.Tensor, n: fx.Int32):
+    tid = fx.thread_idx.x
+    a = 0
+    b = 1
+    flag = False
+    for _ in range(tid, n, 4):        # a, b = b, a + b: loop-carried values swap
+        a, b = b, a + b
+        flag = not flag
+    out[tid, 0] = a
+    out[tid, 1] = b
+    out[tid, 2] = 1 if flag else 0
+
+
+def test_strided_loop_carries_swapped_values_and_bools():
+    n = 23
+    out = np.zeros((8, 3), np.int32)
+    fib_swap[(1,), (8,)](out, n)
+    for t in range(8):
+        a, b, flag = 0, 1, False
+        for _ in range(t, n, 4):
+            a, b = b, a + b
+            flag = not flag
+        assert list(out[t]) == [a, b, int(flag)], t
+
+
+@flydsl.kernel
+def nested_strided(x: fx.Tensor, out: fx.Tensor, ncols: fx.Int32, BLOCK: fx.Constexpr[int]):
+    tid = fx.thread_idx.x
+    ty = fx.thread_idx.y
+    for r in range(x.shape[0]):            # uniform outer loop
+        acc = 0.0
+        for j in range(tid, ncols, BLOCK):  # strided inner loop, 2-D block
+            acc += x[r, j] * (ty + 1)
+        out[r, ty, tid] = acc
+
+
+def test_strided_loop_nested_in_a_uniform_loop_with_a_2d_block():
+    x = rng.standard_normal((4, 37), dtype=np.float32)
+    block = 8
+    out = np.zeros((4, 3, block), np.float32)
+    nested_strided[(1,), (block, 3)](x, out, 37, block)
+    for r in range(4):
+        for ty in range(3):
+            for t in range(block):
+                want = x[r, t::block].sum() * (ty + 1)
+                assert out[r, ty, t] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+@flydsl.kernel
+def divergent_strided(x: fx.Tensor, out: fx.Tensor, n: fx.Int32):
+    tid = fx.thread_idx.x
+    acc = 0.0
+    if x[tid] > 0.0:                       # thread-dependent: the loop stays per thread
+        for j in range(tid, n, 4):
+            acc += x[j]
+    out[tid] = acc
+
+
+def test_strided_loop_under_a_thread_dependent_if_stays_correct():
+    x = rng.standard_normal(20, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    divergent_strided[(1,), (4,)](x, out, 20)
+    want = [x[t::4].sum() if x[t] > 0 else 0.0 for t in range(4)]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_strided_loops_become_block_level_loops(monkeypatch, tmp_path):
+    x = rng.standard_normal((2, 40), dtype=np.float32)
+    out = np.zeros((2, 9), np.float32)
+    text = simt_ir(monkeypatch, tmp_path, lambda: row_sums[(2,), (8,)](x, out, 40, 8))
+    # before: `scf.for %j = %tid to %ncols step 8` inside the thread loop; after: a
+    # block-level `scf.for %b = 0 to %ncols step 8` holding the thread loop
+    assert re.search(r"scf\.for %\w+ = %c0_i32\w* to %arg2 step %c8_i32", text), text
+    assert not re.search(r"scf\.for %\w+ = %\d+ to %arg2 step %c8_i32", text), text
+
+
+# -- lane guards ------------------------------------------------------------------------
+
+@flydsl.kernel
+def guards(out: fx.Tensor, s: fx.Int32):
+    tid = fx.thread_idx.x
+    if tid < s:
+        out[tid, 0] = 1
+    if s > tid:
+        out[tid, 1] = 1
+    if tid <= s:
+        out[tid, 2] = 1
+    if tid == s:
+        out[tid, 3] = 1
+    if tid + 3 < s:
+        out[tid, 4] = 1
+    if s >= tid:
+        out[tid, 5] = 1
+    fx.barrier()
+    if tid == 0:
+        out[0, 6] = 7
+
+
+@pytest.mark.parametrize("s", [-5, 0, 1, 6, 16, 40])
+def test_lane_guards_select_the_same_threads(s):
+    block = 16
+    out = np.zeros((block, 7), np.int32)
+    guards[(1,), (block,)](out, s)
+    t = np.arange(block)
+    want = np.stack([t < s, s > t, t <= s, t == s, t + 3 < s, s >= t, np.zeros(block)], 1)
+    want = want.astype(np.int32)
+    want[0, 6] = 7
+    np.testing.assert_array_equal(out, want)
+
+
+def test_tree_reduction_guards_shrink_the_thread_loop(monkeypatch, tmp_path):
+    from block_sum import block_sum
+    x = rng.random(1000, dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    text = simt_ir(monkeypatch, tmp_path, lambda: block_sum(x, out))
+    assert out[0] == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-4)
+    # `if tid < stride` and `if tid == 0` became thread-loop bounds: no per-thread test
+    # of the thread id against the stride is left
+    assert not re.search(r"arith\.cmpi slt, %\w+, %c\d+_i32 : i32\n\s*scf\.if", text)
+    assert "scf.if" not in text.split("func.func")[1].split("atomic")[0].split(
+        "memref.load %arg0")[1], "a lane guard is still tested per thread"
