@@ -21,7 +21,7 @@ from typing import Optional
 from ...errors import CompilationError, ToolchainError
 from ..options import CompileOptions
 from ..toolchain import file_identity, find_ptxas
-from .base import BaseBackend, GPUTarget, detect_device_target
+from .base import BaseBackend, GPUTarget, PythonPass, detect_device_target
 
 CUDA_WARP_SIZE = 32
 #: ``sm_<major><minor>`` with the optional arch-specific (``a``) or family (``f``) suffix.
@@ -69,6 +69,7 @@ class CudaBackend(BaseBackend):
     def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         """Lower the ``gpu.module`` to the LLVM and NVVM dialects (no user-provided text)."""
         return [
+            PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
             # Strided/sub-view memref metadata -> affine.apply -> arith; then structured
             # control flow -> cf, so that the NVVM conversion sees only flat CFGs.
             "gpu.module(expand-strided-metadata,lower-affine,convert-scf-to-cf)",
