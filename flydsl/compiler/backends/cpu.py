@@ -51,6 +51,7 @@ class CpuBackend(BaseBackend):
             PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
             PythonPass("cpu-interrupts", "flydsl.passes.cpu_interrupts:run"),
             "canonicalize,cse",
+            PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
             "convert-scf-to-cf,expand-strided-metadata,lower-affine",
             "convert-math-to-llvm,convert-math-to-libm",
             "convert-to-llvm,reconcile-unrealized-casts",
