@@ -23,10 +23,11 @@ Types and promotion (the README's "Types" section):
 
 Math functions take floats; ints (values or literals) are converted to Float32, and
 Float16/BFloat16 are computed in Float32 and rounded back. Each lowers to libm/LLVM on
-the CPU and to libdevice on CUDA. ROCm has no device math library in flydsl: what has
-no LLVM intrinsic there is computed from ones that do (a few ulp in Float32), and
-``fx.erf``, ``fx.pow``, ``fx.fmod`` and Float64 transcendental functions are a compile
-error there.
+the CPU (Float32 exp, exp2, log, log2, log10, sin, cos, tanh and erf: flydsl's own
+vectorizable code, :mod:`flydsl.passes.math_approx`) and to libdevice on CUDA. ROCm
+has no device math library in flydsl: what has no LLVM intrinsic there is computed
+from ones that do (a few ulp in Float32), and ``fx.erf``, ``fx.pow``, ``fx.fmod`` and
+Float64 transcendental functions are a compile error there.
 """
 from __future__ import annotations
 
@@ -231,8 +232,9 @@ def atanh(x: Any) -> Any:
 def exp2(x: Any) -> Any:
     """2 ** x.
 
-    CPU: ``llvm.exp2`` (libm ``exp2f``); CUDA: ``__nv_exp2f`` (``ex2.approx`` with range
-    handling); ROCm: ``llvm.exp2`` (``v_exp_f32``; Float64 is an error there).
+    CPU: flydsl's vectorizable code (Float64: ``llvm.exp2``); CUDA: ``__nv_exp2f``
+    (``ex2.approx`` with range handling); ROCm: ``llvm.exp2`` (``v_exp_f32``; Float64
+    is an error there).
 
     Example: ``p = fx.exp2(x[i] * 1.4426950408889634)``
     """
@@ -242,7 +244,7 @@ def exp2(x: Any) -> Any:
 def expm1(x: Any) -> Any:
     """e**x - 1, accurate for x near 0.
 
-    CPU and ROCm: Kahan's (u - 1) * x / log(u), u = exp(x), from libm's or the
+    CPU and ROCm: Kahan's (u - 1) * x / log(u), u = exp(x), from the CPU's or the
     hardware's exp and log (ROCm: Float32 only); CUDA: ``__nv_expm1f``.
 
     Example: ``y[i] = fx.expm1(x[i])``
@@ -253,8 +255,8 @@ def expm1(x: Any) -> Any:
 def log2(x: Any) -> Any:
     """Base-2 logarithm of ``x``.
 
-    CPU: ``llvm.log2``; CUDA: ``__nv_log2f``; ROCm: ``llvm.log2`` (``v_log_f32``;
-    Float64 is an error there).
+    CPU: flydsl's vectorizable code (Float64: ``llvm.log2``); CUDA: ``__nv_log2f``;
+    ROCm: ``llvm.log2`` (``v_log_f32``; Float64 is an error there).
 
     Example: ``bits = fx.log2(x[i])``
     """
@@ -264,8 +266,8 @@ def log2(x: Any) -> Any:
 def log10(x: Any) -> Any:
     """Base-10 logarithm of ``x``.
 
-    CPU: ``llvm.log10``; CUDA: ``__nv_log10f``; ROCm: ``llvm.log10`` (Float64 is an
-    error there).
+    CPU: flydsl's vectorizable code (Float64: ``llvm.log10``); CUDA: ``__nv_log10f``;
+    ROCm: ``llvm.log10`` (Float64 is an error there).
 
     Example: ``db = 10.0 * fx.log10(p[i])``
     """
@@ -299,8 +301,8 @@ def pow(x: Any, y: Any) -> Any:   # noqa: A001  (fx.pow, like math.pow)
 def erf(x: Any) -> Any:
     """The error function of ``x``.
 
-    CPU: libm ``erff``; CUDA: ``__nv_erff``; ROCm: not available (it needs ocml; a
-    compile error naming fx.erf).
+    CPU: flydsl's vectorizable code (Float64: libm ``erf``); CUDA: ``__nv_erff``; ROCm:
+    not available (it needs ocml; a compile error naming fx.erf).
 
     Example: ``cdf = 0.5 * (1.0 + fx.erf(x[i] * 0.7071067811865476))``
     """

@@ -51,6 +51,8 @@ class CpuBackend(BaseBackend):
             PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
             PythonPass("cpu-interrupts", "flydsl.passes.cpu_interrupts:run"),
             "canonicalize,cse",
+            # f32 exp/log/sin/... as vectorizable code instead of scalar libm calls
+            PythonPass("math-approx", "flydsl.passes.math_approx:run"),
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
             "convert-scf-to-cf,expand-strided-metadata,lower-affine",
             "convert-math-to-llvm,convert-math-to-libm",
@@ -73,7 +75,8 @@ class CpuBackend(BaseBackend):
         return text
 
     def runtime_libs(self) -> list[str]:
-        """libm: math the pipeline lowers to library calls (``tanhf``, ``expf``, ...)."""
+        """libm: math the pipeline lowers to library calls (f64, and f32 functions
+        :mod:`flydsl.passes.math_approx` leaves alone: ``sinhf``, ``powf``, ...)."""
         return ["m"]
 
     def toolchain_versions(self) -> dict[str, str]:
