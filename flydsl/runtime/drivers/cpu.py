@@ -8,15 +8,47 @@ launch's dynamic shared-memory bytes; the CPU backend links a packed entry
 are written into a preallocated slot array whose pointer table never
 changes, so a launch only stores numbers. The entry returns nonzero when Ctrl-C
 cut the blocks short (:mod:`flydsl.runtime.interrupts`).
+
+How many host threads a launch uses is decided by its *work*, not its size. Each
+bound launch keeps an estimate of its kernel's single-thread time per block
+(:class:`WorkEstimate`), measured with ``time.perf_counter_ns`` around
+single-threaded runs and around the launching thread's own share of a parallel one
+(launches far below the threshold are timed once in ``UNTIMED_LAUNCHES + 1``, which
+keeps the clock off their warm path). Handing work to another host thread costs a
+hand-off (wake it, let it take the GIL, wait for its last chunk), measured once
+when the first helper thread starts (:meth:`HelperPool.measure_handoff`).
+:class:`SplitPolicy` then gives a launch one host thread per ``PAYOFF`` hand-offs of
+estimated work, at most ``cpu_workers()`` (``FLYDSL_CPU_THREADS``, else the CPUs of
+the affinity mask): small launches stay on the launching thread, with no hand-off
+at all. A launch of one block never goes parallel and is not timed (the warm path
+of tiny launches stays a plain call).
+
+A launch with no estimate yet (the first multi-block launch of a specialization)
+goes parallel when its grid has at least ``_PARALLEL_MIN_THREADS`` GPU threads, as
+before the estimates existed: on a wrong guess that costs one hand-off (microseconds
+to tens of them), while running a long first launch on one thread could cost most
+of its time. Its launching thread measures its blocks, so the next launch decides
+by work. Kernels that call ``fx.printf`` keep no estimate and follow that grid-size
+rule on every launch, so that a small grid prints in block order.
+
+Parallel launches run on persistent daemon helper threads (:class:`HelperPool`),
+each woken through its own lock (lighter than an executor's queue and futures).
+The grid is cut into chunks handed out on demand; the launching thread works too,
+and when it finds no chunk left it takes back the wake-ups of helpers that have not
+started yet instead of waiting for them. A helper serves one launch at a time: a
+launch that finds them all busy (another Python thread is launching) runs with fewer,
+down to none, rather than queue behind it.
 """
 from __future__ import annotations
 
 import ctypes
 import itertools
 import os
+import statistics
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+import time
+from functools import partial
+from typing import Callable, Optional, Sequence
 
 from .. import interrupts
 from ..debug_checks import check_oob, flushing_stdout, prints
@@ -25,12 +57,25 @@ from ..shared_object import load_shared_object
 from .base import Driver
 
 PACKED_PREFIX = "_flydsl_packed_"
-_POOL = None
-_POOL_LOCK = threading.Lock()
-#: Below this many threads in the whole grid, one host thread runs everything.
+#: With no estimate of a launch's work yet, it goes parallel from this many GPU threads.
 _PARALLEL_MIN_THREADS = 1 << 14
-#: Chunks of the grid per host thread (handed out on demand).
-_CHUNKS_PER_WORKER = 4
+#: Guided chunks: each takes 1/(_GUIDED_SHARE x threads) of the blocks not yet handed
+#: out (big chunks first, small ones last, so that the threads end close together)...
+_GUIDED_SHARE = 2
+#: ...down to 1/(_MIN_CHUNKS_PER_WORKER x threads) of the grid.
+_MIN_CHUNKS_PER_WORKER = 16
+#: A host thread joins a launch per this many hand-off costs of its estimated work.
+PAYOFF = 4
+#: The hand-off cost (ns) assumed until the first helper thread has measured it.
+_DEFAULT_HANDOFF_NS = 20_000.0
+#: Bounds on a measured hand-off cost (ns): a measurement on a loaded machine can be wild.
+_HANDOFF_BOUNDS_NS = (2_000.0, 500_000.0)
+#: Round trips timed to measure the hand-off cost (their median is kept).
+_HANDOFF_SAMPLES = 15
+#: Launches estimated under 1/QUICK_FRACTION of the serial threshold are timed rarely...
+QUICK_FRACTION = 4
+#: ...once after this many untimed ones.
+UNTIMED_LAUNCHES = 15
 
 
 def cpu_workers() -> int:
@@ -50,14 +95,203 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """A pool with at least ``workers`` threads. A pool is never shut down (another
-    thread may be submitting to it); a larger one replaces it when more are asked."""
+class WorkEstimate:
+    """One bound launch's single-thread time per block of its kernel.
+
+    ``block_ns`` is the latest measurement (a kernel's cost may change with its
+    arguments), negative until the first. A launch of fewer than ``quick_blocks``
+    blocks has far too little work for a second thread (under ``1 / QUICK_FRACTION``
+    of :attr:`SplitPolicy.serial_ns`): it is timed only once every
+    ``UNTIMED_LAUNCHES + 1`` launches (``untimed`` counts down), which keeps two clock
+    reads off the warm path of small launches while a change of cost is still seen.
+    Threads launching the same kernel share the estimate; a lost update is harmless.
+    """
+
+    __slots__ = ("block_ns", "quick_blocks", "untimed")
+
+    def __init__(self) -> None:
+        self.block_ns = -1.0
+        self.quick_blocks = 0
+        self.untimed = 0
+
+    def record(self, elapsed_ns: int, blocks: int, policy: "SplitPolicy") -> None:
+        """Take ``blocks`` blocks run in ``elapsed_ns`` on one thread as the estimate."""
+        block_ns = max(elapsed_ns, 1) / blocks
+        self.block_ns = block_ns
+        self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
+
+
+class SplitPolicy:
+    """How many host threads a launch gets, from its estimated single-thread time and
+    the measured hand-off cost of one more thread."""
+
+    def __init__(self, handoff_ns: float = _DEFAULT_HANDOFF_NS, payoff: float = PAYOFF,
+                 unmeasured_min_threads: int = _PARALLEL_MIN_THREADS):
+        self.payoff = payoff
+        self.unmeasured_min_threads = unmeasured_min_threads
+        self.set_handoff(handoff_ns)
+
+    def set_handoff(self, handoff_ns: float) -> None:
+        """Use a (new) hand-off cost. ``serial_ns``: below this much estimated work a
+        launch stays on one thread (the launch path compares it without a call)."""
+        self.handoff_ns = float(handoff_ns)
+        self.worker_ns = self.payoff * self.handoff_ns
+        self.serial_ns = 2 * self.worker_ns
+
+    def workers(self, block_ns: float, nblocks: int, threads: int, available: int) -> int:
+        """Host threads for a launch of ``nblocks`` blocks (``threads`` GPU threads in
+        all) whose blocks take ``block_ns`` each on one thread (negative: unknown), when
+        ``available`` may run it: one per ``payoff`` hand-offs of work, at least one."""
+        if nblocks < 2 or available < 2:
+            return 1
+        if block_ns < 0:
+            return min(available, nblocks) if threads >= self.unmeasured_min_threads else 1
+        return max(1, min(available, nblocks, int(block_ns * nblocks // self.worker_ns)))
+
+
+class _Helper:
+    """A persistent host thread that runs one task at a time for a parallel launch.
+
+    ``wake`` is held while the helper sleeps and released to start ``task``; ``done``
+    is released when the task has ended; ``busy`` is held by the launch it serves;
+    ``posted`` says that the launch released ``wake`` (set before the release, with no
+    point between where Ctrl-C could raise, so that a launch cut short by it knows
+    exactly which helpers it must wait for).
+    """
+
+    def __init__(self, index: int):
+        self.busy = threading.Lock()
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.task: Optional[Callable[[], object]] = None
+        self.error: Optional[BaseException] = None
+        self.posted = False
+        threading.Thread(target=self._serve, name=f"flydsl-cpu-{index}", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self.wake.acquire()
+            task, self.task = self.task, None
+            try:
+                task()
+            except BaseException as e:  # noqa: BLE001 - re-raised by the launching thread
+                self.error = e
+            del task                      # keep no launch's buffers alive while idle
+            self.done.release()
+
+    def start(self, task: Callable[[], object]) -> None:
+        """Run ``task`` on this helper (it must be idle: claimed and not started)."""
+        self.error = None
+        self.task = task
+        self.posted = True
+        self.wake.release()
+
+    def recall(self) -> bool:
+        """Take back a start the helper has not picked up yet: True when it never will
+        run the task (nothing to wait for), False when it has started it."""
+        if self.wake.acquire(blocking=False):
+            self.task = None
+            return True
+        return False
+
+    def wait(self, stop: list) -> Optional[BaseException]:
+        """Wait until the started task has ended, even through Ctrl-C (each press is
+        noted in ``stop`` and raises the interrupt flag, so that the task ends soon);
+        returns the task's error, if any."""
+        ended = False
+        while not ended:
+            try:
+                ended = self.done.acquire()
+            except KeyboardInterrupt:
+                stop.append(True)
+                interrupts.raise_flag()
+        error, self.error = self.error, None
+        return error
+
+    def finish(self, stop: list) -> Optional[BaseException]:
+        """End this helper's part in a launch that has no chunk left: take back its task
+        if it has not picked it up, else wait for it (:meth:`wait`); its error, if any."""
+        if not self.posted:
+            return None
+        self.posted = False
+        return None if self.recall() else self.wait(stop)
+
+
+class HelperPool:
+    """The helper threads of the process, shared by every launch, grown on demand and
+    never shrunk (an idle helper sleeps on its lock)."""
+
+    def __init__(self, policy: SplitPolicy):
+        self.policy = policy
+        self.helpers: list[_Helper] = []
+        self._grow_lock = threading.Lock()
+        self.measured = False
+
+    def claim(self, count: int) -> list[_Helper]:
+        """Up to ``count`` idle helpers, now reserved for the caller (give them back with
+        :meth:`release`): fewer when other launches hold them; new ones are started
+        while the pool has fewer than ``count``."""
+        got: list[_Helper] = []
+        for h in list(self.helpers):       # a snapshot: another launch may grow the pool
+            if len(got) == count:
+                break
+            if h.busy.acquire(blocking=False):
+                got.append(h)
+        if len(got) < count and len(self.helpers) < count:
+            with self._grow_lock:
+                while len(got) < count and len(self.helpers) < count:
+                    try:
+                        helper = _Helper(len(self.helpers))
+                    except RuntimeError:    # no new thread (at interpreter shutdown...)
+                        break
+                    helper.busy.acquire()
+                    self.helpers.append(helper)
+                    got.append(helper)
+            if got and not self.measured:
+                try:
+                    self.measure_handoff(got[0])
+                except BaseException:
+                    self.release(got)
+                    raise
+        return got
+
+    @staticmethod
+    def release(helpers: Sequence[_Helper]) -> None:
+        for h in helpers:
+            h.busy.release()
+
+    def measure_handoff(self, helper: _Helper) -> None:
+        """Time round trips of an empty task on ``helper`` (wake it, let it run, see it
+        done) and give their median, bounded, to the policy as the hand-off cost."""
+        clock, samples, nothing, stop = time.perf_counter_ns, [], (lambda: None), []
+        for _ in range(_HANDOFF_SAMPLES):
+            t0 = clock()
+            helper.start(nothing)
+            helper.posted = False
+            helper.wait(stop)
+            samples.append(clock() - t0)
+            if stop:                     # Ctrl-C while measuring: the caller's to handle
+                raise KeyboardInterrupt
+        low, high = _HANDOFF_BOUNDS_NS
+        self.policy.set_handoff(min(high, max(low, statistics.median(samples))))
+        self.measured = True
+
+
+#: The policy every launch follows, and the helpers its parallel launches use.
+SPLIT = SplitPolicy()
+_POOL = HelperPool(SPLIT)
+
+
+def _forget_helpers_after_fork() -> None:
+    """A forked child has none of its parent's helper threads: start afresh."""
     global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers < workers:
-            _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flydsl-cpu")
-        return _POOL
+    _POOL = HelperPool(SPLIT)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers_after_fork)
 
 
 class CpuDriver(Driver):
@@ -121,6 +355,7 @@ class CpuLauncher:
 
         Slot buffers are per host thread: a launch releases the GIL while the
         kernel runs, so two Python threads may launch the same kernel at once.
+        The bound launch keeps its own :class:`WorkEstimate` (see the module docstring).
         """
         # Point the library at the shared interrupt state (before any call into it), and
         # reinstall the SIGINT handler if the program replaced it since.
@@ -131,6 +366,12 @@ class CpuLauncher:
         parallel = self._run_parallel
         name = self.display_name
         interrupted = interrupts.interrupted
+        estimate = WorkEstimate()
+        clock, split = time.perf_counter_ns, SPLIT
+        # A kernel that prints keeps no estimate, so the grid-size rule decides its
+        # launches as before: a small grid runs in block order and so does its output.
+        printing = prints(self.lib)
+        measure = not printing
 
         def submit(slots: _Slots, grid: tuple, block: tuple, smem: int, stream) -> None:
             if smem:
@@ -142,12 +383,31 @@ class CpuLauncher:
                 slots.threads = slots.nblocks * block[0] * block[1] * block[2]
                 slots.values[d:d + 8] = (*grid, *block, 0, slots.nblocks)
             slots.values[d + 8] = smem
-            if slots.threads < _PARALLEL_MIN_THREADS or slots.nblocks == 1:
+            nblocks = slots.nblocks
+            if nblocks == 1:             # never parallel: not worth timing
                 if fn(slots.table_ptr):
                     raise interrupted(name)
+                return
+            if nblocks < estimate.quick_blocks:     # far too little work to share
+                if estimate.untimed:
+                    estimate.untimed -= 1
+                    if fn(slots.table_ptr):
+                        raise interrupted(name)
+                    return
+                estimate.untimed = UNTIMED_LAUNCHES
             else:
-                parallel(slots, slots.nblocks)
-        if prints(self.lib):     # fx.printf: its output in order with the program's prints
+                block_ns = estimate.block_ns
+                if not 0.0 <= block_ns * nblocks < split.serial_ns:   # maybe worth it
+                    workers = split.workers(block_ns, nblocks, slots.threads, cpu_workers())
+                    if workers > 1:
+                        parallel(slots, nblocks, workers, estimate if measure else None)
+                        return
+            t0 = clock()
+            if fn(slots.table_ptr):
+                raise interrupted(name)
+            if measure:
+                estimate.record(clock() - t0, nblocks, split)
+        if printing:     # fx.printf: its output in order with the program's prints
             submit = flushing_stdout(submit)
         make_slots = self._slots
         if not self.debug_sites:
@@ -161,68 +421,86 @@ class CpuLauncher:
         return BoundLaunch(self.layout, self.offsets, packers, self._local,
                            lambda: make_slots(1)[0], submit_checked)
 
-    def _run_parallel(self, first: _Slots, nblocks: int) -> None:
-        """Run the grid on ``cpu_workers()`` host threads (the caller is one of them).
+    def _run_parallel(self, first: _Slots, nblocks: int, workers: int,
+                      estimate: Optional[WorkEstimate]) -> None:
+        """Run the grid on up to ``workers`` host threads: the caller and the helpers it
+        can claim (:class:`HelperPool`; with none idle, the caller runs it all).
 
-        The grid is cut into several chunks per worker, handed out on demand,
-        so one busy core does not hold up the whole launch. On Ctrl-C (in a
-        kernel or in the calling thread) every thread stops at its next block,
-        and ``KeyboardInterrupt`` is raised only once none of them runs.
+        The grid is cut into chunks (:func:`guided_chunks`), handed out on demand, so
+        one busy core does not hold up the whole launch. The caller times its own blocks
+        into ``estimate`` (unless None). On Ctrl-C (in a kernel or in the calling
+        thread) every thread stops at its next block, and ``KeyboardInterrupt`` is
+        raised only once none of them runs; a helper's error is re-raised once all
+        have stopped.
         """
-        workers = min(cpu_workers(), nblocks)
-        chunk = -(-nblocks // min(nblocks, _CHUNKS_PER_WORKER * workers))
-        bufs = [first] + [s for s in self._slots(workers) if s is not first][:workers - 1]
-        for s in bufs[1:]:
-            ctypes.memmove(s.values, first.values, 8 * self.nslots)
+        pool = _POOL
+        helpers = pool.claim(workers - 1)
         d, fn, counter = self.dims_at, self.fn, itertools.count()
-        stop = []
+        stop: list = []
+        bounds = guided_chunks(nblocks, 1 + len(helpers))
+        last = len(bounds) - 1
 
-        def work(buf: _Slots) -> None:
-            vals = buf.values
+        def work(buf: _Slots) -> int:
+            """Run chunks until none is left (or a stop); the number of blocks run."""
+            vals, ran = buf.values, 0
             while not stop:
-                begin = next(counter) * chunk   # atomic under the GIL
-                if begin >= nblocks:
-                    return
+                i = next(counter)               # atomic under the GIL
+                if i >= last:
+                    break
+                begin, end = bounds[i], bounds[i + 1]
                 vals[d + 6] = begin
-                vals[d + 7] = min(nblocks, begin + chunk)
+                vals[d + 7] = end
                 if fn(buf.table_ptr):
                     stop.append(True)
+                ran += end - begin
+            return ran
 
-        pool = _pool(workers)
-        futures = [pool.submit(work, buf) for buf in bufs[1:]]
         try:
-            work(first)
+            bufs = [s for s in self._slots(1 + len(helpers)) if s is not first]
+            for helper, buf in zip(helpers, bufs):
+                ctypes.memmove(buf.values, first.values, 8 * self.nslots)
+                helper.start(partial(work, buf))
+            t0 = time.perf_counter_ns()
+            ran = work(first)
+            if ran and not stop and estimate is not None:
+                estimate.record(time.perf_counter_ns() - t0, ran, SPLIT)
         except BaseException as e:
             stop.append(True)
             if isinstance(e, KeyboardInterrupt):
-                interrupts.raise_flag()   # the workers stop at their next block
-            _wait_all(futures, stop)   # a worker's own error is secondary here
+                interrupts.raise_flag()   # the helpers stop at their next block
+            _finish(pool, helpers, stop)   # a helper's own error is secondary here
             raise
         finally:
             first.values[d + 6] = 0          # the memoized dims expect the full range
             first.values[d + 7] = nblocks
-        failure = _wait_all(futures, stop)
+        failure = _finish(pool, helpers, stop)
         if failure is not None:
             raise failure
         if stop:
             raise interrupts.interrupted(self.display_name)
 
 
-def _wait_all(futures: list, stop: list):
-    """Wait until no worker runs, even through further Ctrl-C presses (which raise the
-    flag so that they finish quickly); returns the first worker's error, if any."""
+def guided_chunks(nblocks: int, threads: int) -> list[int]:
+    """Chunk boundaries ``[0, ..., nblocks]`` for ``threads`` threads taking chunks on
+    demand: each chunk is ``1 / (_GUIDED_SHARE * threads)`` of the blocks left, at least
+    ``1 / (_MIN_CHUNKS_PER_WORKER * threads)`` of the grid (and one block). Few big
+    chunks keep the per-chunk cost low; the small last ones let a thread that started
+    late or ran slow finish close to the others."""
+    smallest = max(1, nblocks // (_MIN_CHUNKS_PER_WORKER * threads))
+    bounds, begin = [0], 0
+    while begin < nblocks:
+        begin = min(nblocks, begin + max(smallest, (nblocks - begin) // (_GUIDED_SHARE * threads)))
+        bounds.append(begin)
+    return bounds
+
+
+def _finish(pool: HelperPool, helpers: Sequence[_Helper], stop: list) -> Optional[BaseException]:
+    """Once the caller found no chunk left: take back the helpers that have not started
+    (nothing is left for them), wait for the others (through Ctrl-C, see
+    :meth:`_Helper.wait`), give all back to the pool; the first helper's error, if any."""
     failure = None
-    pending = list(futures)
-    while pending:
-        try:
-            pending[0].result()
-        except KeyboardInterrupt:
-            if not pending[0].done():   # pressed while waiting: the future still runs
-                stop.append(True)
-                interrupts.raise_flag()
-                continue
-            failure = failure or KeyboardInterrupt()
-        except BaseException as e:  # noqa: BLE001 - reported once every worker is done
-            failure = failure or e
-        pending.pop(0)
+    for helper in helpers:
+        error = helper.finish(stop)
+        failure = failure or error
+        pool.release([helper])
     return failure
