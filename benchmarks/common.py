@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from flydsl.testing import do_bench
 
@@ -36,38 +36,61 @@ def best_time(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> fl
 
 def per_call_us(fn: Callable[[], object], n: int = 20000, rounds: int = 5) -> float:
     """Best time per call of ``fn()`` in us over ``rounds`` loops of ``n`` calls."""
-    for _ in range(min(n, 1000)):
-        fn()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best * 1e6
+    return interleaved_per_call_us({"fn": fn}, n, rounds)["fn"]
 
 
 def interleaved_per_call_us(fns: dict, n: int = 20000, rounds: int = 7) -> dict:
     """Best time per call (us) of each ``fns[name]()``, the rounds interleaved so that
     every variant sees the same machine load (a shared VM's noise comes in phases)."""
+    stats = interleaved_min_median(fns, runs=rounds, calls=n, warmup_calls=min(n, 1000))
+    return {name: best * 1e6 for name, (best, _) in stats.items()}
+
+
+def calls_per_run(fn: Callable[[], object], run_s: float) -> int:
+    """How many back-to-back calls of ``fn()`` last about ``run_s`` seconds (at least
+    one), from the fastest of a few timed calls (which also warm it up)."""
+    one = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        one = min(one, time.perf_counter() - t0)
+        if one > run_s:
+            break
+    return max(1, int(run_s / max(one, 1e-9)))
+
+
+def interleaved_min_median(fns: dict, runs: int = 7, calls=1,
+                           warmup_calls: int = 1) -> dict:
+    """``{name: (min, median)}`` seconds per call of each ``fns[name]()`` over ``runs``
+    timed runs of ``calls`` back-to-back calls (an int, or a dict by name), after
+    ``warmup_calls`` untimed calls. The runs of the variants alternate, so that a
+    phase of load on a shared machine hits all of them alike."""
+    counts = calls if isinstance(calls, dict) else dict.fromkeys(fns, calls)
     for fn in fns.values():
-        for _ in range(min(n, 1000)):
+        for _ in range(warmup_calls):
             fn()
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
+    times: dict = {name: [] for name in fns}
+    for _ in range(runs):
         for name, fn in fns.items():
+            n = counts[name]
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
-            best[name] = min(best[name], (time.perf_counter() - t0) / n)
-    return {name: t * 1e6 for name, t in best.items()}
+            times[name].append((time.perf_counter() - t0) / n)
+    return {name: (min(t), statistics.median(t)) for name, t in times.items()}
 
 
-def print_table(title: str, header: list[str], rows: list[list]) -> None:
+def print_table(title: str, header: list[str], rows: list[list], *, left: int = 0,
+                footer: Sequence[str] = ()) -> None:
+    """Print ``rows`` under ``title`` in aligned columns (the first ``left`` columns
+    flush left, the others flush right), then the ``footer`` lines."""
     cells = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     print(f"\n{title}")
     for k, r in enumerate(cells):
-        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.ljust(w) if i < left else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths))).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
+    for line in footer:
+        print(line)
