@@ -26,7 +26,7 @@ import mlir.ir as ir
 from mlir.dialects import arith, scf
 
 from ._simt_ir import SYNC_OPS, is_pure
-from .ir import block_ops, defining_op, op_of, terminator, walk
+from .ir import ancestor_in_block, block_ops, defining_op, op_of, terminator, walk
 
 #: Marks an ``scf.for`` the thread loops go inside of, like a loop holding a barrier.
 LEVEL_ATTR = "flydsl.thread_level"
@@ -189,6 +189,8 @@ def _thread_x_bound(op) -> bool:
 
 # -- lane guards -------------------------------------------------------------------
 
+#: ``arith.cmpi`` predicates in the order of their integer values.
+_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
 _SWAPPED = {"slt": "sgt", "sle": "sge", "ult": "ugt", "ule": "uge", "eq": "eq",
             "sgt": "slt", "sge": "sle", "ugt": "ult", "uge": "ule"}
 
@@ -209,15 +211,12 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[tuple]:
             return None
         for r in op.results:
             for use in r.uses:
-                if _ancestor_in(op_of(use.owner), guard.block) not in members:
+                if ancestor_in_block(op_of(use.owner), guard.block) not in members:
                     return None
     cmp = defining_op(guard.operands[0])
     if cmp is None or cmp.name != "arith.cmpi":
         return None
-    pred = str(cmp.attributes["predicate"]).split()[0]
-    names = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
-    pred = names[ir.IntegerAttr(cmp.attributes["predicate"]).value] if pred.isdigit() \
-        else pred
+    pred = _PREDICATES[ir.IntegerAttr(cmp.attributes["predicate"]).value]
     lhs, rhs = cmp.operands
     side = split_thread_x(lhs, is_uniform)
     if side is None or not is_uniform(rhs):
@@ -270,11 +269,3 @@ def _has_else(op) -> bool:
     region = op.regions[1]
     return len(region.blocks) > 0 and len(block_ops(region.blocks[0])) > 0
 
-
-def _ancestor_in(op, block):
-    p = op
-    while p is not None:
-        if p.block == block:
-            return p
-        p = p.parent
-    return None

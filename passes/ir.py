@@ -45,6 +45,16 @@ def walk(op, pred=None) -> list:
     return found
 
 
+def ancestor_in_block(op, block):
+    """``op`` or its ancestor that lies directly in ``block`` (None if none)."""
+    p = op
+    while p is not None:
+        if p.block == block:
+            return p
+        p = p.parent
+    return None
+
+
 def defining_op(value) -> Optional[ir.Operation]:
     if isinstance(value, ir.OpResult):
         return op_of(value.owner)

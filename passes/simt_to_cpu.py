@@ -62,7 +62,7 @@ from ._simt_printf import PrintfLowering
 from ._simt_lanes import LEVEL_ATTR, StridedLoopInterchange, inline_guard, lane_guard, lane_range
 from ._simt_ir import SYNC_OPS, is_pure, may_trap, source_location, strip_memory_space
 from ._simt_uniformity import Uniformity
-from .ir import block_ops, gpu_modules, op_of, terminator, walk
+from .ir import ancestor_in_block, block_ops, gpu_modules, op_of, terminator, walk
 
 _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
@@ -191,15 +191,6 @@ def _iter_arg_index(value, body):
     n = value.arg_number
     return n - 1 if n >= 1 else None
 
-
-def _ancestor_in_block(op, block):
-    """``op`` or its ancestor that lies directly in ``block`` (None if none)."""
-    p = op
-    while p is not None:
-        if p.block == block:
-            return p
-        p = p.parent
-    return None
 
 
 @dataclass(eq=False)
@@ -624,7 +615,7 @@ class _KernelLowering:
         early = d is not None and d.block == block
         if early:
             for u in late_users:
-                a = _ancestor_in_block(u, block)
+                a = ancestor_in_block(u, block)
                 if a is None or (a != d and not a.is_before_in_block(d)):
                     early = False
                     break
