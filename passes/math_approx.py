@@ -52,6 +52,11 @@ class _Builder:
         self.shape: Optional[list] = like.shape if isinstance(like, ir.VectorType) else None
         self.f32, self.f64 = ir.F32Type.get(), ir.F64Type.get()
         self.i32, self.i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
+        # Our float ops carry `contract` (no product here is reused in a sum whose
+        # rounding matters), so fp_flags, which flags only ops that have none, does not
+        # make them `fast`: reassociation would break the Cody-Waite reductions and the
+        # 2^k1 * 2^k2 scaling, no-NaN/no-inf the special values, even of finite inputs.
+        self.flags = ir.Attribute.parse("#arith.fastmath<contract>")
 
     def shaped(self, element: ir.Type) -> ir.Type:
         return ir.VectorType.get(self.shape, element) if self.shape else element
@@ -98,7 +103,9 @@ class _V:
         return o if isinstance(o, _V) else self.b.const(o, self.element)
 
     def _binary(self, o: Operand, fop: Optional[Callable], iop: Optional[Callable]) -> _V:
-        return _V((iop if self.is_int else fop)(self.v, self._other(o).v), self.b)
+        if self.is_int:
+            return _V(iop(self.v, self._other(o).v), self.b)
+        return _V(fop(self.v, self._other(o).v, fastmath=self.b.flags), self.b)
 
     def __add__(self, o: Operand) -> _V: return self._binary(o, arith.addf, arith.addi)
     def __radd__(self, o: Operand) -> _V: return self._other(o) + self
@@ -108,7 +115,7 @@ class _V:
     def __rmul__(self, o: Operand) -> _V: return self._other(o) * self
     def __truediv__(self, o: Operand) -> _V: return self._binary(o, arith.divf, None)
     def __rtruediv__(self, o: Operand) -> _V: return self._other(o) / self
-    def __neg__(self) -> _V: return _V(arith.negf(self.v), self.b)
+    def __neg__(self) -> _V: return _V(arith.negf(self.v, fastmath=self.b.flags), self.b)
     def __and__(self, o: Operand) -> _V: return self._binary(o, None, arith.andi)
     def __or__(self, o: Operand) -> _V: return self._binary(o, None, arith.ori)
     def __xor__(self, o: Operand) -> _V: return self._binary(o, None, arith.xori)
@@ -120,7 +127,8 @@ class _V:
         o = self._other(o)
         if self.is_int:
             return _V(arith.cmpi(getattr(arith.CmpIPredicate, ipred), self.v, o.v), self.b)
-        return _V(arith.cmpf(getattr(arith.CmpFPredicate, fpred), self.v, o.v), self.b)
+        pred = getattr(arith.CmpFPredicate, fpred)
+        return _V(arith.cmpf(pred, self.v, o.v, fastmath=self.b.flags), self.b)
 
     def __lt__(self, o: Operand) -> _V: return self._compare("OLT", "slt", o)
     def __gt__(self, o: Operand) -> _V: return self._compare("OGT", "sgt", o)
@@ -138,15 +146,20 @@ def _select(cond: _V, a: Operand, b: Operand) -> _V:
 
 
 def _fma(a: _V, b: Operand, c: Operand) -> _V:
-    return _V(mmath.fma(a.v, a._other(b).v, a._other(c).v), a.b)
+    return _V(mmath.fma(a.v, a._other(b).v, a._other(c).v, fastmath=a.b.flags), a.b)
 
 
 def _abs(x: _V) -> _V:
-    return _V(mmath.absf(x.v), x.b)
+    return _V(mmath.absf(x.v, fastmath=x.b.flags), x.b)
 
 
 def _copysign(x: _V, sign: _V) -> _V:
-    return _V(mmath.copysign(x.v, sign.v), x.b)
+    return _V(mmath.copysign(x.v, sign.v, fastmath=x.b.flags), x.b)
+
+
+def _round(x: _V) -> _V:
+    """To the nearest integer, ties to even."""
+    return _V(mmath.roundeven(x.v, fastmath=x.b.flags), x.b)
 
 
 def _poly(x: _V, coeffs: Sequence[float]) -> _V:
@@ -196,7 +209,7 @@ def _exp(x: _V) -> _V:
     """e^x: x = n ln2 + r, e^x = 2^n e^r. Below -104, e^x < 2^-150 rounds to 0; above
     89 it overflows to inf."""
     xc = _clamp(x, -104.0, 89.0)
-    n = _V(mmath.roundeven((xc * (1.0 / math.log(2.0))).v), x.b)
+    n = _round(xc * (1.0 / math.log(2.0)))
     r = _fma(n, -_LN2_LO, _fma(n, -_LN2_HI, xc))
     return _select(x.ne(x), x, _exp_reduced(r, n))
 
@@ -204,7 +217,7 @@ def _exp(x: _V) -> _V:
 def _exp2(x: _V) -> _V:
     """2^x = 2^n * e^(r ln2), n = round(x), r = x - n exact."""
     xc = _clamp(x, -151.0, 129.0)
-    n = _V(mmath.roundeven(xc.v), x.b)
+    n = _round(xc)
     return _select(x.ne(x), x, _exp_reduced((xc - n) * math.log(2.0), n))
 
 
@@ -217,38 +230,23 @@ _LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
 _SQRT_HALF_BITS = 0x3F3504F3   # f32 bits of sqrt(1/2)
 
 
-def _split(c: float, bits: int) -> tuple[float, float]:
-    """``c`` as hi + lo, hi with ``bits`` significant bits (so k * hi is exact for the
-    exponents k of f32) and lo the rest."""
-    e = math.frexp(c)[1]
-    hi = round(c * 2.0 ** (bits - e)) / 2.0 ** (bits - e)
-    return hi, c - hi
-
-
 def _log_base(x: _V, k_const: float, m_const: float) -> _V:
     """k * k_const + log(m) * m_const for x = 2^k m, m in [sqrt(1/2), sqrt(2)):
     log(x) with (k_const, m_const) = (ln 2, 1), log2 with (1, 1/ln 2), log10 with
-    (log10 2, 1/ln 10). The sum is compensated, so the result is within ~1 ulp."""
+    (log10 2, 1/ln 10). log(m) = f + y is an f32 pair, summed and scaled in f64 and
+    rounded once."""
     b = x.b
     den = x < 2.0 ** -126   # denormals (and x <= 0, fixed below): scaled by 2^23 first
     bits = _bits(_select(den, x * 2.0 ** 23, x))
     k = (bits - _SQRT_HALF_BITS).shr_signed(23)
     f = _float(bits - (k << 23)) - 1.0   # exact
-    kf = b.convert(k - _select(den, b.const(23, b.i32), 0), b.f32, arith.sitofp)
     z = f * f
     y = _fma(z, f * _poly(f, _LOG_P), z * -0.5)   # log(1+f) = f + y
-    k_hi, k_lo = _split(k_const, 12)
-    m_hi = struct.unpack("f", struct.pack("f", m_const))[0]   # m_const rounded to f32
-    if m_const == 1.0:
-        hi, lo = f, y
-    else:   # (f + y) * m as hi + lo
-        hi = f * m_hi
-        lo = _fma(y, m_hi, _fma(f, m_const - m_hi, _fma(f, m_hi, -hi)))
-    if k_lo:
-        lo = _fma(kf, k_lo, lo)
-    big = kf * k_hi   # exact
-    s = big + hi
-    r = s + (((big - s) + hi) + lo)   # Fast2Sum: |big| >= |hi| whenever k != 0
+    kd = b.convert(k - _select(den, b.const(23, b.i32), 0), b.f64, arith.sitofp)
+    m = b.convert(f, b.f64, arith.extf) + b.convert(y, b.f64, arith.extf)
+    if m_const != 1.0:
+        m = m * m_const
+    r = b.convert(_fma(kd, k_const, m), b.f32, arith.truncf)
     r = _select(x.eq(_INF), _INF, r)
     r = _select(x.eq(0.0), -_INF, r)
     return _select(x.lt_or_nan(0.0), _NAN, r)
@@ -371,7 +369,8 @@ def _erf(x: _V) -> _V:
     ax = _abs(x)
     # x T(x^2) = x c + x (T(x^2) - c), c = T(0) = 2/sqrt(pi) = c_hi + c_lo: one rounding
     # of x c_hi, not two (of T and of the product)
-    c_hi, c_lo = _split(_ERF_T[-1], 24)
+    c_hi = struct.unpack("f", struct.pack("f", _ERF_T[-1]))[0]   # rounded to f32
+    c_lo = _ERF_T[-1] - c_hi
     t = _fma(_poly(ax * ax, _ERF_T[:-1]), ax * ax, c_lo)
     small = _fma(ax, c_hi, ax * t)
     a4 = _select(ax > 4.0, 4.0, ax)   # NaN stays NaN
