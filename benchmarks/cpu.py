@@ -1,6 +1,7 @@
 """flydsl CPU kernels against the best CPU alternative, same process, 1 and 2 threads.
 
     python benchmarks/cpu.py [--quick] [--rows NAME,...] [--threads 1,2]
+                             [--omp-wait-policy PASSIVE]
 
 Each thread count runs in a child process of this script that sets
 ``FLYDSL_CPU_THREADS``, ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and
@@ -309,9 +310,13 @@ def child(threads: int, quick: bool, rows: list[str]) -> None:
     print(RESULT_PREFIX + json.dumps(results), flush=True)
 
 
-def run_child(threads: int, quick: bool, rows: list[str]) -> list[dict]:
-    """Run :func:`child` in a fresh process with every thread variable set."""
+def run_child(threads: int, quick: bool, rows: list[str],
+              omp_wait_policy: str = "") -> list[dict]:
+    """Run :func:`child` in a fresh process with every thread variable set (and
+    ``OMP_WAIT_POLICY`` when given)."""
     env = dict(os.environ, **{var: str(threads) for var in THREAD_VARS})
+    if omp_wait_policy:
+        env["OMP_WAIT_POLICY"] = omp_wait_policy
     argv = [sys.executable, os.path.abspath(__file__), "--child", str(threads),
             "--rows", ",".join(rows)] + (["--quick"] if quick else [])
     proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
@@ -343,6 +348,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     ap.add_argument("--rows", default="", help="rows to run: names or patterns, comma separated")
     ap.add_argument("--threads", default="1,2", help="thread counts, comma separated")
+    ap.add_argument("--omp-wait-policy", default="",
+                    help="OMP_WAIT_POLICY for the children (e.g. PASSIVE: torch's OpenMP "
+                         "threads then sleep instead of spinning, which on a machine "
+                         "whose cores are busy with other work can be 10x faster)")
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     rows = select_rows(args.rows)
@@ -350,9 +359,10 @@ def main() -> None:
         child(args.child, args.quick, rows)
         return
     counts = [int(k) for k in args.threads.split(",")]
-    results = [r for k in counts for r in run_child(k, args.quick, rows)]
-    order = {name: i for i, name in enumerate(dict.fromkeys(r["kernel"] + r["vs"] for r in results))}
-    results.sort(key=lambda r: (order[r["kernel"] + r["vs"]], r["threads"]))
+    results = [r for k in counts for r in run_child(k, args.quick, rows, args.omp_wait_policy)]
+    keys = dict.fromkeys((r["kernel"], r["vs"]) for r in results)   # first-seen order
+    order = {key: i for i, key in enumerate(keys)}
+    results.sort(key=lambda r: (order[r["kernel"], r["vs"]], r["threads"]))
     mhz = cpu_mhz()
     footer = [
         "ratio = flydsl time / alternative time (lower is better), from the min and from "
@@ -362,9 +372,10 @@ def main() -> None:
         "used; % of peak = 2 n^3 / best time / peak.",
         "sum: flydsl's time includes zeroing out[0] before each call (one store).",
     ]
+    omp = f", OMP_WAIT_POLICY={args.omp_wait_policy}" if args.omp_wait_policy else ""
     print_table(f"flydsl CPU backend vs the best CPU alternative, same process "
                 f"({'quick, ' if args.quick else ''}threads {args.threads}, one child "
-                "process per thread count)",
+                f"process per thread count{omp})",
                 ["kernel", "vs", "thr", "flydsl min", "flydsl med", "alt min", "alt med",
                  "ratio min", "ratio med", "target", "met", "note"],
                 [table_row(r) for r in results], left=2, footer=footer)

@@ -63,6 +63,21 @@ def test_a_measured_handoff_moves_the_threshold():
     assert p.workers(p.serial_ns / 10 * 0.99, 10, 10 * 256, 4) == 1
 
 
+def test_observed_overheads_move_the_handoff_cost_slowly_and_within_bounds():
+    p = SplitPolicy(HANDOFF, payoff=4)
+    w = cpu_driver._OBSERVED_WEIGHT
+    p.observe(5 * HANDOFF)
+    assert p.handoff_ns == pytest.approx((1 - w) * HANDOFF + w * 5 * HANDOFF)
+    assert p.serial_ns == 2 * 4 * p.handoff_ns
+    low, high = cpu_driver._HANDOFF_BOUNDS_NS
+    for _ in range(200):
+        p.observe(1e15)                      # a launch preempted for ages, again and again
+    assert p.handoff_ns == pytest.approx(high)
+    for _ in range(200):
+        p.observe(-1e6)                      # helpers that cost nothing, or less
+    assert p.handoff_ns == pytest.approx(low)
+
+
 # ---- launches -----------------------------------------------------------------------
 
 @flydsl.kernel
@@ -87,12 +102,17 @@ def busy(x: fx.Tensor, n: fx.Int32):
 @pytest.fixture
 def split(monkeypatch):
     """Set the process policy's hand-off cost (ns) for one test, and keep the pool from
-    measuring it over ours."""
-    def use(handoff_ns: float) -> SplitPolicy:
+    measuring it and launches from changing it. Unless ``quick``, every launch decides
+    afresh (no launch takes the rarely-timed path on an estimate made under another
+    setting)."""
+    def use(handoff_ns: float, quick: bool = False) -> SplitPolicy:
         policy = cpu_driver.SPLIT
         for attr in ("handoff_ns", "worker_ns", "serial_ns"):
             monkeypatch.setattr(policy, attr, getattr(policy, attr))
+        monkeypatch.setattr(policy, "observe", lambda overhead_ns: None)
         monkeypatch.setattr(cpu_driver._POOL, "measured", True)
+        if not quick:
+            monkeypatch.setattr(cpu_driver, "QUICK_FRACTION", float("inf"))
         policy.set_handoff(handoff_ns)
         return policy
     return use
@@ -170,7 +190,7 @@ def test_little_work_on_a_big_grid_stays_on_the_launching_thread(monkeypatch, sp
 def test_a_small_grid_without_estimate_runs_serially_and_is_measured(monkeypatch, split,
                                                                      claims):
     monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
-    split(2_000.0)                           # serial below 16 us of work
+    split(2_000.0, quick=True)               # serial below 16 us of work
     x = np.zeros(8 * 64, np.float32)
     k = fresh(busy)[8, 64]                   # 512 threads: below the no-estimate rule
     k(x, 1)
@@ -188,7 +208,7 @@ def test_small_launches_are_timed_now_and_then(monkeypatch, split):
     """Far below the threshold one launch in UNTIMED_LAUNCHES + 1 is timed (two clock
     reads): a kernel whose cost grows with its arguments is seen within that many."""
     monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
-    split(1e9)                               # everything stays serial
+    split(1e9, quick=True)                   # everything stays serial
     reads = []
 
     def counting_clock() -> int:
@@ -329,7 +349,7 @@ def test_a_helpers_error_is_returned_and_the_helper_lives_on():
 
 def test_claims_never_wait_for_busy_helpers_nor_grow_past_the_count_asked():
     pool = private_pool()
-    first = pool.claim(1)
+    assert len(pool.claim(1)) == 1
     try:
         assert pool.claim(1) == []           # its one helper is busy: none, at once
         assert len(pool.claim(2)) == 1       # asked for two: one more is started

@@ -15,29 +15,32 @@ bound launch keeps an estimate of its kernel's single-thread time per block
 single-threaded runs and around the launching thread's own share of a parallel one
 (launches far below the threshold are timed once in ``UNTIMED_LAUNCHES + 1``, which
 keeps the clock off their warm path). Handing work to another host thread costs a
-hand-off (wake it, let it take the GIL, wait for its last chunk), measured once
-when the first helper thread starts (:meth:`HelperPool.measure_handoff`).
-:class:`SplitPolicy` then gives a launch one host thread per ``PAYOFF`` hand-offs of
-estimated work, at most ``cpu_workers()`` (``FLYDSL_CPU_THREADS``, else the CPUs of
-the affinity mask): small launches stay on the launching thread, with no hand-off
-at all. A launch of one block never goes parallel and is not timed (the warm path
-of tiny launches stays a plain call).
+hand-off (wake it, let it take the GIL, wait for its last chunk): timed as a round
+trip when the first helper thread starts (:meth:`HelperPool.measure_handoff`), then
+followed, as a moving average, by what each parallel launch spends outside its own
+chunks (:meth:`SplitPolicy.observe`: the cost rises while another process keeps the
+other cores busy). :class:`SplitPolicy` then gives a launch one host thread per
+``PAYOFF`` hand-offs of estimated work, at most ``cpu_workers()``
+(``FLYDSL_CPU_THREADS``, else the CPUs of the affinity mask): small launches stay on
+the launching thread, with no hand-off at all. A launch of one block never goes
+parallel and is not timed (the warm path of tiny launches stays a plain call).
 
 A launch with no estimate yet (the first multi-block launch of a specialization)
 goes parallel when its grid has at least ``_PARALLEL_MIN_THREADS`` GPU threads, as
-before the estimates existed: on a wrong guess that costs one hand-off (microseconds
-to tens of them), while running a long first launch on one thread could cost most
-of its time. Its launching thread measures its blocks, so the next launch decides
-by work. Kernels that call ``fx.printf`` keep no estimate and follow that grid-size
+before the estimates existed: on a wrong guess that costs one hand-off (a few to a
+hundred-odd microseconds), while running a long first launch on one thread could
+cost most of its time. Its launching thread measures its blocks, so the next launch
+decides by work. Kernels that call ``fx.printf`` keep no estimate and follow that grid-size
 rule on every launch, so that a small grid prints in block order.
 
 Parallel launches run on persistent daemon helper threads (:class:`HelperPool`),
-each woken through its own lock (lighter than an executor's queue and futures).
-The grid is cut into chunks handed out on demand; the launching thread works too,
-and when it finds no chunk left it takes back the wake-ups of helpers that have not
-started yet instead of waiting for them. A helper serves one launch at a time: a
-launch that finds them all busy (another Python thread is launching) runs with fewer,
-down to none, rather than queue behind it.
+each woken through its own lock (lighter than an executor's queue and futures). The
+grid is cut into guided chunks, big first and small last, handed out on demand
+(:func:`guided_chunks`); the launching thread works too, and when it finds no chunk
+left it takes back the wake-ups of helpers that have not started yet instead of
+waiting for them. A helper serves one launch at a time: a launch that finds them all
+busy (another Python thread is launching) runs with fewer, down to none, rather than
+queue behind it.
 """
 from __future__ import annotations
 
@@ -72,6 +75,8 @@ _DEFAULT_HANDOFF_NS = 20_000.0
 _HANDOFF_BOUNDS_NS = (2_000.0, 500_000.0)
 #: Round trips timed to measure the hand-off cost (their median is kept).
 _HANDOFF_SAMPLES = 15
+#: Weight of one parallel launch's observed overhead in the hand-off cost.
+_OBSERVED_WEIGHT = 0.25
 #: Launches estimated under 1/QUICK_FRACTION of the serial threshold are timed rarely...
 QUICK_FRACTION = 4
 #: ...once after this many untimed ones.
@@ -137,6 +142,16 @@ class SplitPolicy:
         self.handoff_ns = float(handoff_ns)
         self.worker_ns = self.payoff * self.handoff_ns
         self.serial_ns = 2 * self.worker_ns
+
+    def observe(self, overhead_ns: float) -> None:
+        """Fold in the hand-off cost a parallel launch saw (its time outside the
+        launching thread's own chunks: handing out, and waiting for the helpers' last
+        chunks). Machine load comes and goes (a busy second core makes helpers late),
+        so the cost keeps following the launches; a moving average, bounded, so that
+        one preempted launch moves it little."""
+        low, high = _HANDOFF_BOUNDS_NS
+        bounded = min(high, max(low, overhead_ns))
+        self.set_handoff((1 - _OBSERVED_WEIGHT) * self.handoff_ns + _OBSERVED_WEIGHT * bounded)
 
     def workers(self, block_ns: float, nblocks: int, threads: int, available: int) -> int:
         """Host threads for a launch of ``nblocks`` blocks (``threads`` GPU threads in
@@ -210,13 +225,16 @@ class _Helper:
         error, self.error = self.error, None
         return error
 
-    def finish(self, stop: list) -> Optional[BaseException]:
+    def finish(self, stop: list) -> tuple[bool, Optional[BaseException]]:
         """End this helper's part in a launch that has no chunk left: take back its task
-        if it has not picked it up, else wait for it (:meth:`wait`); its error, if any."""
+        if it has not picked it up, else wait for it (:meth:`wait`). Whether it ran the
+        task, and the task's error, if any."""
         if not self.posted:
-            return None
+            return False, None
         self.posted = False
-        return None if self.recall() else self.wait(stop)
+        if self.recall():
+            return False, None
+        return True, self.wait(stop)
 
 
 class HelperPool:
@@ -259,6 +277,7 @@ class HelperPool:
 
     @staticmethod
     def release(helpers: Sequence[_Helper]) -> None:
+        """Give claimed helpers back (their tasks ended or were taken back)."""
         for h in helpers:
             h.busy.release()
 
@@ -428,13 +447,16 @@ class CpuLauncher:
 
         The grid is cut into chunks (:func:`guided_chunks`), handed out on demand, so
         one busy core does not hold up the whole launch. The caller times its own blocks
-        into ``estimate`` (unless None). On Ctrl-C (in a kernel or in the calling
+        into ``estimate`` (unless None) and the launch's overhead into the policy
+        (:meth:`SplitPolicy.observe`). On Ctrl-C (in a kernel or in the calling
         thread) every thread stops at its next block, and ``KeyboardInterrupt`` is
         raised only once none of them runs; a helper's error is re-raised once all
         have stopped.
         """
+        clock = time.perf_counter_ns
         pool = _POOL
-        helpers = pool.claim(workers - 1)
+        helpers = pool.claim(workers - 1)     # may measure the hand-off: not timed
+        started = clock()
         d, fn, counter = self.dims_at, self.fn, itertools.count()
         stop: list = []
         bounds = guided_chunks(nblocks, 1 + len(helpers))
@@ -460,10 +482,9 @@ class CpuLauncher:
             for helper, buf in zip(helpers, bufs):
                 ctypes.memmove(buf.values, first.values, 8 * self.nslots)
                 helper.start(partial(work, buf))
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             ran = work(first)
-            if ran and not stop and estimate is not None:
-                estimate.record(time.perf_counter_ns() - t0, ran, SPLIT)
+            own_ns = clock() - t0
         except BaseException as e:
             stop.append(True)
             if isinstance(e, KeyboardInterrupt):
@@ -473,11 +494,15 @@ class CpuLauncher:
         finally:
             first.values[d + 6] = 0          # the memoized dims expect the full range
             first.values[d + 7] = nblocks
-        failure = _finish(pool, helpers, stop)
+        failure, joined = _finish(pool, helpers, stop)
         if failure is not None:
             raise failure
         if stop:
             raise interrupts.interrupted(self.display_name)
+        if ran and estimate is not None:
+            estimate.record(own_ns, ran, SPLIT)
+            if helpers and joined == len(helpers):     # what using helpers cost
+                SPLIT.observe(clock() - started - own_ns)
 
 
 def guided_chunks(nblocks: int, threads: int) -> list[int]:
@@ -487,20 +512,23 @@ def guided_chunks(nblocks: int, threads: int) -> list[int]:
     chunks keep the per-chunk cost low; the small last ones let a thread that started
     late or ran slow finish close to the others."""
     smallest = max(1, nblocks // (_MIN_CHUNKS_PER_WORKER * threads))
-    bounds, begin = [0], 0
+    bounds, begin, share = [0], 0, _GUIDED_SHARE * threads
     while begin < nblocks:
-        begin = min(nblocks, begin + max(smallest, (nblocks - begin) // (_GUIDED_SHARE * threads)))
+        begin = min(nblocks, begin + max(smallest, (nblocks - begin) // share))
         bounds.append(begin)
     return bounds
 
 
-def _finish(pool: HelperPool, helpers: Sequence[_Helper], stop: list) -> Optional[BaseException]:
+def _finish(pool: HelperPool, helpers: Sequence[_Helper],
+            stop: list) -> tuple[Optional[BaseException], int]:
     """Once the caller found no chunk left: take back the helpers that have not started
     (nothing is left for them), wait for the others (through Ctrl-C, see
-    :meth:`_Helper.wait`), give all back to the pool; the first helper's error, if any."""
-    failure = None
+    :meth:`_Helper.wait`), give all back to the pool. The first helper's error, if any,
+    and how many helpers ran their task."""
+    failure, joined = None, 0
     for helper in helpers:
-        error = helper.finish(stop)
+        ran, error = helper.finish(stop)
+        joined += ran
         failure = failure or error
         pool.release([helper])
-    return failure
+    return failure, joined
