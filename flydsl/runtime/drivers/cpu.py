@@ -80,7 +80,7 @@ _OBSERVED_WEIGHT = 0.25
 #: Launches estimated under 1/QUICK_FRACTION of the serial threshold are timed rarely...
 QUICK_FRACTION = 4
 #: ...once after this many untimed ones.
-UNTIMED_LAUNCHES = 15
+UNTIMED_LAUNCHES = 63
 
 
 def cpu_workers() -> int:
