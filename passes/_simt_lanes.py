@@ -59,6 +59,10 @@ def split_thread_x(value, is_uniform: Callable) -> Optional[tuple]:
     return None
 
 
+def _anything(value) -> bool:
+    return True   # before the uniformity analysis: the shape of the bound only
+
+
 def _nsw() -> ir.Attribute:
     return ir.Attribute.parse("#arith.overflow<nsw>")
 
@@ -101,7 +105,7 @@ class StridedLoopInterchange:
 
         def visit(block):
             for op in block_ops(block):
-                if (op.name == "scf.for" and _thread_x_bound(op)
+                if (op.name == "scf.for" and split_thread_x(op.operands[0], _anything)
                         and "unsignedCmp" not in op.attributes
                         and not walk(op, lambda o: o.name in SYNC_OPS)):
                     found.append(op)
@@ -122,13 +126,7 @@ class StridedLoopInterchange:
             return False
         p = op.parent
         while p is not None and p != self.k.block_loop:
-            if p.name == "scf.for":
-                if not all(uni.is_uniform(v) for v in list(p.operands)[:3]):
-                    return False
-            elif p.name == "scf.if":
-                if not uni.is_uniform(p.operands[0]):
-                    return False
-            else:
+            if not uni.uniform_control(p):
                 return False
             p = p.parent
         return True
@@ -177,14 +175,6 @@ class StridedLoopInterchange:
         for inner in block_ops(body):
             inner.move_before(guard_end)
         op.erase()
-
-
-def _thread_x_bound(op) -> bool:
-    lb = op.operands[0]
-    if is_thread_x(lb):
-        return True
-    d = defining_op(lb)
-    return d is not None and d.name == "arith.addi" and any(is_thread_x(v) for v in d.operands)
 
 
 # -- lane guards -------------------------------------------------------------------
@@ -257,12 +247,14 @@ def lane_range(guard: tuple, bdim_x, const: Callable) -> tuple:
     return clamp(limit), clamp(arith.addi(limit, c1))   # eq: one thread (or none)
 
 
-def inline_guard(guard_op) -> None:
-    """Move the guarded ops out of ``guard_op`` (an ``scf.if``) before it; erase it."""
-    blk = guard_op.regions[0].blocks[0]
-    for inner in block_ops(blk):
-        inner.move_before(guard_op)
-    guard_op.erase()
+def inline_regions(op) -> None:
+    """Move the ops of ``op``'s regions (an ``scf.if`` whose branches no longer need
+    it, terminators aside) before it, in order, and erase it."""
+    for region in op.regions:
+        for blk in region.blocks:
+            for inner in block_ops(blk):
+                inner.move_before(op)
+    op.erase()
 
 
 def _has_else(op) -> bool:

@@ -44,6 +44,13 @@ class Uniformity:
     def is_uniform(self, value) -> bool:
         return value in self.uniform
 
+    def uniform_control(self, op) -> bool:
+        """``op`` is an ``scf.for`` with block-uniform bounds and step, or an ``scf.if``
+        with a block-uniform condition: every thread of a block runs its body alike."""
+        if op.name == "scf.for":
+            return all(v in self.uniform for v in list(op.operands)[:3])
+        return op.name == "scf.if" and op.operands[0] in self.uniform
+
     def _level(self, block, U, H, spec) -> None:
         for op in block_ops(block):
             if op in self.sync:

@@ -59,7 +59,7 @@ from flydsl.errors import UnsupportedConstructError
 from ._simt_bounds import BoundsChecks
 from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
 from ._simt_printf import PrintfLowering
-from ._simt_lanes import LEVEL_ATTR, StridedLoopInterchange, inline_guard, lane_guard, lane_range
+from ._simt_lanes import LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard, lane_range
 from ._simt_ir import SYNC_OPS, is_pure, may_trap, source_location, strip_memory_space
 from ._simt_uniformity import Uniformity
 from .ir import ancestor_in_block, block_ops, gpu_modules, op_of, terminator, walk
@@ -551,8 +551,7 @@ class _KernelLowering:
         for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS):
             p = s.parent
             while p != self.block_loop:
-                ok = ((p.name == "scf.for" and all(uni.is_uniform(v) for v in list(p.operands)[:3]))
-                      or (p.name == "scf.if" and uni.is_uniform(p.operands[0]))
+                ok = (uni.uniform_control(p)
                       # warp collectives under a thread-dependent scf.if run predicated
                       or (p.name == "scf.if" and is_warp_collective(s)))
                 if not ok:
@@ -775,10 +774,7 @@ class _KernelLowering:
         self._make_thread_loop(segment, op, preds)
         for blk, pred in zip(blocks, branch_preds):
             self._lower_level(blk, tuple(preds) + (pred,))
-        for blk in blocks:
-            for inner in block_ops(blk):
-                inner.move_before(op)
-        op.erase()
+        inline_regions(op)
 
     def _make_thread_loop(self, ops, before, preds=()) -> None:
         if not ops:
@@ -823,7 +819,7 @@ class _KernelLowering:
         for op in ops:
             op.move_before(seg_end)
         if lanes is not None:
-            inline_guard(lanes[0])
+            inline_regions(lanes[0])
             ops = block_ops(seg_block) or [seg_end]   # an empty guarded body: just the yield
         tl = _ThreadLoop(outer=outer, inner=inner, ivs=ivs, anchor=anchor or ops[0],
                          seg_block=seg_block)
