@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="arguments in parameter order, comma separated: a tensor as DTYPE[RANK] "
                         "(f32[1], bf16[2]), a scalar as a dtype (i32, f32), a constexpr as "
                         "=VALUE (=256, ='mode'); e.g. 'f32[1],f32[1],f32[1],i32'; repeat it "
-                        "for a bundle")
+                        "for a bundle. Tensors are taken 16-byte aligned (f32[1]:1: not), "
+                        "ints not divisible by 16 (i32:16: divisible), the variants a "
+                        "launch specializes on")
     c.add_argument("--configs", default=None,
                    help="keyword arguments to compile with, as a Python list of dicts, one "
                         "compile each: \"[{'BLOCK': 128}, {'BLOCK': 256}]\"")
@@ -129,17 +131,33 @@ def parse_signature(text: str) -> list:
         if item.startswith("="):
             out.append(ast.literal_eval(item[1:]))
             continue
+        item, special = _specialization_suffix(item)
         if "[" in item:
             dtype, _, rest = item.partition("[")
             rank = int(rest.rstrip("]") or 0)
-            out.append(_stand_in(dtype.strip(), rank))
+            out.append(_stand_in(dtype.strip(), rank, aligned=special != 1))
             continue
         if item not in _DTYPES:
             raise ValueError(f"unknown signature item {item!r}; use e.g. f32[1], i32 or =256")
         np_name = _DTYPES[item]
-        out.append(np.dtype(np_name).type(1) if np_name not in ("bfloat16",)
-                   else 1.0)
+        if np_name == "bfloat16":
+            out.append(1.0)
+        else:   # i32:16 stands for ints divisible by 16 (a specialization), i32 for others
+            out.append(np.dtype(np_name).type(16 if special == 16 else 1))
     return out
+
+
+def _specialization_suffix(item: str) -> tuple:
+    """``f32[1]:1`` / ``i32:16`` -> (``f32[1]``, 1) / (``i32``, 16); no suffix -> None.
+    Tensors are aligned unless ``:1``; ints divisible by 16 only with ``:16``
+    (:mod:`flydsl.runtime.specialization`)."""
+    base, sep, suffix = item.rpartition(":")
+    if not sep:
+        return item, None
+    if suffix.strip() not in ("1", "16"):
+        raise ValueError(f"signature item {item!r}: the suffix is :16 (aligned tensor, int "
+                         "divisible by 16) or :1 (neither)")
+    return base.strip(), int(suffix)
 
 
 def _split_top(text: str) -> list[str]:
@@ -159,13 +177,20 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-def _stand_in(dtype: str, rank: int):
+def _stand_in(dtype: str, rank: int, aligned: bool = True):
+    """A host array of ``dtype`` and ``rank``: 16-byte aligned rows (16 elements each),
+    or one element in, misaligned, when not ``aligned``."""
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+    shape = (1,) * (rank - 1) + (16 + (not aligned),) if rank else (2,)
     if dtype == "bf16":
         import torch  # numpy has no bfloat16
-        return torch.zeros((1,) * rank, dtype=torch.bfloat16)
-    return np.zeros((1,) * rank, dtype=_DTYPES[dtype])
+        full = torch.zeros(shape, dtype=torch.bfloat16)
+    else:
+        full = np.zeros(shape, dtype=_DTYPES[dtype])
+    if not rank:
+        return full[1:].reshape(()) if not aligned else full[:1].reshape(())
+    return full[..., 1:] if not aligned else full
 
 
 def _cmd_compile(args) -> int:

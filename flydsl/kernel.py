@@ -14,6 +14,7 @@ from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
                                constexpr_token, dim3, env_token)
+from .runtime.specialization import int_divisible
 from .runtime.tensors import as_tensor
 
 _MAX_THREADS = MAX_THREADS_PER_DIM
@@ -34,7 +35,7 @@ class KernelFunction:
     and ``.launch(grid=..., block=...)`` the result, or launch directly with
     ``kernel[grid, block](*args)``."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, do_not_specialize: Sequence[str] = ()):
         self.fn = fn
         self.name = fn.__name__
         self.__name__ = fn.__name__
@@ -57,6 +58,15 @@ class KernelFunction:
             kind = annotation_kind(ann) if ann is not inspect.Parameter.empty else "infer"
             params.append(_Param(p.name, kind, ann, p.default))
         self.params = tuple(params)
+        if isinstance(do_not_specialize, str):
+            do_not_specialize = (do_not_specialize,)
+        unknown = sorted(set(do_not_specialize) - {p.name for p in params})
+        if unknown:
+            raise _arg_error(f"do_not_specialize names no parameter: {', '.join(unknown)} "
+                             f"(parameters: {', '.join(p.name for p in params)})",
+                             kernel=self.name)
+        #: Parameters never specialized on alignment or divisibility (runtime.specialization).
+        self.do_not_specialize = frozenset(do_not_specialize)
         # Keyword arguments can be turned into positions (for the warm path) unless a
         # parameter is keyword-only or positional-only.
         self._kwargs_as_positions = all(p.kind == p.POSITIONAL_OR_KEYWORD
@@ -255,7 +265,9 @@ class KernelFunction:
                     raise _arg_error(f"argument {p.name!r} must have "
                                        f"rank {ann.rank}, got {t.rank}", kernel=self.name)
                 specs.append(ParamSpec(p.name, "tensor", dtype=t.dtype, rank=t.rank,
-                                       inner_contiguous=t.inner_contiguous))
+                                       inner_contiguous=t.inner_contiguous,
+                                       aligned=t.aligned and p.name not in self.do_not_specialize,
+                                       wide=t.wide))
                 runtime.append(v)
                 continue
             if t is not None:
@@ -273,7 +285,9 @@ class KernelFunction:
                     raise _arg_error(f"argument {p.name!r} has "
                                        f"unsupported type {type(v).__name__}; annotate it or "
                                        "pass a tensor or a number", kernel=self.name)
-            specs.append(ParamSpec(p.name, "scalar", dtype=dtype))
+            divisible = (dtype.kind == "int" and p.name not in self.do_not_specialize
+                         and int_divisible(int(v)))
+            specs.append(ParamSpec(p.name, "scalar", dtype=dtype, divisible=divisible))
             runtime.append(v)
         return tuple(specs), runtime
 
@@ -394,8 +408,12 @@ class KernelCall:
         return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
 
 
-def kernel(fn: Optional[Callable] = None) -> Any:
-    """Decorator marking a SIMT kernel (see the README's "Writing kernels")."""
+def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = ()) -> Any:
+    """Decorator marking a SIMT kernel (see the README's "Writing kernels").
+
+    ``do_not_specialize``: names of parameters never specialized on 16-byte alignment
+    (tensors) or divisibility by 16 (ints), e.g. an int that takes many values, to
+    keep one compiled variant (:mod:`flydsl.runtime.specialization`)."""
     if fn is None:
-        return kernel
-    return KernelFunction(fn)
+        return lambda f: KernelFunction(f, do_not_specialize)
+    return KernelFunction(fn, do_not_specialize)

@@ -41,7 +41,7 @@ from mlir.dialects import arith, func, memref, scf, ub
 from flydsl.runtime import debug_checks as rec
 
 from ._simt_ir import source_location, strip_memory_space
-from .ir import op_of, walk
+from .ir import MEMREF_VIEW_OPS, op_of, walk
 
 #: Module attribute holding the JSON site table.
 SITES_ATTR = "flydsl.debug_sites"
@@ -54,11 +54,6 @@ _CHECKED = {
     "memref.atomic_rmw": (1, 2, "atomic"),
 }
 
-#: View-like ops: their first operand is the memref they view.
-_VIEW_OPS = frozenset({
-    "memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape",
-    "memref.expand_shape", "memref.view", "memref.transpose", "memref.memory_space_cast",
-})
 
 #: ids(op) -> [linear block, block x, y, z, thread x, y, z] (index values built
 #: at the current insertion point, which lies inside ``op``'s thread loop).
@@ -211,7 +206,7 @@ class BoundsChecks:
 
 def _root(mem: ir.Value) -> ir.Value:
     """The memref ``mem`` is a view of (through view-like ops)."""
-    while isinstance(mem, ir.OpResult) and op_of(mem.owner).name in _VIEW_OPS:
+    while isinstance(mem, ir.OpResult) and op_of(mem.owner).name in MEMREF_VIEW_OPS:
         mem = op_of(mem.owner).operands[0]
     return mem
 

@@ -22,6 +22,7 @@ PURE_OPS = frozenset({
     "memref.dim", "memref.rank", "memref.extract_strided_metadata", "memref.cast",
     "memref.subview", "memref.reinterpret_cast", "memref.collapse_shape",
     "memref.expand_shape", "memref.view", "memref.extract_aligned_pointer_as_index",
+    "memref.assume_alignment",   # a view of its operand with an alignment fact
     "affine.apply", "affine.min", "affine.max",
     "llvm.mlir.constant", "llvm.mlir.undef", "llvm.mlir.poison", "llvm.mlir.zero",
     "builtin.unrealized_conversion_cast",

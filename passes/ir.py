@@ -15,6 +15,14 @@ import mlir.ir as ir
 #: Lines of an MLIR note (often a dump of a whole op) kept in a diagnostic.
 NOTE_LINES = 8
 
+#: View-like memref ops: their first operand is the memref they view, and what is
+#: done through the view is done to it.
+MEMREF_VIEW_OPS = frozenset({
+    "memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape",
+    "memref.expand_shape", "memref.view", "memref.transpose", "memref.memory_space_cast",
+    "memref.assume_alignment",
+})
+
 
 def op_of(x) -> ir.Operation:
     """The ``ir.Operation`` behind an OpView / Operation."""

@@ -250,11 +250,17 @@ def test_cuda_vector_copies_are_guarded_by_a_run_time_alignment_check():
     """On NVIDIA GPUs a misaligned vector access faults: a misaligned address takes a
     per-element path, so the scalar fallback is in the code next to the vector one.
     (On gfx942, which accepts dword-aligned vector accesses, LLVM merges the fallback
-    back into a dwordx4.)"""
+    back into a dwordx4.) Rows 4004 bytes apart are not specialized as aligned; rows
+    4000 bytes apart are, and there the check folds away, leaving the vector path."""
     from vector_add_2d import vector_add
-    A = np.zeros((100, 1000), np.float32)
+    A = np.zeros((100, 1001), np.float32)
     text = _asm(vector_add, (A, A, A), "cuda", "sm_90", "ptx")
     assert re.search(r"ld\.global\.(b|f)32", text)
+    assert re.search(r"ld\.global\.v4\.(b|f)32", text)
+    A = np.zeros((100, 1000), np.float32)
+    assert A.ctypes.data % 16 == 0
+    text = _asm(vector_add, (A, A, A), "cuda", "sm_90", "ptx")
+    assert not re.search(r"ld\.global\.(b|f)32", text)
     assert re.search(r"ld\.global\.v4\.(b|f)32", text)
 
 

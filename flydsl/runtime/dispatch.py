@@ -16,6 +16,8 @@ import numpy as np
 
 from ..errors import LaunchError
 from ..expr.dtypes import DType
+from .packing import numpy_data
+from .specialization import DIVISIBILITY, WIDE_ELEMENTS, tensor_aligned
 from .tensors import cai_key, is_torch_tensor
 
 #: Environment variables that change what gets compiled or where it runs.
@@ -58,29 +60,36 @@ def arg_key(a) -> object:
     """What about ``a`` decides its specialization and its launch-time checks.
 
     Tensors: type, dtype (byte order included), rank, innermost contiguity,
-    device; ``__cuda_array_interface__`` arrays likewise, read from the interface.
+    device, 16-byte alignment and width (:mod:`~flydsl.runtime.specialization`);
+    ``__cuda_array_interface__`` arrays likewise, read from the interface.
     Ints: bit length and sign (so a value that needs range checking
-    for a narrower declared type never reuses a check made for another).
+    for a narrower declared type never reuses a check made for another) and
+    divisibility by 16.
     Constexpr values are keyed separately (see :func:`constexpr_token`).
     """
     t = type(a)
     if t is _ndarray:
         nd = a.ndim
-        return (t, a.dtype, nd, nd == 0 or a.strides[-1] == a.itemsize or a.shape[-1] == 1)
+        st = a.strides
+        return (t, a.dtype, nd, nd == 0 or st[-1] == a.itemsize or a.shape[-1] == 1,
+                tensor_aligned(numpy_data(a), st), a.size >= WIDE_ELEMENTS)
     if t is int:
-        return (t, a.bit_length(), a < 0)
+        return (t, a.bit_length(), a < 0, not a % DIVISIBILITY)
     if t is float or t is bool:
         return t
     kind = _kinds.get(t) or _kind(t, a)
     if kind == "torch":
         st = a.stride()   # the tuple: ~2x cheaper than a.stride(-1)
-        return (t, a.dtype, len(st), not st or st[-1] == 1 or a.shape[-1] == 1, a.device)
+        item = a.element_size()
+        return (t, a.dtype, len(st), not st or st[-1] == 1 or a.shape[-1] == 1, a.device,
+                tensor_aligned(a.data_ptr(), [s * item for s in st]),
+                a.numel() >= WIDE_ELEMENTS)
     if kind == "cai":   # CuPy, Numba, ...: keyed by the interface, not the object
         cai = a.__cuda_array_interface__
         if cai is not None:
             return cai_key(a, cai)
     elif kind == "npint":
-        return (t, int(a).bit_length(), a < 0)
+        return (t, int(a).bit_length(), a < 0, not int(a) % DIVISIBILITY)
     elif kind == "npscalar":
         return t
     return (t, a)  # anything else: keyed by value (and by identity if unhashable-by-value)

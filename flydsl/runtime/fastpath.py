@@ -20,6 +20,7 @@ The generated source is kept on the function (``__flydsl_source__``) for debuggi
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -28,8 +29,9 @@ from ..errors import FlydslRuntimeError
 from .drivers import get_driver
 from .dispatch import arg_key, constexpr_token, env_token
 from .packing import BoundLaunch, numpy_data
-from .tensors import (cai_device, cai_itemsize, contiguous_strides, device_id_attribute,
-                      is_torch_tensor, torch_writable)
+from .specialization import ALIGNMENT, DIVISIBILITY, WIDE_ELEMENTS
+from .tensors import (cai_aligned, cai_device, cai_itemsize, contiguous_strides,
+                      device_id_attribute, is_torch_tensor, torch_writable)
 
 #: Constexpr types whose ``==`` agrees with constexpr_token's (type, repr) equality.
 _PLAIN_CONSTEXPR = (int, bool, str, type(None))
@@ -64,13 +66,25 @@ def _emit_layout_guard(w: _Writer, contiguous_test: str, inner: bool) -> None:
     w.emit(f"if {'not ' if inner else ''}{contiguous_test}: return False")
 
 
+def _emit_width_guard(w: _Writer, numel: str, wide: bool) -> None:
+    """Return False unless the tensor is wide (Int64 shapes) exactly when the key said so."""
+    w.emit(f"if {numel} {'<' if wide else '>='} {WIDE_ELEMENTS}: return False")
+
+
+def _emit_alignment_guard(w: _Writer, ptr: str, row_strides: list, aligned: bool) -> None:
+    """Return False unless the pointer and the row strides (byte expressions) are all
+    multiples of ALIGNMENT exactly when the key said so (runtime.specialization)."""
+    misaligned = " or ".join(f"{x} % {ALIGNMENT}" for x in [ptr, *row_strides])
+    w.emit(f"if {'' if aligned else 'not ('}{misaligned}{'' if aligned else ')'}: return False")
+
+
 def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: bool) -> str:
     """Guard a numpy or torch tensor inline, and pack it where that is written out:
     ``"packed"``, ``"guarded"`` (the packer still has to run) or ``""`` (another
     kind: nothing emitted). ``written``: the kernel stores to it, so read-only
     arguments go to the slow path (which refuses them)."""
     if type(sample) is np.ndarray:
-        t, dtype, nd, inner = key
+        t, dtype, nd, inner, aligned, wide = key
         dt, item = w.const("dt", dtype), sample.itemsize
         sd, sh = f"sd{off}", f"sh{off}"   # each .strides/.shape builds a tuple: read once
         w.emit(f"if type({a}) is not _ndarray: return False")
@@ -82,13 +96,17 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: 
         w.emit(f"{sh} = {a}.shape")
         if nd:
             _emit_layout_guard(w, f"({sd}[-1] == {item} or {sh}[-1] == 1)", inner)
+        w.emit(f"p = _numpy_data({a})")
+        _emit_alignment_guard(w, "p", [f"{sd}[{k}]" for k in range(nd - 1)], aligned)
+        _emit_width_guard(w, f"{a}.size", wide)
         if rank == 1:
-            w.emit(f"p = _numpy_data({a}); v[{off}] = p; v[{off + 1}] = p")
+            w.emit(f"v[{off}] = p; v[{off + 1}] = p")
             w.emit(f"v[{off + 3}] = {sh}[0]; v[{off + 4}] = {sd}[0] // {item}")
             return "packed"
         return "guarded"
-    if is_torch_tensor(sample) and len(key) == 5:
-        t, dtype, nd, inner, device = key
+    if is_torch_tensor(sample) and len(key) == 7:
+        t, dtype, nd, inner, device, aligned, wide = key
+        item = sample.element_size()
         tt, dt, dev = w.const("tt", t), w.const("dt", dtype), w.const("dev", device)
         st = f"st{off}"
         w.emit(f"if type({a}) is not {tt} or {a}.dtype is not {dt} or {a}.device != {dev}: "
@@ -100,14 +118,17 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: 
         w.emit(f"if len({st}) != {nd}: return False")
         if nd:
             _emit_layout_guard(w, f"({st}[-1] == 1 or {a}.shape[-1] == 1)", inner)
-        w.emit(f"p = {a}.data_ptr(); v[{off}] = p; v[{off + 1}] = p")
+        w.emit(f"p = {a}.data_ptr()")
+        _emit_alignment_guard(w, "p", [f"{st}[{k}] * {item}" for k in range(nd - 1)], aligned)
+        _emit_width_guard(w, f"{a}.numel()", wide)
+        w.emit(f"v[{off}] = p; v[{off + 1}] = p")
         if rank == 1:
             w.emit(f"v[{off + 3}] = {a}.shape[0]; v[{off + 4}] = {st}[0]")
         elif rank:
             w.emit(f"v[{off + 3}:{off + 3 + rank}] = {a}.shape; "
                    f"v[{off + 3 + rank}:{off + 3 + 2 * rank}] = {st}")
         return "packed"
-    if len(key) == 6 and getattr(sample, "__cuda_array_interface__", None) is not None:
+    if len(key) == 8 and getattr(sample, "__cuda_array_interface__", None) is not None:
         return _cai_code(w, a, off, rank, sample, key, written)
     return ""
 
@@ -115,7 +136,7 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: 
 def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: bool) -> str:
     """A ``__cuda_array_interface__`` array (CuPy, Numba): the interface is read once
     for the guards (those of :func:`~flydsl.runtime.devices.cai_key`) and the packing."""
-    t, typestr, nd, inner, masked, device = key
+    t, typestr, nd, inner, masked, aligned, wide, device = key
     item = cai_itemsize(typestr)
     cai, sh, st = f"cai{off}", f"sh{off}", f"st{off}"
     w.emit(f"if type({a}) is not {w.const('tt', t)}: return False")
@@ -128,6 +149,8 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: boo
     if written:
         w.emit(f"if {cai}['data'][1]: return False")   # (pointer, read-only)
     w.emit(f"p = {cai}['data'][0] or 0")
+    w.emit(f"if _cai_aligned(p, {sh}, {st}, {item}) is not {aligned}: return False")
+    _emit_width_guard(w, f"_prod({sh})", wide)
     if device_id_attribute(sample) is not None:   # CuPy: the array says where it lives
         w.emit(f"if {a}.device.id != {device}: return False")
     elif _several_cuda_devices():   # else cai_device() answers 0 for every pointer
@@ -149,11 +172,13 @@ def _several_cuda_devices() -> bool:
         return False
 
 
-def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool) -> None:
+def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool, divisible: bool) -> None:
     """An int argument of an integer parameter: guarded by the range of the parameter's
-    type (an inferred Int64 also by *not* fitting Int32, which would infer Int32)."""
+    type (an inferred Int64 also by *not* fitting Int32, which would infer Int32) and
+    by its divisibility by DIVISIBILITY (runtime.specialization)."""
     lo, hi = dtype.int_limits
     w.emit(f"if type({a}) is not int or not {lo} <= {a} < {hi}: return False")
+    w.emit(f"if {'' if divisible else 'not '}{a} % {DIVISIBILITY}: return False")
     if inferred and dtype.bits == 64:
         w.emit(f"if -2147483648 <= {a} < 2147483648: return False")
     w.emit(f"v[{off}] = {a}")
@@ -176,7 +201,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     """
     w = _Writer()
     w.names.update(_ndarray=np.ndarray, _numpy_data=numpy_data, _env_token=env_token,
-                   cai_device=cai_device, _contiguous_strides=contiguous_strides,
+                   cai_device=cai_device, _cai_aligned=cai_aligned, _prod=math.prod,
+                   _contiguous_strides=contiguous_strides,
                    _arg_key=arg_key, _constexpr_token=constexpr_token, _same=_same,
                    _local=bound.local, _new_buffer=bound.new_buffer, _submit=bound.submit)
     w.lines.append("def fast(args, grid, block, smem, stream):")
@@ -207,7 +233,7 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
         if done == "packed":
             continue
         if kind == "scalar" and type(sample) is int and info.kind == "int":
-            _int_code(w, a, off, info, inferred=param_kind == "infer")
+            _int_code(w, a, off, info, inferred=param_kind == "infer", divisible=key[3])
             continue
         if done == "guarded":
             pass

@@ -8,6 +8,7 @@ Device tensors are read in place: torch's ``t.device``, DLPack's
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from ..expr import dtypes as dt
 from ..expr.dtypes import DType
+from .specialization import tensor_aligned, tensor_wide
 
 #: DLPack ``DLDeviceType`` codes -> device type names (kDLCPU is read through numpy).
 _DLPACK_DEVICES = {2: "cuda", 3: "cuda_host", 10: "rocm", 11: "rocm_host", 13: "cuda"}
@@ -45,6 +47,18 @@ class TensorArg:
     @property
     def inner_contiguous(self) -> bool:
         return bool(self.shape) and (self.strides[-1] == 1 or self.shape[-1] == 1)
+
+    @property
+    def aligned(self) -> bool:
+        """Pointer and row strides are multiples of 16 bytes (a specialization:
+        :mod:`flydsl.runtime.specialization`)."""
+        item = max(self.dtype.bits // 8, 1)
+        return tensor_aligned(self.ptr, [s * item for s in self.strides])
+
+    @property
+    def wide(self) -> bool:
+        """2^31 elements or more: Int64 shapes in kernels (runtime.specialization)."""
+        return tensor_wide(math.prod(self.shape))
 
     @property
     def device_type(self) -> str:
@@ -188,15 +202,25 @@ def cai_itemsize(typestr: str) -> int:
 def cai_key(x, cai: dict) -> tuple:
     """The warm-launch key of a ``__cuda_array_interface__`` array: what its
     specialization and launch checks depend on (typestr, rank, innermost contiguity,
-    mask, device), read from the interface without building a TensorArg."""
+    mask, alignment, width, device), read from the interface without building a TensorArg."""
     shape = cai["shape"]
     strides = cai.get("strides")
     typestr = cai["typestr"]
     nd = len(shape)
-    inner = (strides is None or nd == 0 or shape[-1] == 1
-             or strides[-1] == cai_itemsize(typestr))
+    item = cai_itemsize(typestr)
+    inner = strides is None or nd == 0 or shape[-1] == 1 or strides[-1] == item
+    ptr = cai["data"][0] or 0
     return (type(x), typestr, nd, inner, cai.get("mask") is not None,
-            cai_device(x, cai["data"][0]))
+            cai_aligned(ptr, shape, strides, item), tensor_wide(math.prod(shape)),
+            cai_device(x, ptr))
+
+
+def cai_aligned(ptr: int, shape, strides, item: int) -> bool:
+    """:func:`~flydsl.runtime.specialization.tensor_aligned` of a CUDA-array-interface
+    array (``strides`` None: C-contiguous)."""
+    if strides is None:
+        strides = [s * item for s in contiguous_strides(tuple(shape))]
+    return tensor_aligned(ptr, strides)
 
 
 # -- DLPack (device memory) ------------------------------------------------------------
@@ -239,5 +263,5 @@ def _from_dlpack(x, dev_type: int, dev_id: int) -> TensorArg:
     return TensorArg(ptr, shape, strides, d, f"{kind}:{dev_id}", (x, capsule))
 
 
-__all__ = ["TensorArg", "as_tensor", "cai_device", "cai_itemsize", "cai_key",
+__all__ = ["TensorArg", "as_tensor", "cai_aligned", "cai_device", "cai_itemsize", "cai_key",
            "contiguous_strides", "device_id_attribute", "is_torch_tensor", "torch_writable"]

@@ -7,10 +7,12 @@ from typing import Any
 import mlir.ir as ir
 from mlir.dialects import gpu
 
+from ...passes.ir import MEMREF_VIEW_OPS
+from ...runtime.specialization import ALIGNMENT
 from .codegen import Codegen
 from .context import TraceContext, tracing
 from .source import function_source
-from .tensors import TensorValue, tensor_memref_type
+from .tensors import TensorValue, assume_aligned, assume_divisible, tensor_memref_type
 from .values import Value
 
 
@@ -47,6 +49,8 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
         with ir.InsertionPoint(gmod.regions[0].blocks[0]):
             func_op = gpu.GPUFuncOp(ftype, sym_name=name, kernel=True)
         entry = func_op.regions[0].blocks.append(*arg_types)
+        func_op.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [param_attributes(p) for p in runtime])
         tctx = TraceContext(kernel_name=fn.__name__, target=target, options=options, func_op=func_op,
                             filename=src.filename)
         scope = {}
@@ -55,9 +59,12 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
             if p.kind == "constexpr":   # an object's attributes are read through P:name
                 scope[p.name] = tctx.deps.found((("P", p.name),), p.value)
             elif p.kind == "tensor":
-                scope[p.name] = TensorValue(next(args), p.dtype, p.rank, name=p.name)
+                scope[p.name] = TensorValue(next(args), p.dtype, p.rank, name=p.name,
+                                            wide=p.wide)
             else:
                 scope[p.name] = Value(next(args), p.dtype)
+        with ir.InsertionPoint(entry):
+            assume_specializations(params, scope)
         with tracing(tctx), ir.InsertionPoint(entry):
             Codegen(src, scope, fn.__name__).run_body()
             gpu.return_([])
@@ -69,14 +76,30 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
                         dependencies=tctx.deps.finish(), written=written)
 
 
+def param_attributes(p) -> ir.DictAttr:
+    """LLVM argument attributes of a runtime parameter: ``llvm.align`` on an aligned
+    tensor's pointers (PTX ``.param .ptr .align 16``)."""
+    if p.kind == "tensor" and p.aligned:
+        i64 = ir.IntegerType.get_signless(64)
+        return ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(i64, ALIGNMENT)})
+    return ir.DictAttr.get({})
+
+
+def assume_specializations(params: tuple, scope: dict) -> None:
+    """State what the specialization guarantees (aligned tensors, ints divisible by 16:
+    :mod:`flydsl.runtime.specialization`) at the kernel's entry, for LLVM to use."""
+    for p in params:
+        if p.kind == "tensor" and p.aligned:
+            t = scope[p.name]
+            t.mem = assume_aligned(t.mem, p.dtype, p.rank)
+        elif p.kind == "scalar" and p.divisible:
+            assume_divisible(scope[p.name].v)
+
+
 #: Ops through which a memref is only read (or only looked at).
 _READS = frozenset({"memref.load", "memref.dim", "memref.rank", "vector.load",
                     "vector.transfer_read", "memref.extract_strided_metadata",
                     "memref.extract_aligned_pointer_as_index"})
-#: Ops giving a view of the same memory: what is done to the view is done to it.
-_VIEWS = frozenset({"memref.subview", "memref.cast", "memref.reinterpret_cast",
-                    "memref.collapse_shape", "memref.expand_shape", "memref.view",
-                    "memref.transpose"})
 
 
 def may_write(value) -> bool:
@@ -90,7 +113,7 @@ def may_write(value) -> bool:
             name = op.name
             if name in _READS:
                 continue
-            if name in _VIEWS:
+            if name in MEMREF_VIEW_OPS:
                 key = id(op)
                 if key not in seen:
                     seen.add(key)

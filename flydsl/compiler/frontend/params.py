@@ -12,8 +12,9 @@ from ..content_hash import Unhashable, content_hash
 class ParamSpec:
     """One parameter of a specialization.
 
-    kind: "tensor" (dtype, rank, inner_contiguous), "scalar" (dtype) or
-    "constexpr" (value).
+    kind: "tensor" (dtype, rank, inner_contiguous, aligned, wide), "scalar" (dtype,
+    divisible) or "constexpr" (value). ``aligned``, ``divisible`` and ``wide`` are
+    the specializations of :mod:`flydsl.runtime.specialization`.
     """
 
     name: str
@@ -22,15 +23,19 @@ class ParamSpec:
     rank: int = 0
     inner_contiguous: bool = False
     value: Any = None
+    aligned: bool = False
+    divisible: bool = False
+    wide: bool = False
 
     def key(self) -> tuple:
         """The in-memory specialization key. A constexpr is keyed by its value when
         plain, by its content hash when it has one (equal objects share a binary),
         else by identity (two objects that print alike never do)."""
         if self.kind == "tensor":
-            return ("T", self.dtype.name, self.rank, self.inner_contiguous)
+            return ("T", self.dtype.name, self.rank, self.inner_contiguous, self.aligned,
+                    self.wide)
         if self.kind == "scalar":
-            return ("S", self.dtype.name)
+            return ("S", self.dtype.name, self.divisible)
         value = self.value
         if plain_constexpr(value):
             return ("C",) + constexpr_token(value)

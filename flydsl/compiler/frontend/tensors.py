@@ -5,9 +5,10 @@ import math
 from typing import Optional, Sequence
 
 import mlir.ir as ir
-from mlir.dialects import arith, memref
+from mlir.dialects import arith, llvm, memref
 
 from ...errors import CompileTimeValueRequired, DSLTypeError
+from ...runtime.specialization import ALIGNMENT, DIVISIBILITY
 from ...expr import dtypes as dt
 from ...expr.dtypes import DType
 from .values import Value, as_value, cast, to_index
@@ -19,18 +20,47 @@ def storage_type(dtype: DType) -> ir.Type:
 
 
 def tensor_memref_type(dtype: DType, rank: int, inner_contiguous: bool) -> ir.MemRefType:
-    """``memref<?x..xT, strided<[?,..], offset: ?>>``; a unit innermost stride is
-    specialized (it lets LLVM vectorize and GPUs coalesce)."""
+    """``memref<?x..xT, strided<[?,..]>>``; a unit innermost stride is specialized
+    (it lets LLVM vectorize and GPUs coalesce). The offset is 0: launches pass the
+    data pointer itself (runtime/packing.py), so address arithmetic starts there."""
     dyn = ir.ShapedType.get_dynamic_size()
     strides = [dyn] * rank
     if rank and inner_contiguous:
         strides[-1] = 1
-    layout = ir.StridedLayoutAttr.get(dyn, strides)
+    layout = ir.StridedLayoutAttr.get(0, strides)
     return ir.MemRefType.get([dyn] * rank, storage_type(dtype), layout=layout)
 
 
+def assume_aligned(mem: ir.Value, dtype: DType, rank: int) -> ir.Value:
+    """The kernel's view of a tensor argument specialized as aligned: its pointer and
+    row strides are multiples of ``ALIGNMENT`` bytes (:mod:`flydsl.runtime.specialization`).
+    Told to LLVM, this lets contiguous accesses merge into 128-bit ones."""
+    aligned = memref.assume_alignment(mem, ALIGNMENT)
+    item = max(dtype.bits // 8, 1)
+    if rank > 1 and item < ALIGNMENT:
+        meta = memref.ExtractStridedMetadataOp(aligned)
+        index = ir.IndexType.get()
+        mask = arith.constant(index, ALIGNMENT // item - 1)
+        zero = arith.constant(index, 0)
+        for stride in list(meta.strides)[:-1]:
+            assume_true(arith.cmpi(arith.CmpIPredicate.eq, arith.andi(stride, mask), zero))
+    return aligned
+
+
+def assume_divisible(v: ir.Value) -> None:
+    """Tell LLVM the integer ``v`` is a multiple of ``DIVISIBILITY`` (a specialization)."""
+    zero = arith.constant(v.type, 0)
+    mask = arith.constant(v.type, DIVISIBILITY - 1)
+    assume_true(arith.cmpi(arith.CmpIPredicate.eq, arith.andi(v, mask), zero))
+
+
+def assume_true(cond: ir.Value) -> None:
+    llvm.intr_assume(cond, [], [])
+
+
 class ShapeView:
-    """``t.shape``: ``t.shape[k]`` is an Int32 value (a Python int for shared arrays)."""
+    """``t.shape``: ``t.shape[k]`` is an Int32 value, Int64 for a tensor of 2^31
+    elements or more (a Python int for shared arrays)."""
 
     def __init__(self, tensor: "TensorValue"):
         self._t = tensor
@@ -53,12 +83,14 @@ class TensorValue:
     """A tensor (or shared array) inside a kernel: ``t[i]``, ``t[i, j] = v``, ``t.shape[k]``."""
 
     def __init__(self, mem: ir.Value, dtype: DType, rank: int, name: str = "",
-                 static_shape: Optional[Sequence[int]] = None):
+                 static_shape: Optional[Sequence[int]] = None, wide: bool = False):
         self.mem = mem
         self.dtype = dtype
         self.rank = rank
         self.name = name
         self.static_shape = tuple(static_shape) if static_shape is not None else None
+        #: What t.shape[k] is: Int64 for a wide tensor (runtime.specialization).
+        self.shape_dtype = dt.Int64 if wide else dt.Int32
 
     def __repr__(self) -> str:
         return f"<flydsl tensor {self.name} {self.dtype.name} rank {self.rank}>"
@@ -80,7 +112,8 @@ class TensorValue:
             return math.prod(self.static_shape)
         total = as_value(1, dt.Int64)
         for k in range(self.rank):
-            total = total * cast(self.dim(k), dt.Int64)
+            total = total * Value(arith.index_cast(dt.Int64.mlir_type(), self._dim_index(k)),
+                                  dt.Int64)
         return total
 
     def numel(self):
@@ -96,6 +129,13 @@ class TensorValue:
         return self.static_shape[0]
 
     def dim(self, k):
+        d = self._dim_index(k)
+        if isinstance(d, int):
+            return d
+        return Value(arith.index_cast(self.shape_dtype.mlir_type(), d), self.shape_dtype)
+
+    def _dim_index(self, k):
+        """Dimension ``k``: a Python int for a static shape, else an index value."""
         if not isinstance(k, int) or isinstance(k, bool):
             raise CompileTimeValueRequired(f"{self._label()}.shape[k] needs a constant int k, "
                                            f"got {k!r}")
@@ -104,8 +144,7 @@ class TensorValue:
         k %= self.rank
         if self.static_shape is not None:
             return self.static_shape[k]
-        d = memref.dim(self.mem, arith.constant(ir.IndexType.get(), k))
-        return Value(arith.index_cast(dt.Int32.mlir_type(), d), dt.Int32)
+        return memref.dim(self.mem, arith.constant(ir.IndexType.get(), k))
 
     def _indices(self, idx) -> list:
         if not isinstance(idx, tuple):
