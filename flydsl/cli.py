@@ -13,6 +13,8 @@ import numpy as np
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
            "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "bool": "bool"}
 _EMIT = ("mlir", "llvm-mlir", "llir", "ptx", "cubin", "amdgcn", "hsaco", "so", "asm")
+#: File name extension of each stage, for ``-o DIRECTORY`` (one file per kernel).
+_EXTENSION = {"llvm-mlir": "llvm.mlir", "llir": "ll", "amdgcn": "s", "asm": "s"}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -41,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="compile a kernel ahead of time (no GPU needed)",
                        description="Compile FILE.py::NAME (a @flydsl.kernel or @flydsl.jit "
-                                   "function) and write one stage to OUT.")
+                                   "function) and write one stage of every kernel it "
+                                   "launches (or of the --kernel one) to OUT.")
     c.add_argument("target", metavar="FILE.py::NAME")
     c.add_argument("--backend", default=None, help="cpu, cuda, rocm, ... (default: auto)")
     c.add_argument("--arch", action="append", default=None,
@@ -62,8 +65,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="write every kernel compiled (each signature x config x arch) to a "
                         "bundle: a folder, or an archive if PATH ends in .tar, .tar.gz or "
                         ".tgz; load it with FLYDSL_CACHE_BUNDLE=PATH or flydsl.load_bundle")
+    c.add_argument("--kernel", default=None, metavar="NAME",
+                   help="write only this kernel's stage (default: every kernel launched, "
+                        "each text under a header naming it)")
     c.add_argument("-o", "--output", default=None,
-                   help="output file (default: stdout, or nothing with --bundle)")
+                   help="output file (default: stdout, or nothing with --bundle); an "
+                        "existing directory gets one file per kernel, NAME.EXT")
     c.set_defaults(func=_cmd_compile)
 
     k = sub.add_parser("cache", help="inspect or clean the compile cache")
@@ -194,7 +201,9 @@ def _stand_in(dtype: str, rank: int, aligned: bool = True):
 
 
 def _cmd_compile(args) -> int:
+    import inspect
     import flydsl
+    from .errors import entry_site
     fn = _load_target(args.target)
     if not args.signature:
         raise ValueError("--signature is needed to know the argument dtypes and ranks "
@@ -204,17 +213,32 @@ def _cmd_compile(args) -> int:
     if args.bundle is None and (len(args.signature) > 1 or len(configs) > 1 or len(arches) > 1):
         raise ValueError("several --signature, --configs or --arch values make a bundle: "
                          "add --bundle PATH")
-    progs = [flydsl.compile(fn, *parse_signature(sig), backend=args.backend, arch=arch,
-                            **config)
-             for sig in args.signature for config in configs for arch in arches]
+    # Launch errors (bad --signature arguments) point at the kernel's definition, not
+    # at the `flydsl` launcher script above this frame.
+    with entry_site(inspect.currentframe(), *_definition_site(fn)):
+        progs = [flydsl.compile(fn, *parse_signature(sig), backend=args.backend, arch=arch,
+                                **config)
+                 for sig in args.signature for config in configs for arch in arches]
     for prog in progs:
         if not prog.kernels:
             raise ValueError(f"{args.target} launched no kernel")
     if args.bundle is not None:
         _write_bundle(args.bundle, [k for prog in progs for k in prog.kernels])
     if args.output is not None or args.bundle is None:
-        _write(args.output or "-", _stage(progs[0], args.emit))
+        _emit(progs[0], args.emit, args.kernel, args.output or "-")
     return 0
+
+
+def _definition_site(fn) -> tuple:
+    """(file, line, text) of the ``def`` of a kernel or jit function."""
+    import linecache
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    if code is None:
+        return "", 0, ""
+    line = code.co_firstlineno
+    while linecache.getline(code.co_filename, line).lstrip().startswith("@"):
+        line += 1    # decorators: the first line of the code object
+    return code.co_filename, line, linecache.getline(code.co_filename, line).rstrip("\n")
 
 
 def _parse_configs(text: Optional[str]) -> list:
@@ -233,18 +257,49 @@ def _parse_configs(text: Optional[str]) -> list:
     return configs
 
 
-def _stage(prog, stage: str):
-    asm = prog.asm
+def _emit(prog, stage: str, kernel: Optional[str], output: str) -> None:
+    """Write ``stage`` of the program's kernels (or of ``kernel``) to ``output``: one
+    kernel's as it is; several kernels' texts each under a header naming the kernel,
+    or one file per kernel when ``output`` is a directory."""
+    from .errors import KernelSelectionError
+    from .jit import join_kernel_texts
+    chosen = {kernel: prog.kernel(kernel).asm} if kernel is not None else prog.asm_by_kernel
+    data = {name: _stage(prog.backend, asm, stage) for name, asm in chosen.items()}
+    if output != "-" and os.path.isdir(output):
+        ext = _EXTENSION.get(stage, stage)
+        for name, content in data.items():
+            _write(os.path.join(output, f"{name}.{ext}"), content)
+        print(f"wrote {len(data)} file(s) to {output}: "
+              f"{', '.join(f'{name}.{ext}' for name in data)}", file=sys.stderr)
+        return
+    if len(data) == 1:
+        _write(output, next(iter(data.values())))
+        return
+    names = list(data)
+    if any(isinstance(content, bytes) for content in data.values()):
+        raise KernelSelectionError(
+            f"{len(names)} kernels were compiled ({', '.join(names)}) and {stage!r} is one "
+            "binary per kernel: pick one with --kernel NAME, or write one file per kernel "
+            "with -o DIRECTORY", names)
+    header = (prog.backend.assembly_stage or "asm") if stage == "asm" else stage
+    _write(output, join_kernel_texts(header, data))
+
+
+def _stage(backend, asm, stage: str):
+    """One kernel's ``stage`` (``asm``: the backend's assembly)."""
     if stage == "asm":
-        return prog.backend.assembly(asm)
-    if stage not in asm:
-        raise KeyError(f"the {prog.backend.name} backend produced no {stage!r} stage; "
-                       f"available: {', '.join(asm)}")
-    return asm[stage]
+        return backend.assembly(asm)
+    try:
+        return asm[stage]   # a stage a missing tool kept from being made raises why
+    except KeyError:
+        raise KeyError(f"the {backend.name} backend produced no {stage!r} stage; "
+                       f"available: {', '.join(asm)}") from None
 
 
 def _write_bundle(dest: str, kernels: list) -> None:
     from .compiler.bundle import write_bundle
+    for k in kernels:
+        k.binary   # a binary a missing tool kept from being made (no ld.lld) raises why
     memory_only = sorted({k.kernel_name for k in kernels if not k.cache_key})
     if memory_only:
         raise ValueError(f"cannot bundle kernel(s) {', '.join(memory_only)}: they are cached "

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from . import launch_context
-from .errors import DSLTypeError, LaunchError
+from .errors import DSLTypeError, FlydslError, LaunchError, trim_traceback
 from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
@@ -106,7 +106,11 @@ class KernelFunction:
         run = self._launch
 
         def launcher(*args, **kwargs):
-            return run(args, kwargs, grid3, block3, smem, stream)
+            try:
+                return run(args, kwargs, grid3, block3, smem, stream)
+            except FlydslError as e:
+                trim_traceback(e)   # the user's frames and kernel line, not flydsl's
+                raise
         try:
             if len(self._configs) > 256:
                 self._configs.clear()
@@ -405,7 +409,11 @@ class KernelCall:
 
     def launch(self, grid=(1, 1, 1), block=(1, 1, 1), smem: int = 0, stream=None) -> None:
         """Compile (once per specialization) and run the kernel."""
-        return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
+        try:
+            return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
+        except FlydslError as e:
+            trim_traceback(e)   # the user's frames and kernel line, not flydsl's
+            raise
 
 
 def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = ()) -> Any:

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 
 import numpy as np
 import pytest
+
+import flydsl
+import flydsl.expr as fx
 
 ir = pytest.importorskip("mlir.ir")
 
@@ -279,17 +283,26 @@ def test_device_library_math_is_a_clear_error(op, ty, missing):
 
 @pytest.mark.parametrize("how", ["env", "monkeypatch"])
 def test_no_linker_keeps_the_assembly(monkeypatch, how):
-    if how == "env":
-        monkeypatch.setenv("FLYDSL_LLD", "/nonexistent/ld.lld")
-    else:
-        monkeypatch.setattr(toolchain, "find_lld", lambda: None)
-    with pytest.raises(ToolchainError, match="ziglang") as info:
-        compile_rocm(ALL["vadd"])
-    err = info.value
-    assert "ziglang" in str(err) and "FLYDSL_LLD" in str(err) and err.stage == "hsaco"
-    assert ".amdhsa_kernel vadd" in err.artifact.asm["amdgcn"]
-    assert "define amdgpu_kernel void @vadd" in err.artifact.asm["llir"]
-    assert "hsaco" not in err.artifact.asm
+    """Without an ld.lld every stage but the HSACO is made; asking for the HSACO says
+    why it is missing, and links it once a linker is there."""
+    with monkeypatch.context() as m:
+        if how == "env":
+            m.setenv("FLYDSL_LLD", "/nonexistent/ld.lld")
+        else:
+            m.setattr(toolchain, "find_lld", lambda: None)
+        artifact = compile_rocm(ALL["vadd"])
+        assert ".amdhsa_kernel vadd" in artifact.asm["amdgcn"]
+        assert "define amdgpu_kernel void @vadd" in artifact.asm["llir"]
+        assert "hsaco" not in artifact.asm and artifact.asm.get("hsaco") is None
+        assert not artifact.asm.complete
+        with pytest.raises(ToolchainError, match="ziglang") as info:
+            artifact.asm["hsaco"]
+        err = info.value
+        assert "FLYDSL_LLD" in str(err) and err.stage == "hsaco" and err.kernel == "vadd"
+        with pytest.raises(ToolchainError, match="no ld.lld"):
+            artifact.binary
+    assert_hsaco(artifact, "gfx942", ["vadd"])     # a linker again: linked on demand
+    assert artifact.asm.complete and artifact.binary == artifact.asm["hsaco"]
 
 
 def test_linker_reports_undefined_functions():
@@ -347,3 +360,77 @@ def test_tanh_expansion_accuracy():
     ulp = np.abs(y[~nan] - ref) / np.spacing(np.abs(ref).astype(np.float32))
     assert ulp.max() < 4
     assert np.array_equal(np.signbit(y[x == 0]), np.signbit(x[x == 0]))
+
+
+# -- flydsl.compile and launches without a linker --------------------------------
+
+NO_LINKER_RUN = '''
+import json, sys
+import numpy as np
+import flydsl, flydsl.expr as fx
+from flydsl.compiler.cache import DiskCache
+from flydsl.errors import ToolchainError
+
+@flydsl.kernel
+def twice(x: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        x[i] = x[i] * 2.0
+
+x = np.zeros(64, np.float32)
+prog = flydsl.compile(twice, x, 64, backend="rocm", arch="gfx942")
+try:
+    hsaco = prog.asm["hsaco"][:4].hex()
+except ToolchainError as e:
+    hsaco = str(e)
+print(json.dumps({"stages": list(prog.asm), "amdgcn": ".amdhsa_kernel twice" in prog.asm["amdgcn"],
+                  "hsaco": hsaco, "entries": len(DiskCache().entries()),
+                  "from_cache": prog.kernels[0].from_cache}))
+'''
+
+
+def test_compile_without_a_linker_keeps_the_cache_trustworthy(tmp_path):
+    """FLYDSL_LLD naming no linker: flydsl.compile still gives every stage but the
+    HSACO, whose access says why; nothing is cached, so a later run with a linker
+    builds (and caches) the HSACO."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "twice.py"
+    script.write_text(NO_LINKER_RUN)
+
+    def run(lld=None):
+        env = {k: v for k, v in os.environ.items() if k != "FLYDSL_LLD"}
+        env["FLYDSL_CACHE_DIR"] = str(tmp_path / "cache")
+        if lld:
+            env["FLYDSL_LLD"] = lld
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             timeout=300, env=env)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    without = run(lld="/nonexistent/ld.lld")
+    assert without["stages"] == ["mlir", "llvm-mlir", "llir", "amdgcn"] and without["amdgcn"]
+    assert "no ld.lld" in without["hsaco"] and "[kernel twice]" in without["hsaco"]
+    assert without["entries"] == 0
+    with_linker, again = run(), run()
+    assert with_linker["hsaco"] == b"\x7fELF".hex() and "hsaco" in with_linker["stages"]
+    assert with_linker["entries"] == 1 and not with_linker["from_cache"]
+    assert again["hsaco"] == b"\x7fELF".hex() and again["from_cache"]
+
+
+@flydsl.kernel
+def fill_kernel(x: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        x[i] = 1.0
+
+
+def test_launch_without_a_linker_is_a_toolchain_error(fake_hip, monkeypatch):
+    """Launching needs the HSACO: with a HIP runtime but no linker, the launch raises
+    the ToolchainError that names the missing linker."""
+    from fake_gpu import dev
+    monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "rocm")
+    monkeypatch.setenv("FLYDSL_LLD", "/nonexistent/ld.lld")
+    with pytest.raises(ToolchainError, match="no ld.lld.*FLYDSL_LLD") as info:
+        fill_kernel[1, 64](dev((64,)), 64)
+    assert info.value.kernel == "fill_kernel"

@@ -40,7 +40,7 @@ def emit_amdgcn(llvm_ir: Sequence[str], arch: str, *, opt_level: int = 3,
     return llvm_codegen.optimize_and_emit(llvm_ir, tm, TRIPLE, opt_level, stage="amdgcn")
 
 
-def link_hsaco(obj: bytes, lld: Optional[list[str]] = None) -> bytes:
+def link_hsaco(obj: bytes, lld: Optional[list[str]] = None, *, kernel: str = "") -> bytes:
     """Link an AMDGPU relocatable object into a loadable HSACO with ``ld.lld -shared``.
 
     ``lld`` is the linker's argv prefix (default: :func:`toolchain.find_lld`).
@@ -49,8 +49,9 @@ def link_hsaco(obj: bytes, lld: Optional[list[str]] = None) -> bytes:
     """
     lld = lld or toolchain.find_lld()
     if not lld:
-        raise ToolchainError(f"no ld.lld (LLVM >= 17) found to link the HSACO; {LLD_HINT}",
-                             stage="hsaco")
+        raise ToolchainError("no ld.lld (LLVM >= 17) found to link the HSACO, which "
+                             "launching needs (the mlir, llir and amdgcn stages need no "
+                             f"linker); {LLD_HINT}", stage="hsaco", kernel=kernel)
     with tempfile.TemporaryDirectory(prefix="flydsl-hsaco-") as tmp:
         src, out = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.hsaco")
         with open(src, "wb") as f:

@@ -52,7 +52,17 @@ class CompiledKernel:
 
     @property
     def binary(self):
-        return self.asm.get(self.binary_stage)
+        """The binary stage (what the driver loads). When a missing tool kept it from
+        being made (no ``ld.lld`` for an HSACO), raises that ToolchainError."""
+        try:
+            return self.asm[self.binary_stage]
+        except KeyError:
+            return None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every stage was produced (False without a tool such as ``ld.lld``)."""
+        return not getattr(self.asm, "missing", None)
 
     # -- cache entries ---------------------------------------------------
     def to_entry(self) -> disk_cache.CacheEntry:
@@ -114,6 +124,9 @@ def compile_specialization(fn, name: str, specs: tuple, backend, options) -> Com
         hit = _load(store, key, specs, base)   # compiled before, but the manifest lost it
         if hit is None:
             hit = _build(name, traced, specs, backend, options, key, base)
+            if not hit.complete:   # a stage is missing (no linker): never cached as whole
+                hit.cache_key = ""
+                return hit
             store.put(key, hit.to_entry())
         store.add_variant(base, deps.variant)
         return hit

@@ -42,3 +42,11 @@ __all__ += layout.__all__ + [
 ]
 #: FlyDSL's spelling of fx.Bool.
 Boolean = Bool
+
+
+def __getattr__(name: str):
+    """``fx.<unknown>``: an AttributeError naming the close ``fx`` names (``fx.erfx``:
+    did you mean fx.erf?)."""
+    from ..errors import close_matches
+    hint = "" if name.startswith("__") else close_matches(name, __all__, "fx.")
+    raise AttributeError(f"module 'flydsl.expr' (fx) has no attribute {name!r}{hint}")

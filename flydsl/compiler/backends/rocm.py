@@ -5,6 +5,7 @@ Pipeline: MLIR lowers each ``gpu.module`` to the ROCDL/LLVM dialect
 remove every dependence on the ROCm device libraries, MLIR translates the
 module to LLVM IR, llvmlite's AMDGPU target emits the ``amdgcn`` assembly and
 object, and ``ld.lld -shared`` links the HSACO (:mod:`flydsl.compiler.hsaco`).
+Without a linker every stage but ``hsaco`` is still produced.
 
 Stages on the artifact: ``mlir``, ``llvm-mlir``, ``llir``, ``amdgcn``, ``hsaco``.
 Kernel arguments follow MLIR's default (expanded memref descriptor) calling
@@ -102,11 +103,14 @@ class RocmBackend(BaseBackend):
     def finalize(self, module, artifact, options: CompileOptions) -> None:
         """Store ``llir``, ``amdgcn`` and ``hsaco`` on ``artifact``.
 
-        Errors carry the partial artifact as ``err.artifact``: without a usable
-        ``ld.lld`` the ToolchainError still has the ``llir`` and ``amdgcn`` stages.
+        Without a usable ``ld.lld`` the ``hsaco`` stage is left out and linked when
+        first asked for (``artifact.asm.missing``): until a linker is found, that (and
+        so a launch) raises the ToolchainError saying so. Errors carry the partial
+        artifact as ``err.artifact``.
         """
         from ..hsaco import emit_amdgcn, link_hsaco
         from ..llvm_ir import gpu_module_to_llvm_ir
+        from ..toolchain import find_lld
         from ...passes.ir import gpu_modules
         modules = gpu_modules(module)
         if not modules:
@@ -120,7 +124,12 @@ class RocmBackend(BaseBackend):
             asm, obj = emit_amdgcn(llir, self.target.arch, opt_level=options.opt_level,
                                    features=self.features())
             artifact.asm["amdgcn"] = asm
-            artifact.asm["hsaco"] = link_hsaco(obj)
+            kernel = ",".join(artifact.kernel_names)
+            lld = find_lld()
+            if lld is None:   # the assembly is still worth having: only launching needs this
+                artifact.asm.missing["hsaco"] = lambda: link_hsaco(obj, kernel=kernel)
+                return
+            artifact.asm["hsaco"] = link_hsaco(obj, lld, kernel=kernel)
         except CompilationError as err:
-            err.artifact = artifact  # the stages so far stay inspectable (e.g. with no linker)
+            err.artifact = artifact  # the stages so far stay inspectable
             raise

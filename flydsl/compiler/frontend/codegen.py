@@ -13,12 +13,13 @@ import builtins
 import contextlib
 import operator
 import re
+import types
 from typing import Any, Iterator, Optional
 
 import mlir.ir as ir
 
 from ...errors import (CompileTimeValueRequired, DSLError, DSLNameError, DSLTypeError,
-                       UnsupportedConstructError)
+                       UnsupportedConstructError, close_matches)
 from ...expr import dtypes as dt
 from ..dependencies import (MISSING, NotFound, Path, closure_vars, constant_index, lookup_name,
                             runs_user_code)
@@ -275,7 +276,11 @@ class Codegen(ControlFlow):
         try:
             value = getattr(base, name) if default is MISSING else getattr(base, name, default)
         except AttributeError:
-            raise self.error(node, f"{describe(base)} has no attribute {name!r}",
+            owner = ast.unparse(node.value) if isinstance(node, ast.Attribute) else ""
+            hint = close_matches(name, (n for n in dir(base) if not n.startswith("_")),
+                                 f"{owner}." if owner else "")
+            what = owner if owner and isinstance(base, types.ModuleType) else describe(base)
+            raise self.error(node, f"{what} has no attribute {name!r}{hint}",
                              DSLTypeError) from None
         path = self.deps.child(base, ("A" if default is MISSING else "H", name))
         if path is not None:
@@ -406,7 +411,18 @@ class Codegen(ControlFlow):
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, _CONTAINERS) and getattr(fn, "__name__", "") in _MUTATORS:
             self.check_mutation(owner, f".{fn.__name__}()", node)
-        return fn(*args, **kwargs)
+        library = _array_library(fn) if dynamic else None
+        if library is None:
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except DSLError:
+            raise
+        except Exception:  # noqa: BLE001 - numpy/torch on kernel values: say what works
+            raise self.error(node, f"{ast.unparse(node.func)}() is a {library} function: it "
+                                   "cannot compute on kernel values; "
+                                   + _fx_suggestion(getattr(fn, "__name__", "")),
+                             DSLTypeError) from None
 
     def _python_math(self, fn, args: list, kwargs: dict, node: ast.AST) -> Any:
         """``math.f(value)``: the ``fx`` function that computes it, or an error naming
@@ -414,7 +430,8 @@ class Codegen(ControlFlow):
         impl = MATH_EQUIVALENTS.get(fn)
         if impl is None:
             raise self.error(node, f"math.{fn.__name__}() has no flydsl equivalent for kernel "
-                                   "values (it runs only on Python numbers, while tracing)",
+                                   "values (it runs only on Python numbers, while tracing)"
+                                   + close_matches(fn.__name__, _fx_names(), "fx."),
                              UnsupportedConstructError)
         self.deps.consume(fn)
         return impl(*args, **kwargs)
@@ -484,6 +501,39 @@ _BUILTIN_OVERRIDES = {
     builtins.bool: lambda x: V.cast(V.as_value(x), dt.Bool),
     builtins.len: lambda t: t.shape[0] if isinstance(t, TensorValue) else len(t),
 }
+
+
+#: numpy/torch spellings of functions whose fx name differs.
+_FX_SPELLINGS = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
+                 "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "power": "pow",
+                 "absolute": "abs", "fabs": "abs", "maximum": "max", "minimum": "min",
+                 "fmax": "max", "fmin": "min", "clamp_min": "max", "clamp_max": "min"}
+
+
+def _array_library(fn) -> Optional[str]:
+    """``"numpy"`` or ``"torch"`` when ``fn`` is one of theirs (their functions cannot
+    take kernel values), else None."""
+    module = getattr(fn, "__module__", None) or type(fn).__module__ or ""
+    root = module.partition(".")[0]
+    return root if root in ("numpy", "torch") else None
+
+
+def _fx_names() -> list:
+    from ... import expr as fx
+    return list(fx.__all__)
+
+
+def _fx_suggestion(name: str) -> str:
+    """What to call instead of numpy's or torch's ``name`` on kernel values:
+    ``"use fx.exp"``, or the close ``fx`` names."""
+    fx_names = _fx_names()
+    spelled = _FX_SPELLINGS.get(name, name)
+    if spelled in fx_names:
+        return f"use fx.{spelled}"
+    hint = close_matches(name, fx_names, "fx.")
+    return (f"flydsl has no fx.{name}" + hint if hint else
+            f"flydsl has no fx.{name}; the kernel language reference in the README lists "
+            "the fx functions")
 
 
 def describe(x) -> str:
