@@ -98,7 +98,7 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: 
             _emit_layout_guard(w, f"({sd}[-1] == {item} or {sh}[-1] == 1)", inner)
         w.emit(f"p = _numpy_data({a})")
         _emit_alignment_guard(w, "p", [f"{sd}[{k}]" for k in range(nd - 1)], aligned)
-        _emit_width_guard(w, f"{a}.size", wide)
+        _emit_width_guard(w, f"{sh}[0]" if nd == 1 else f"{a}.size", wide)
         if rank == 1:
             w.emit(f"v[{off}] = p; v[{off + 1}] = p")
             w.emit(f"v[{off + 3}] = {sh}[0]; v[{off + 4}] = {sd}[0] // {item}")
