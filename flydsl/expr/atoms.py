@@ -27,7 +27,13 @@ from .implementation import ops as _ops
 @dataclass(frozen=True)
 class UniversalCopy:
     """A copy of ``bits`` bits per thread per call with plain loads and stores: one
-    ``bits``-wide vector instruction where the elements are contiguous and aligned."""
+    ``bits``-wide vector instruction where the elements are contiguous and aligned.
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.UniversalCopy(16), fx.Float16).num_values
+        1
+    """
     bits: int = 32
 
     def __post_init__(self):
@@ -39,31 +45,68 @@ class UniversalCopy:
 
 
 def UniversalCopy32b() -> UniversalCopy:
-    """A 32-bit copy per thread per call."""
+    """A 32-bit copy per thread per call.
+
+    Returns: a :class:`UniversalCopy` of 32 bits.
+
+    Example::
+
+        >>> fx.UniversalCopy32b()
+        UniversalCopy(bits=32)
+    """
     return UniversalCopy(32)
 
 
 def UniversalCopy64b() -> UniversalCopy:
-    """A 64-bit copy per thread per call (``ld.global.v2.f32``, ``global_load_dwordx2``)."""
+    """A 64-bit copy per thread per call (``ld.global.v2.f32``, ``global_load_dwordx2``).
+
+    Returns: a :class:`UniversalCopy` of 64 bits.
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.UniversalCopy64b(), fx.Float16).num_values
+        4
+    """
     return UniversalCopy(64)
 
 
 def UniversalCopy128b() -> UniversalCopy:
-    """A 128-bit copy per thread per call (``ld.global.v4``, ``global_load_dwordx4``)."""
+    """A 128-bit copy per thread per call (``ld.global.v4``, ``global_load_dwordx4``).
+
+    Returns: a :class:`UniversalCopy` of 128 bits.
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32).num_values
+        4
+    """
     return UniversalCopy(128)
 
 
 @dataclass(frozen=True)
 class BufferCopy:
     """AMD buffer-resource copy (``buffer_load_dword[x2|x4]``) of ``bits`` per call;
-    reads outside the buffer tensor give 0, writes outside it are dropped."""
+    reads outside the buffer tensor give 0, writes outside it are dropped.
+
+    Example::
+
+        >>> fx.BufferCopy(128) == fx.rocdl.BufferCopy128b()
+        True
+    """
     bits: int = 32
     kind = "buffer"
 
 
 @dataclass(frozen=True)
 class CopyAtom:
-    """``fx.make_copy_atom(op, dtype)``: ``op`` moving ``dtype`` elements."""
+    """``fx.make_copy_atom(op, dtype)``: ``op`` moving ``dtype`` elements.
+
+    Example::
+
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float16)
+        >>> atom, atom.num_values, atom.bits
+        (CopyAtom(UniversalCopy128b, Float16), 8, 128)
+    """
     __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
     op: object
     dtype: DType
@@ -93,7 +136,16 @@ class CopyAtom:
 
 def make_copy_atom(op, dtype: DType) -> CopyAtom:
     """A copy atom: ``op`` (``fx.UniversalCopy128b()``, ``fx.rocdl.BufferCopy32b()``, ...)
-    applied to ``dtype`` elements."""
+    applied to ``dtype`` elements.
+
+    Returns: a :class:`CopyAtom`; an operation whose bits are not a whole number of
+    ``dtype`` elements is a ``DSLTypeError``.
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+        CopyAtom(UniversalCopy128b, Float32)
+    """
     if not isinstance(op, (UniversalCopy, BufferCopy)):
         raise DSLTypeError(f"fx.make_copy_atom needs a copy operation such as "
                            f"fx.UniversalCopy128b(), got {op!r}")
@@ -109,7 +161,16 @@ def make_copy_atom(op, dtype: DType) -> CopyAtom:
 @dataclass(frozen=True)
 class TiledCopy:
     """A copy atom repeated over threads: ``layout_tv`` maps ``(thread, value)`` to the
-    column-major index in a ``tile_mn`` tile."""
+    column-major index in a ``tile_mn`` tile.
+
+    Example::
+
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+        >>> tiled = fx.make_tiled_copy_tv(atom, fx.make_ordered_layout((8, 16), order=(1, 0)),
+        ...                               fx.make_ordered_layout((1, 4), order=(0, 1)))
+        >>> tiled.tile_mn, tiled.num_threads, tiled.layout_tv
+        ((8,64), 128, ((16,8),4):((32,1),8))
+    """
     __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
     atom: CopyAtom
     layout_tv: la.Layout
@@ -156,7 +217,16 @@ class TiledCopy:
 
 
 class ThrCopy:
-    """One thread's part of a tiled copy (``tiled_copy.get_slice(tid)``)."""
+    """One thread's part of a tiled copy (``tiled_copy.get_slice(tid)``).
+
+    Example::
+
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+        >>> tiled = fx.make_tiled_copy_tv(atom, fx.make_ordered_layout((8, 16), order=(1, 0)),
+        ...                               fx.make_ordered_layout((1, 4), order=(0, 1)))
+        >>> tiled.get_slice(17).partition_S(fx.make_layout((16, 128), (1000, 1)))
+        ((4,1),2,2):((1,0),8000,64)
+    """
 
     def __init__(self, tiled: TiledCopy, thr_idx):
         self.tiled, self.thr_idx = tiled, thr_idx
@@ -183,13 +253,34 @@ class ThrCopy:
 
 def make_tiled_copy_tv(atom: CopyAtom, thr_layout, val_layout) -> TiledCopy:
     """A tiled copy where thread ``t`` (``thr_layout``: coordinate in the thread grid ->
-    thread index) moves the ``val_layout`` block of values at its grid position."""
+    thread index) moves the ``val_layout`` block of values at its grid position.
+
+    Returns: a :class:`TiledCopy` over the ``(thread grid * value block)`` tile.
+
+    Example::
+
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+        >>> tiled = fx.make_tiled_copy_tv(atom, fx.make_ordered_layout((8, 16), order=(1, 0)),
+        ...                               fx.make_ordered_layout((1, 4), order=(0, 1)))
+        >>> tiled.tile_mn, tiled.num_threads
+        ((8,64), 128)
+    """
     tiler, layout_tv = la.make_layout_tv(thr_layout, val_layout)
     return make_tiled_copy(atom, layout_tv, tiler)
 
 
 def make_tiled_copy(atom: CopyAtom, layout_tv, tile_mn, operand=None) -> TiledCopy:
-    """A tiled copy from a ``(thread, value) -> tile index`` layout over ``tile_mn``."""
+    """A tiled copy from a ``(thread, value) -> tile index`` layout over ``tile_mn``.
+
+    Returns: a :class:`TiledCopy`.
+
+    Example::
+
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+        >>> tv = fx.make_layout(((16, 8), 4), ((32, 1), 8))        # (thread, value) -> index
+        >>> fx.make_tiled_copy(atom, tv, (8, 64)).num_threads
+        128
+    """
     if not isinstance(atom, CopyAtom):
         raise DSLTypeError(f"expected a copy atom (fx.make_copy_atom), got {atom!r}")
     tiler = tuple(la.unpack(tile_mn)) if not isinstance(tile_mn, int) else (tile_mn,)
@@ -284,7 +375,14 @@ def mma_op(family: str, m: int, n: int, k: int, dtype: DType, ab_dtype=None) -> 
 
 @dataclass(frozen=True)
 class MmaAtom:
-    """``fx.make_mma_atom(op)``: one matrix-core instruction over one group of lanes."""
+    """``fx.make_mma_atom(op)``: one matrix-core instruction over one group of lanes.
+
+    Example::
+
+        >>> mma = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32))
+        >>> mma, mma.shape_mnk, mma.acc_dtype
+        (MmaAtom(mfma_f32_16x16x4f32), (16,16,4), fx.Float32)
+    """
     __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
     op: MmaOp
 
@@ -329,7 +427,16 @@ class MmaAtom:
 
 def make_mma_atom(op: MmaOp) -> MmaAtom:
     """An MMA atom from ``fx.rocdl.MFMA(...)``, ``fx.rocdl.WMMA(...)`` or
-    ``fx.nvvm.MMA(...)``."""
+    ``fx.nvvm.MMA(...)``.
+
+    Returns: an :class:`MmaAtom`; a shape the target lacks is a ``DSLTypeError`` naming
+    the arches that have it.
+
+    Example::
+
+        >>> fx.make_mma_atom(fx.nvvm.MMA(16, 8, 16, fx.Float32, ab_dtype=fx.Float16))
+        MmaAtom(mma_m16n8k16_f32_f16)
+    """
     if not isinstance(op, MmaOp):
         raise DSLTypeError(f"fx.make_mma_atom needs an MMA operation such as "
                            f"fx.rocdl.MFMA(16, 16, 4, fx.Float32), got {op!r}")
@@ -350,7 +457,15 @@ _OPERAND_MODES = {"A": (0, 2), "B": (1, 2), "C": (0, 1)}
 
 @dataclass(frozen=True)
 class TiledMma:
-    """An MMA atom repeated over an ``(M, N, K)`` layout of atoms (one lane group each)."""
+    """An MMA atom repeated over an ``(M, N, K)`` layout of atoms (one lane group each).
+
+    Example::
+
+        >>> mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+        ...                         fx.make_layout((2, 2, 1), (1, 2, 0)))      # 4 waves, 2 x 2
+        >>> mma.num_threads, mma.tile_size_mnk
+        (256, (32,32,4))
+    """
     __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
     atom: MmaAtom
     atom_layout: la.Layout
@@ -453,7 +568,15 @@ def _slice(x, coord):
 
 
 class ThrMma:
-    """One thread's part of a tiled MMA (``tiled_mma.thr_slice(tid)``)."""
+    """One thread's part of a tiled MMA (``tiled_mma.thr_slice(tid)``).
+
+    Example::
+
+        >>> mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+        ...                         fx.make_layout((2, 2, 1), (1, 2, 0)))      # 4 waves, 2 x 2
+        >>> mma.thr_slice(70).partition_C(fx.make_layout((64, 64), (64, 1)))   # 4 x 2 x 2 values
+        (4,2,2):(64,2048,32)
+    """
 
     def __init__(self, tiled: TiledMma, thr_idx):
         self.tiled, self.thr_idx = tiled, thr_idx
@@ -517,7 +640,16 @@ def _flat_coord(layout: la.Layout, idx) -> tuple:
 def make_tiled_mma(atom: MmaAtom, atom_layout=None, permutation=None) -> TiledMma:
     """``atom`` repeated over ``atom_layout``: an ``(M, N, K)`` layout of atoms whose value
     is the lane group (warp/wave) that runs that atom, e.g.
-    ``fx.make_layout((2, 2, 1), (1, 2, 0))``: four groups, 2 x 2 over M and N."""
+    ``fx.make_layout((2, 2, 1), (1, 2, 0))``: four groups, 2 x 2 over M and N.
+
+    Returns: a :class:`TiledMma`.
+
+    Example::
+
+        >>> mma = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32))
+        >>> fx.make_tiled_mma(mma, fx.make_layout((2, 2, 1), (1, 2, 0))).num_threads
+        256
+    """
     if not isinstance(atom, MmaAtom):
         raise DSLTypeError(f"fx.make_tiled_mma needs an MMA atom (fx.make_mma_atom), "
                            f"got {atom!r}")
@@ -532,17 +664,51 @@ def make_tiled_mma(atom: MmaAtom, atom_layout=None, permutation=None) -> TiledMm
 
 
 def make_tiled_copy_A(atom: CopyAtom, tiled_mma: TiledMma) -> TiledCopy:
-    """A tiled copy whose threads load exactly the A values their MMA fragments hold."""
+    """A tiled copy whose threads load exactly the A values their MMA fragments hold.
+
+    Returns: a :class:`TiledCopy` over the tiled MMA's ``M x K`` tile; its slices'
+    ``retile(frag_A)`` is the destination.
+
+    Example::
+
+        >>> mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+        ...                         fx.make_layout((2, 2, 1), (1, 2, 0)))      # 4 waves, 2 x 2
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32)
+        >>> fx.make_tiled_copy_A(atom, mma).tile_mn
+        (32,4)
+    """
     return _copy_for(atom, tiled_mma, "A")
 
 
 def make_tiled_copy_B(atom: CopyAtom, tiled_mma: TiledMma) -> TiledCopy:
-    """A tiled copy whose threads load exactly the B values their MMA fragments hold."""
+    """A tiled copy whose threads load exactly the B values their MMA fragments hold.
+
+    Returns: a :class:`TiledCopy` over the tiled MMA's ``N x K`` tile.
+
+    Example::
+
+        >>> mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+        ...                         fx.make_layout((2, 2, 1), (1, 2, 0)))      # 4 waves, 2 x 2
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32)
+        >>> fx.make_tiled_copy_B(atom, mma).tile_mn
+        (32,4)
+    """
     return _copy_for(atom, tiled_mma, "B")
 
 
 def make_tiled_copy_C(atom: CopyAtom, tiled_mma: TiledMma) -> TiledCopy:
-    """A tiled copy whose threads move exactly the C values their MMA fragments hold."""
+    """A tiled copy whose threads move exactly the C values their MMA fragments hold.
+
+    Returns: a :class:`TiledCopy` over the tiled MMA's ``M x N`` tile.
+
+    Example::
+
+        >>> mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+        ...                         fx.make_layout((2, 2, 1), (1, 2, 0)))      # 4 waves, 2 x 2
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32)
+        >>> fx.make_tiled_copy_C(atom, mma).tile_mn
+        (32,32)
+    """
     return _copy_for(atom, tiled_mma, "C")
 
 

@@ -12,6 +12,15 @@ class DType:
     Used as a parameter annotation (``n: fx.Int32``), as a cast target
     (``fx.cast(x, fx.Float16)``) and, inside kernels, as a constructor:
     ``fx.Float64(0)`` is a Float64 constant, ``fx.Float32(i)`` a cast.
+
+    Returns: (calling one, inside a kernel) a value of this type: ``value`` converted
+    as by ``fx.cast`` (floats truncate toward zero into ints), or a constant.
+
+    Example: ``k = fx.Int32(x[i] * 100.0)``  # a cast: truncates toward zero
+
+    Attributes: ``.name``, ``.kind`` (``"int"``, ``"float"``, ``"bool"``), ``.bits``,
+    ``.signed``, ``.np_dtype`` (None for BFloat16), ``.is_float``, ``.is_int``,
+    ``.int_limits``.
     """
 
     def __init__(self, name: str, kind: str, bits: int, mlir: str, np_dtype: Optional[str],
@@ -107,7 +116,18 @@ class ConstexprAnnotation:
 
 
 class Constexpr:
-    """Annotate a parameter as a compile-time constant: ``BLOCK: fx.Constexpr[int]``."""
+    """Annotate a parameter as a compile-time constant: ``BLOCK: fx.Constexpr[int]``.
+
+    Example::
+
+        @flydsl.kernel
+        def fill(out: fx.Tensor, value: fx.Constexpr[float]):
+            out[fx.thread_idx.x] = value          # a constant in the compiled kernel
+
+        out = np.zeros(32, np.float32)
+        fill[1, 32](out, 2.5)                     # each new value compiles once
+        assert (out == 2.5).all()
+    """
 
     def __class_getitem__(cls, py_type: Any) -> ConstexprAnnotation:
         return ConstexprAnnotation(py_type)
@@ -116,7 +136,24 @@ class Constexpr:
 class Stream:
     """A launch stream as a parameter: ``stream: fx.Stream = fx.Stream(None)`` in a
     ``@flydsl.jit`` function, passed on as ``launch(stream=stream)``. It wraps what
-    ``stream=`` takes (None for the default stream, a torch stream, a handle)."""
+    ``stream=`` takes (None for the default stream, a torch stream, a handle).
+
+    Example::
+
+        @flydsl.kernel
+        def twice(x: fx.Tensor, n: fx.Int32):
+            i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+            if i < n:
+                x[i] = 2.0 * x[i]
+
+        @flydsl.jit
+        def scale(x: fx.Tensor, n: fx.Int32, stream: fx.Stream = fx.Stream(None)):
+            twice(x, n).launch(grid=((n + 255) // 256, 1, 1), block=(256, 1, 1), stream=stream)
+
+        x = np.ones(1000, np.float32)
+        scale(x, x.size)                          # on a GPU: scale(x, n, fx.Stream(torch_stream))
+        assert (x == 2.0).all()
+    """
 
     def __init__(self, value: Any = None):
         self.value = value.value if isinstance(value, Stream) else value
@@ -126,7 +163,30 @@ class Stream:
 
 
 class TensorAnnotation:
-    """``fx.Tensor`` or ``fx.Tensor[fx.Float32]`` (element type checked at launch)."""
+    """``fx.Tensor``, ``fx.Tensor[fx.Float32]`` or ``fx.Tensor[fx.Float32, 2]``: a tensor
+    parameter (element type, and rank, checked at launch). The argument may be a
+    numpy array, a torch tensor or any DLPack object, of any strides.
+
+    Inside a kernel a tensor ``t`` has ``t[i, j]`` (load) and ``t[i, j] = v`` (store)
+    with one index per dimension, ``t.shape[k]`` and ``len(t)`` (``Int32``), ``t.size``
+    and ``t.numel()`` (``Int64``), ``t.shape.unpack()``; indices are not Python-style
+    (``t[-1]`` reads before the array; ``FLYDSL_DEBUG=1`` reports it on the CPU).
+
+    Example::
+
+        @flydsl.kernel
+        def row_sums(a: fx.Tensor[fx.Float32, 2], out: fx.Tensor[fx.Float32]):
+            r = fx.thread_idx.x
+            acc = 0.0
+            for c in range(a.shape[1]):
+                acc += a[r, c]
+            out[r] = acc
+
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        out = np.zeros(3, np.float32)
+        row_sums[1, 3](a, out)
+        assert (out == a.sum(axis=1)).all()
+    """
 
     def __init__(self, dtype: Optional[DType] = None, rank: Optional[int] = None):
         self.dtype = dtype

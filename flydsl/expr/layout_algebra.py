@@ -61,7 +61,14 @@ class LayoutError(FlydslError, ValueError):
 # ======================================================================================
 
 class StaticInt(int):
-    """A static size: an ``int`` that also has ``.unpack()`` (returning the plain int)."""
+    """A static size: an ``int`` that also has ``.unpack()`` (returning the plain int).
+
+    Example::
+
+        >>> n = fx.size(fx.make_layout((4, 8)))
+        >>> n, n + 1, n.unpack()
+        (32, 33, 32)
+    """
 
     def unpack(self) -> int:
         return int(self)
@@ -71,7 +78,15 @@ class StaticInt(int):
 
 
 class IntTuple(tuple):
-    """A (nested) tuple of ints and dynamic values: shapes, strides, coordinates."""
+    """A (nested) tuple of ints and dynamic values: shapes, strides, coordinates.
+
+    Example::
+
+        >>> fx.make_layout((8, (4, 2))).shape
+        (8,(4,2))
+        >>> fx.make_layout((8, (4, 2))).shape[1][0]
+        4
+    """
 
     __slots__ = ()
 
@@ -124,6 +139,11 @@ class ScaledBasis:
     ``path`` is a tuple of mode indices (``(1,)`` is ``E<1>``, ``(0, 1)`` the second
     entry of the first mode).  Scalars scale it; adding bases of different paths gives
     an :class:`ArithTuple` coordinate.  Printed like CuTe: ``1@0``.
+
+    Example::
+
+        >>> fx.make_identity_layout((4, 6)).stride
+        (1@0,1@1)
     """
 
     __slots__ = ("value", "path")
@@ -471,6 +491,12 @@ class Layout:
     ``L(coord)`` maps a coordinate (an int index into the domain, or a nested tuple)
     to an index; a coordinate containing ``None`` slices instead.  ``L[i]`` is mode
     ``i`` (``L[i, j]`` a nested mode).  ``len()`` is not defined: use :func:`rank`.
+
+    Example::
+
+        >>> L = fx.Layout((8, 16), (16, 1))         # row-major 8 x 16; same as fx.make_layout
+        >>> L((3, 5)), L(13), L[1], L.size(), L.cosize()
+        (53, 81, 16:1, 128, 128)
     """
 
     __slots__ = ("_shape", "_stride")
@@ -576,22 +602,54 @@ def _as_layout(x) -> Layout:
 # ======================================================================================
 
 def make_shape(*xs: Any) -> IntTuple:
-    """A shape ``(xs...)`` (entries may be nested tuples)."""
+    """A shape ``(xs...)`` (entries may be nested tuples).
+
+    Returns: an :class:`IntTuple`.
+
+    Example::
+
+        >>> fx.make_layout(fx.make_shape(8, 16), fx.make_stride(1, 8))
+        (8,16):(1,8)
+    """
     return _to_it(xs)
 
 
 def make_stride(*xs: Any) -> IntTuple:
-    """A stride ``(xs...)``."""
+    """A stride ``(xs...)``.
+
+    Returns: an :class:`IntTuple`.
+
+    Example::
+
+        >>> fx.make_stride(1, (8, 64))
+        (1,(8,64))
+    """
     return _to_it(xs)
 
 
 def make_coord(*xs: Any) -> IntTuple:
-    """A coordinate ``(xs...)`` (``None`` entries are CuTe's ``_``)."""
+    """A coordinate ``(xs...)`` (``None`` entries are CuTe's ``_``).
+
+    Returns: an :class:`IntTuple`.
+
+    Example::
+
+        >>> fx.make_layout((8, 16))(fx.make_coord(3, 5))
+        43
+    """
     return _to_it(xs)
 
 
 def make_int_tuple(x: Any) -> Any:
-    """``x`` as an :class:`IntTuple` (a scalar stays a scalar)."""
+    """``x`` as an :class:`IntTuple` (a scalar stays a scalar).
+
+    Returns: an :class:`IntTuple` for a tuple, else ``x`` itself.
+
+    Example::
+
+        >>> fx.make_int_tuple((2, (3, 4)))
+        (2,(3,4))
+    """
     return _to_it(x)
 
 
@@ -599,6 +657,17 @@ def make_layout(*args: Any, shape: Any = None, stride: Any = None) -> Layout:
     """``make_layout(shape, stride=None)``: a layout (``None``: column-major strides).
 
     ``make_layout(L0, L1, ...)``: the layout whose modes are the layouts ``Li``.
+
+    Returns: a :class:`Layout`.
+
+    Example::
+
+        >>> fx.make_layout((8, 16))                 # column-major
+        (8,16):(1,8)
+        >>> fx.make_layout((8, 16), (1, 8))((3, 5))
+        43
+        >>> fx.make_layout(fx.make_layout(8, 1), fx.make_layout(4, 8))
+        (8,4):(1,8)
     """
     if shape is not None:
         args = (shape,) + args
@@ -621,7 +690,15 @@ def make_ordered_layout(shape: Any, order: Any) -> Layout:
     """A compact layout of ``shape`` whose modes are laid out in increasing ``order``
     (the mode with the smallest order value has stride 1).  ``order`` is congruent to
     ``shape`` or coarser (a leaf order for a tuple mode lays that mode out column-major);
-    dynamic order values count as larger than every static one, left to right."""
+    dynamic order values count as larger than every static one, left to right.
+
+    Returns: a :class:`Layout` (compact: its cosize is its size).
+
+    Example::
+
+        >>> fx.make_ordered_layout((8, 16), order=(1, 0))    # row-major
+        (8,16):(16,1)
+    """
     shape, order = _to_it(shape), _to_it(order)
 
     def product_like(s, o):
@@ -660,7 +737,15 @@ def _basis_like(shape):
 
 
 def make_identity_layout(shape: Any) -> Layout:
-    """``shape:(1@0,1@1,...)``: maps each coordinate of ``shape`` to itself."""
+    """``shape:(1@0,1@1,...)``: maps each coordinate of ``shape`` to itself.
+
+    Returns: a :class:`Layout` whose values are coordinates (``ArithTuple``).
+
+    Example::
+
+        >>> fx.make_identity_layout((4, 6))(13)
+        (1,3)
+    """
     shape = _to_it(shape)
     return Layout(shape, _basis_like(shape))
 
@@ -668,7 +753,17 @@ def make_identity_layout(shape: Any) -> Layout:
 def make_layout_tv(thr_layout: Any, val_layout: Any) -> Tuple[IntTuple, Layout]:
     """CuTe's ``make_layout_tv``: ``(tiler_mn, layout_tv)`` where ``layout_tv`` maps
     ``(thread, value)`` to the column-major index in a ``tiler_mn`` tile, thread ``t``
-    owning the ``val_layout`` block at ``thr_layout``'s position of ``t``."""
+    owning the ``val_layout`` block at ``thr_layout``'s position of ``t``.
+
+    Returns: a tuple ``(tiler_mn, layout_tv)``: an :class:`IntTuple` and a
+    :class:`Layout`.
+
+    Example::
+
+        >>> fx.make_layout_tv(fx.make_ordered_layout((8, 16), order=(1, 0)),
+        ...                   fx.make_ordered_layout((1, 4), order=(0, 1)))
+        ((8,64), ((16,8),4):((32,1),8))
+    """
     thr, val = _as_layout(thr_layout), _as_layout(val_layout)
     layout_mn = raked_product(thr, val)
     layout_tv = composition(right_inverse(layout_mn), make_layout((size(thr), size(val))))
@@ -681,17 +776,42 @@ def make_layout_tv(thr_layout: Any, val_layout: Any) -> Tuple[IntTuple, Layout]:
 # ======================================================================================
 
 def get_shape(L: Layout) -> Any:
-    """The shape of ``L``."""
+    """The shape of ``L``.
+
+    Returns: an :class:`IntTuple` (an int for a rank-0 layout).
+
+    Example::
+
+        >>> fx.get_shape(fx.make_layout((8, 16), (16, 1)))
+        (8,16)
+    """
     return L.shape
 
 
 def get_stride(L: Layout) -> Any:
-    """The stride of ``L``."""
+    """The stride of ``L``.
+
+    Returns: an :class:`IntTuple` (an int for a rank-0 layout).
+
+    Example::
+
+        >>> fx.get_stride(fx.make_layout((8, 16), (16, 1)))
+        (16,1)
+    """
     return L.stride
 
 
 def get(t: Any, i: Union[int, Sequence[int]]) -> Any:
-    """Entry (or mode, for a layout) ``i`` of ``t``; ``i`` may be a nested index tuple."""
+    """Entry (or mode, for a layout) ``i`` of ``t``; ``i`` may be a nested index tuple.
+
+    Returns: an entry (int, value or :class:`IntTuple`) of a tuple, or a mode (a
+    :class:`Layout`) of a layout.
+
+    Example::
+
+        >>> fx.get((8, (4, 2)), (1, 0))
+        4
+    """
     path = i if isinstance(i, tuple) else (i,)
     if isinstance(t, Layout):
         return t[path]
@@ -709,7 +829,15 @@ def select(t: Any, indices: Union[int, Sequence[int]]) -> Any:
 
 
 def group(t: Any, begin: int, end: int) -> Any:
-    """``t`` with modes ``[begin, end)`` grouped into one nested mode."""
+    """``t`` with modes ``[begin, end)`` grouped into one nested mode.
+
+    Returns: the same kind as ``t`` (:class:`IntTuple` or :class:`Layout`).
+
+    Example::
+
+        >>> fx.group((2, 3, 4, 5), 1, 3)
+        (2,(3,4),5)
+    """
     if isinstance(t, Layout):
         m = _modes(t)
         return _cat(m[:begin] + [_cat(m[begin:end])] + m[end:])
@@ -718,7 +846,15 @@ def group(t: Any, begin: int, end: int) -> Any:
 
 
 def append(base: Any, elem: Any) -> Any:
-    """``base`` with ``elem`` added as a last mode."""
+    """``base`` with ``elem`` added as a last mode.
+
+    Returns: the same kind as ``base``.
+
+    Example::
+
+        >>> fx.append((8, 16), 2)
+        (8,16,2)
+    """
     if isinstance(base, Layout):
         return _cat(_modes(base) + [_as_layout(elem)])
     base = base if isinstance(base, tuple) else (base,)
@@ -726,7 +862,15 @@ def append(base: Any, elem: Any) -> Any:
 
 
 def prepend(base: Any, elem: Any) -> Any:
-    """``base`` with ``elem`` added as a first mode."""
+    """``base`` with ``elem`` added as a first mode.
+
+    Returns: the same kind as ``base``.
+
+    Example::
+
+        >>> fx.prepend((8, 16), 2)
+        (2,8,16)
+    """
     if isinstance(base, Layout):
         return _cat([_as_layout(elem)] + _modes(base))
     base = base if isinstance(base, tuple) else (base,)
@@ -734,7 +878,15 @@ def prepend(base: Any, elem: Any) -> Any:
 
 
 def flatten(t: Any) -> Any:
-    """``t`` with all nesting removed (a layout: depth at most 1)."""
+    """``t`` with all nesting removed (a layout: depth at most 1).
+
+    Returns: the same kind as ``t``.
+
+    Example::
+
+        >>> fx.flatten(fx.make_layout((4, (2, 3))))
+        (4,2,3):(1,4,8)
+    """
     if isinstance(t, Layout):
         if not isinstance(t.shape, tuple):
             return t
@@ -750,7 +902,15 @@ def _static_result(x):
 
 def size(x: Any, mode: Optional[Union[int, Sequence[int]]] = None) -> Any:
     """The number of elements of a layout or shape (of mode ``mode`` if given): a
-    :class:`StaticInt` when static, else the dynamic product."""
+    :class:`StaticInt` when static, else the dynamic product.
+
+    Returns: a :class:`StaticInt` when static, else an integer kernel value.
+
+    Example::
+
+        >>> fx.size(fx.make_layout((4, (2, 3)))), fx.size((4, (2, 3)), 1)
+        (24, 6)
+    """
     if mode is not None:
         x = get(x, mode)
     if isinstance(x, Layout):
@@ -759,7 +919,15 @@ def size(x: Any, mode: Optional[Union[int, Sequence[int]]] = None) -> Any:
 
 
 def cosize(L: Any) -> Any:
-    """The size of the codomain of ``L``: ``L(size(L) - 1) + 1`` for compact layouts."""
+    """The size of the codomain of ``L``: ``L(size(L) - 1) + 1`` for compact layouts.
+
+    Returns: a :class:`StaticInt` when static, else an integer kernel value.
+
+    Example::
+
+        >>> fx.cosize(fx.make_layout((4, 2), (1, 8)))
+        12
+    """
     L = _as_layout(L)
     acc = 0
     for s, d in zip(_flatten(L.shape), _flatten(L.stride)):
@@ -773,14 +941,30 @@ def cosize(L: Any) -> Any:
 
 
 def rank(x: Any) -> int:
-    """The number of top-level modes."""
+    """The number of top-level modes.
+
+    Returns: an ``int``.
+
+    Example::
+
+        >>> fx.rank(fx.make_layout((4, (2, 3))))
+        2
+    """
     if isinstance(x, Layout):
         x = x.shape
     return len(x) if isinstance(x, tuple) else 1
 
 
 def depth(x: Any) -> int:
-    """The nesting depth (0 for a scalar)."""
+    """The nesting depth (0 for a scalar).
+
+    Returns: an ``int``.
+
+    Example::
+
+        >>> fx.depth(fx.make_layout((4, (2, 3))))
+        2
+    """
     if isinstance(x, Layout):
         x = x.shape
     if isinstance(x, tuple):
@@ -789,7 +973,15 @@ def depth(x: Any) -> int:
 
 
 def product_each(t: Any) -> Any:
-    """The size of each top-level mode."""
+    """The size of each top-level mode.
+
+    Returns: an :class:`IntTuple` (an int for a scalar).
+
+    Example::
+
+        >>> fx.product_each((4, (2, 3)))
+        (4,6)
+    """
     if isinstance(t, Layout):
         t = t.shape
     if isinstance(t, tuple):
@@ -800,7 +992,15 @@ def product_each(t: Any) -> Any:
 def ceil_div(a: Any, b: Any) -> Any:
     """ceil(a / b).  For a tuple ``a`` and a scalar ``b``, CuTe's fold: ``b`` is divided
     out of the modes of ``a`` from the left; a layout ``b`` gives the shape of the tiles
-    of ``a`` (``shape(complement(b, shape(a)))``)."""
+    of ``a`` (``shape(complement(b, shape(a)))``).
+
+    Returns: an int (or integer kernel value) for scalars, else an :class:`IntTuple`.
+
+    Example::
+
+        >>> fx.ceil_div((100, 1000), (8, 64))        # tiles of 8 x 64 over 100 x 1000
+        (13,16)
+    """
     if isinstance(b, Layout):
         return complement(b, _shape_of(a)).shape
     if isinstance(a, tuple):
@@ -819,7 +1019,15 @@ def ceil_div(a: Any, b: Any) -> Any:
 
 def shape_div(a: Any, b: Any) -> Any:
     """CuTe's shape_div: ``a / b`` where ``b`` divides ``a``, else 1 where ``a`` divides
-    ``b``; a tuple ``a`` has ``b`` divided out of its modes from the left."""
+    ``b``; a tuple ``a`` has ``b`` divided out of its modes from the left.
+
+    Returns: an int for scalars, else an :class:`IntTuple`.
+
+    Example::
+
+        >>> fx.shape_div((12, 8), 6)
+        (2,8)
+    """
     if isinstance(a, tuple):
         if isinstance(b, tuple):
             return IntTuple(shape_div(x, y) for x, y in zip(a, b))
@@ -834,13 +1042,29 @@ def shape_div(a: Any, b: Any) -> Any:
 
 
 def unpack(x: Any) -> Any:
-    """``x.unpack()`` when ``x`` has it (int tuples, static sizes), else ``x``."""
+    """``x.unpack()`` when ``x`` has it (int tuples, static sizes), else ``x``.
+
+    Returns: a plain ``int`` or tuple, or ``x`` unchanged.
+
+    Example::
+
+        >>> fx.unpack(fx.size(fx.make_layout((4, 8)))), fx.unpack(fx.make_layout((2, 3)).shape)
+        (32, (2, 3))
+    """
     f = getattr(x, "unpack", None)
     return f() if callable(f) else x
 
 
 def is_static(x: Any) -> bool:
-    """Whether every leaf of ``x`` (a layout, tuple or scalar) is a Python int."""
+    """Whether every leaf of ``x`` (a layout, tuple or scalar) is a Python int.
+
+    Returns: a ``bool``.
+
+    Example::
+
+        >>> fx.is_static(fx.make_layout((8, 16)))
+        True
+    """
     if isinstance(x, Layout):
         return is_static(x.shape) and is_static(x.stride)
     if isinstance(x, tuple):
@@ -891,7 +1115,16 @@ def _crd2idx(c, s, d):
 def crd2idx(coord: Any, layout_or_shape: Any, stride: Any = None) -> Any:
     """The index of ``coord`` (an int: a column-major index into the domain, split over
     the modes; a nested tuple; ``None`` entries count as 0).  With a shape and no
-    stride, the compact column-major strides are used."""
+    stride, the compact column-major strides are used.
+
+    Returns: an int, or an integer kernel value inside a kernel when something is
+    dynamic.
+
+    Example::
+
+        >>> fx.crd2idx((3, 5), fx.make_layout((8, 16), (16, 1)))
+        53
+    """
     if isinstance(layout_or_shape, Layout):
         s, d = layout_or_shape.shape, layout_or_shape.stride
     else:
@@ -902,7 +1135,15 @@ def crd2idx(coord: Any, layout_or_shape: Any, stride: Any = None) -> Any:
 
 def idx2crd(idx: Any, layout_or_shape: Any) -> Any:
     """The natural (congruent) coordinate of the column-major domain index ``idx``:
-    ``(idx % s0, idx / s0 % s1, ...)``.  A layout contributes its shape only."""
+    ``(idx % s0, idx / s0 % s1, ...)``.  A layout contributes its shape only.
+
+    Returns: an :class:`IntTuple` congruent to the shape (an int for a scalar shape).
+
+    Example::
+
+        >>> fx.idx2crd(43, (8, 16))
+        (3,5)
+    """
     s = _shape_of(layout_or_shape)
     idx = _to_it(idx)
     if isinstance(idx, tuple):
@@ -976,7 +1217,15 @@ def slice_(coord: Any, t: Any) -> Any:
 
 
 def dice(coord: Any, t: Any) -> Any:
-    """The modes of ``t`` where ``coord`` is *not* ``None`` (CuTe ``dice``)."""
+    """The modes of ``t`` where ``coord`` is *not* ``None`` (CuTe ``dice``).
+
+    Returns: the same kind as ``t``.
+
+    Example::
+
+        >>> fx.dice((None, 5), (8, 16))
+        (16)
+    """
     coord = _to_it(coord)
     if isinstance(t, Layout):
         return Layout._raw(_dice(coord, t.shape), _dice(coord, t.stride))
@@ -984,7 +1233,16 @@ def dice(coord: Any, t: Any) -> Any:
 
 
 def slice_and_offset(coord: Any, L: Layout) -> Tuple[Layout, Any]:
-    """``(slice_(coord, L), crd2idx(coord, L))``: the sub-layout and its offset."""
+    """``(slice_(coord, L), crd2idx(coord, L))``: the sub-layout and its offset.
+
+    Returns: a tuple ``(Layout, int)`` (the offset an integer kernel value when
+    dynamic).
+
+    Example::
+
+        >>> fx.slice_and_offset((None, 5), fx.make_layout((8, 16)))
+        ((8):(1), 40)
+    """
     return slice_(coord, L), crd2idx(coord, L)
 
 
@@ -1026,7 +1284,15 @@ def _coalesce_shape(shape):
 def coalesce(L: Any, target_profile: Any = None) -> Any:
     """Merge the modes of ``L`` that can be merged, keeping it the same function on
     its domain (result depth <= 1).  With ``target_profile`` (a tuple), coalesce each
-    mode separately at the profile's leaves.  An int tuple gives CuTe's shape coalesce."""
+    mode separately at the profile's leaves.  An int tuple gives CuTe's shape coalesce.
+
+    Returns: a :class:`Layout` of depth at most 1 (an int for an int tuple).
+
+    Example::
+
+        >>> fx.coalesce(fx.make_layout((2, 4), (1, 2)))
+        8:1
+    """
     if not isinstance(L, Layout):
         return _coalesce_shape(_to_it(L))
     if isinstance(target_profile, tuple):
@@ -1055,7 +1321,15 @@ def _coalesce_x(L: Layout, profile=None) -> Layout:
 
 def filter_zeros(L: Layout, target_profile: Any = None) -> Layout:
     """``L`` with the shape of every stride-0 mode (or of every mode where
-    ``target_profile`` is 0) replaced by 1."""
+    ``target_profile`` is 0) replaced by 1.
+
+    Returns: a :class:`Layout`.
+
+    Example::
+
+        >>> fx.filter_zeros(fx.make_layout((4, 8), (0, 1)))
+        (1,8):(0,1)
+    """
     ref = L.stride if target_profile is None else _to_it(target_profile)
 
     def f(r, s):
@@ -1142,7 +1416,15 @@ def composition(A: Layout, B: Any) -> Layout:
     """``A o B``: ``result(c) == A(B(c))`` for every coordinate ``c`` of ``B``, with
     ``B``'s shape.  ``B`` is a layout, an int ``n`` (``n:1``), ``None`` (``A``), or a
     tuple tiler applied to ``A``'s modes one by one (modes of ``A`` beyond the tiler are
-    dropped, as in CuTe)."""
+    dropped, as in CuTe).
+
+    Returns: a :class:`Layout` with ``B``'s shape (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.composition(fx.make_layout((8, 16), (16, 1)), fx.make_layout((4, 2), (1, 4)))
+        (4,2):(16,64)
+    """
     A, B = _as_layout(A), _norm_tiler(B)
     if B is None:
         return A
@@ -1164,7 +1446,15 @@ def composition(A: Layout, B: Any) -> Layout:
 def complement(L: Layout, cotarget: Any = None) -> Layout:
     """The layout of the "rest" of ``L`` up to ``cotarget`` (a size or a shape; default
     ``cosize(L)``): ordered, disjoint from ``L``'s image except 0, so that
-    ``make_layout(L, complement(L, M))`` covers ``[0, M)`` (rounded up)."""
+    ``make_layout(L, complement(L, M))`` covers ``[0, M)`` (rounded up).
+
+    Returns: a :class:`Layout`.
+
+    Example::
+
+        >>> fx.complement(fx.make_layout(4, 2), 16)
+        (2,2):(1,8)
+    """
     L = _as_layout(L)
     f = _filter(L)
     if cotarget is None:
@@ -1203,7 +1493,15 @@ def _prefix_products(shapes: list) -> list:
 
 def right_inverse(L: Any) -> Optional[Layout]:
     """A layout ``R`` with ``L(R(i)) == i`` for every ``i < size(R)`` (as large as
-    possible: the contiguous static part of ``L``'s image)."""
+    possible: the contiguous static part of ``L``'s image).
+
+    Returns: a :class:`Layout`.
+
+    Example::
+
+        >>> fx.right_inverse(fx.make_layout((4, 8), (8, 1)))
+        (8,4):(4,1)
+    """
     if L is None:
         return None
     c = coalesce(_as_layout(L))
@@ -1222,7 +1520,16 @@ def right_inverse(L: Any) -> Optional[Layout]:
 
 def left_inverse(L: Any) -> Optional[Layout]:
     """A layout ``R`` with ``R(L(i)) == i`` for every ``i < size(L)`` when ``L`` is
-    injective (static strides only)."""
+    injective (static strides only).
+
+    Returns: a :class:`Layout`.
+
+    Example::
+
+        >>> L = fx.make_layout((4, 8), (8, 1))
+        >>> fx.left_inverse(L)(L(9))
+        9
+    """
     if L is None:
         return None
     c = coalesce(_as_layout(L))
@@ -1247,7 +1554,15 @@ def left_inverse(L: Any) -> Optional[Layout]:
 
 def max_common_vector(A: Layout, B: Layout) -> StaticInt:
     """The number N of leading elements for which ``A`` and ``B`` are both contiguous
-    and agree (``A(B^-1(n)) == n`` for n < N): the widest common vector."""
+    and agree (``A(B^-1(n)) == n`` for n < N): the widest common vector.
+
+    Returns: a :class:`StaticInt`.
+
+    Example::
+
+        >>> fx.max_common_vector(fx.make_layout((8, 16)), fx.make_layout((8, 16), (16, 1)))
+        1
+    """
     common = coalesce(composition(A, right_inverse(B)))
     s0 = common.shape[0] if isinstance(common.shape, tuple) else common.shape
     d0 = common.stride[0] if isinstance(common.stride, tuple) else common.stride
@@ -1273,7 +1588,15 @@ def _by_mode(fn, A: Layout, tiler: tuple) -> Layout:
 
 def logical_divide(A: Layout, tiler: Any) -> Layout:
     """``A`` split by ``tiler``: ``(tile, rest)``, i.e. ``A o (B, complement(B))``; a
-    tuple tiler divides mode by mode: ``((TileM,RestM), (TileN,RestN), L, ...)``."""
+    tuple tiler divides mode by mode: ``((TileM,RestM), (TileN,RestN), L, ...)``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.logical_divide(fx.make_layout((24, 120), (120, 1)), (8, 24))
+        ((8,3),(24,5)):((120,960),(1,24))
+    """
     A, tiler = _as_layout(A), _norm_tiler(tiler)
     if tiler is None:
         return A
@@ -1309,26 +1632,58 @@ def _norm_tiler(t):
 
 
 def zipped_divide(A: Layout, tiler: Any) -> Layout:
-    """``((TileM,TileN,...), (RestM,RestN,...,L,...))``."""
+    """``((TileM,TileN,...), (RestM,RestN,...,L,...))``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.zipped_divide(fx.make_layout((24, 120), (120, 1)), (8, 24))
+        ((8,24),(3,5)):((120,1),(960,24))
+    """
     tiler = _norm_tiler(tiler)
     return _unzip(logical_divide(A, tiler), tiler, keep_first=False)
 
 
 def tiled_divide(A: Layout, tiler: Any) -> Layout:
-    """``((TileM,TileN,...), RestM, RestN, ..., L, ...)``."""
+    """``((TileM,TileN,...), RestM, RestN, ..., L, ...)``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.tiled_divide(fx.make_layout((24, 120), (120, 1)), (8, 24))
+        ((8,24),3,5):((120,1),960,24)
+    """
     z = zipped_divide(A, tiler)
     return _cat([z[0]] + _modes(z[1]))
 
 
 def flat_divide(A: Layout, tiler: Any) -> Layout:
-    """``(TileM, TileN, ..., RestM, RestN, ..., L, ...)``."""
+    """``(TileM, TileN, ..., RestM, RestN, ..., L, ...)``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.flat_divide(fx.make_layout((24, 120), (120, 1)), (8, 24))
+        (8,24,3,5):(120,1,960,24)
+    """
     z = zipped_divide(A, tiler)
     return _cat(_modes(z[0]) + _modes(z[1]))
 
 
 def logical_product(A: Layout, tiler: Any) -> Layout:
     """``(A, complement(A, size(A)*cosize(B)) o B)``: ``A`` repeated as laid out by
-    ``B``; a tuple tiler multiplies mode by mode."""
+    ``B``; a tuple tiler multiplies mode by mode.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.logical_product(fx.make_layout((2, 2), (4, 1)), fx.make_layout(6, 1))
+        ((2,2),(2,3)):((4,1),(2,8))
+    """
     A, tiler = _as_layout(A), _norm_tiler(tiler)
     if tiler is None:
         return A
@@ -1340,19 +1695,43 @@ def logical_product(A: Layout, tiler: Any) -> Layout:
 
 
 def zipped_product(A: Layout, tiler: Any) -> Layout:
-    """``((M,N,...), (TileM,TileN,...,L,...))``."""
+    """``((M,N,...), (TileM,TileN,...,L,...))``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.zipped_product(fx.make_layout((2, 2)), fx.make_layout((3, 4)))
+        ((2,2),(3,4)):((1,2),(4,12))
+    """
     tiler = _norm_tiler(tiler)
     return _unzip(logical_product(A, tiler), tiler, keep_first=True)
 
 
 def tiled_product(A: Layout, tiler: Any) -> Layout:
-    """``((M,N,...), TileM, TileN, ..., L, ...)``."""
+    """``((M,N,...), TileM, TileN, ..., L, ...)``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.tiled_product(fx.make_layout((2, 2)), fx.make_layout((3, 4)))
+        ((2,2),3,4):((1,2),4,12)
+    """
     z = zipped_product(A, tiler)
     return _cat([z[0]] + _modes(z[1]))
 
 
 def flat_product(A: Layout, tiler: Any) -> Layout:
-    """``(M, N, ..., TileM, TileN, ..., L, ...)``."""
+    """``(M, N, ..., TileM, TileN, ..., L, ...)``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.flat_product(fx.make_layout((2, 2)), fx.make_layout((3, 4)))
+        (2,2,3,4):(1,2,4,12)
+    """
     z = zipped_product(A, tiler)
     return _cat(_modes(z[0]) + _modes(z[1]))
 
@@ -1378,12 +1757,28 @@ def _rank_product(A, B, raked: bool) -> Layout:
 def blocked_product(A: Layout, B: Layout) -> Layout:
     """``A`` as a block repeated over ``B``, mode by mode: ``((A0,B0),(A1,B1),...)``
     (rank-sensitive: the ranks are padded to the larger one; two rank-1 layouts give
-    the rank-1 ``((A,B))``, as CuTe's zip does)."""
+    the rank-1 ``((A,B))``, as CuTe's zip does).
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.blocked_product(fx.make_layout((2, 2)), fx.make_layout((3, 4)))
+        ((2,3),(2,4)):((1,4),(2,12))
+    """
     return _rank_product(A, B, raked=False)
 
 
 def raked_product(A: Layout, B: Layout) -> Layout:
-    """``A`` interleaved ("raked") over ``B``, mode by mode: ``((B0,A0),(B1,A1),...)``."""
+    """``A`` interleaved ("raked") over ``B``, mode by mode: ``((B0,A0),(B1,A1),...)``.
+
+    Returns: a :class:`Layout` (a view, for a tensor ``A``).
+
+    Example::
+
+        >>> fx.raked_product(fx.make_layout((2, 2)), fx.make_layout((3, 4)))
+        ((3,2),(4,2)):((4,1),(12,2))
+    """
     return _rank_product(A, B, raked=True)
 
 
@@ -1418,7 +1813,15 @@ def _downcast(s, d, n: int):
 
 def recast_layout(L: Layout, old_bits: int, new_bits: int) -> Layout:
     """``L`` (indexing ``old_bits``-wide elements) reindexed for ``new_bits``-wide ones:
-    CuTe's ``recast_layout`` (upcast by new/old, downcast by old/new)."""
+    CuTe's ``recast_layout`` (upcast by new/old, downcast by old/new).
+
+    Returns: a :class:`Layout`.
+
+    Example::
+
+        >>> fx.recast_layout(fx.make_layout((8, 16), (16, 1)), 16, 32)   # 16-bit -> 32-bit
+        (8,8):(8,1)
+    """
     g = math.gcd(new_bits, old_bits)
     num, den = new_bits // g, old_bits // g
     s, d = L.shape, L.stride

@@ -55,6 +55,8 @@ def dynamic_shared_array(dtype: DType, offset: int = 0):
     48 KiB opt the CUDA kernel in (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``);
     static plus dynamic bytes above the device's limit are a ``LaunchError``.
 
+    Returns: a 1-D tensor of ``dtype`` (``a.shape[0]`` elements, as above).
+
     Example::
 
         buf = fx.dynamic_shared_array(fx.Float32)      # kernel[grid, block, 4 * n](...)
@@ -72,11 +74,14 @@ def local_array(shape: Union[int, Sequence[int]], dtype: DType):
     memory (address space 5, scratch or registers); CPU: a buffer per thread where the
     array lives across a ``fx.barrier()``, one reused buffer otherwise.
 
+    Returns: a tensor of ``dtype`` and ``shape``, private to the thread.
+
     Example::
 
         acc = fx.local_array(4, fx.Float32)
         for k in fx.range_constexpr(4):
             acc[k] = x[i * 4 + k] * 2.0
+        y[i] = acc[0] + acc[3]
     """
     return _ops().local_array(shape, dtype)
 
@@ -87,6 +92,8 @@ def atomic_sub(t, index: Index, value):
 
     Backends: an atomic add of ``-value`` everywhere (PTX ``atom.add``,
     AMD ``global_atomic_add``/``ds_add``; CPU ``lock xadd`` or a CAS loop).
+
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
 
     Example::
 
@@ -105,6 +112,8 @@ def atomic_max(t, index: Index, value):
     ``global_atomic_smax``/``umax``); floats are a compare-and-swap loop
     (``atom.global.cas``, ``global_atomic_cmpswap``); CPU LLVM ``atomicrmw max/umax/fmax``.
 
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
+
     Example::
 
         fx.atomic_max(best, 0, score[i])
@@ -119,6 +128,8 @@ def atomic_min(t, index: Index, value):
     Backends: PTX ``atom.global.min``, AMD ``global_atomic_smin``/``umin``, floats a
     compare-and-swap loop; CPU LLVM ``atomicrmw min/umin/fmin``.
 
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
+
     Example::
 
         fx.atomic_min(lowest, 0, x[i])
@@ -131,9 +142,11 @@ def atomic_exch(t, index: Index, value):
 
     Backends: PTX ``atom.global.exch``, AMD ``global_atomic_swap``, CPU ``xchg``.
 
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
+
     Example::
 
-        prev = fx.atomic_exch(slots, k, fx.thread_idx.x)
+        prev = fx.atomic_exch(slots, i % 4, fx.thread_idx.x)
     """
     return _ops().atomic_exch(t, index, value)
 
@@ -145,6 +158,8 @@ def atomic_cas(t, index: Index, compare, value):
 
     Backends: PTX ``atom.global.cas``, AMD ``global_atomic_cmpswap``, CPU ``cmpxchg``
     (each inside a short compare-and-swap loop).
+
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
 
     Example::
 
@@ -158,9 +173,11 @@ def atomic_and(t, index: Index, value):
 
     Backends: PTX ``atom.global.and.b32``, AMD ``global_atomic_and``, CPU ``lock and``.
 
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
+
     Example::
 
-        fx.atomic_and(flags, w, ~bit)
+        fx.atomic_and(flags, i // 32, ~(1 << (i % 32)))
     """
     return _ops().atomic_and(t, index, value)
 
@@ -169,6 +186,8 @@ def atomic_or(t, index: Index, value):
     """Atomically ``t[index] |= value`` (integer elements); returns the old value.
 
     Backends: PTX ``atom.global.or.b32``, AMD ``global_atomic_or``, CPU ``lock or``.
+
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
 
     Example::
 
@@ -181,6 +200,8 @@ def atomic_xor(t, index: Index, value):
     """Atomically ``t[index] ^= value`` (integer elements); returns the old value.
 
     Backends: PTX ``atom.global.xor.b32``, AMD ``global_atomic_xor``, CPU ``lock xor``.
+
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
 
     Example::
 
@@ -197,9 +218,11 @@ def atomic_inc(t, index: Index, limit):
     Backends: a compare-and-swap loop everywhere (PTX ``atom.global.cas``, AMD
     ``global_atomic_cmpswap``, CPU ``cmpxchg``).
 
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
+
     Example::
 
-        slot = fx.atomic_inc(ring_head, 0, RING - 1)
+        slot = fx.atomic_inc(ring_head, 0, RING - 1)   # 0, 1, ..., RING - 1, 0, ...
     """
     return _ops().atomic_inc(t, index, limit)
 
@@ -210,6 +233,8 @@ def atomic_dec(t, index: Index, limit):
     returns the old value.
 
     Backends: a compare-and-swap loop everywhere, as :func:`atomic_inc`.
+
+    Returns: the value ``t[index]`` held just before the update, in ``t``'s element type.
 
     Example::
 

@@ -38,7 +38,13 @@ def lane_id():
 
     CUDA reads ``%laneid``, ROCm ``v_mbcnt``, the CPU computes it from the thread ids.
 
-    Example: ``if fx.lane_id() == 0: out[warp] = total``
+    Returns: an ``Int32`` in ``[0, fx.warp_size())``.
+
+    Example::
+
+        total = fx.warp_reduce(x[i])
+        if fx.lane_id() == 0:
+            out[i // fx.warp_size()] = total
     """
     return _ops().lane_id()
 
@@ -51,7 +57,12 @@ def active_mask():
     of a 40-thread block it is ``0xFF``. CUDA: ``activemask.b32``; ROCm: the ``exec``
     mask (``rocdl.ballot`` of true); CPU: the threads that run the call.
 
-    Example: ``m = fx.active_mask()``
+    Returns: a ``UInt32`` (``UInt64`` on 64-lane wavefronts).
+
+    Example::
+
+        if x[i] > 1.0:
+            out[i] = fx.popc(fx.active_mask())   # lanes of this warp in the branch
     """
     return _ops().active_mask()
 
@@ -65,7 +76,12 @@ def syncwarp(mask: Any = 0xFFFFFFFF) -> None:
     wavefront-scope fence (``mask`` is not used). CPU: a barrier of the threads that
     reach it (allowed under a per-thread ``if``; ``mask`` is not used).
 
-    Example: ``tile[lane] = x; fx.syncwarp(); y = tile[lane ^ 1]``
+    Example::
+
+        tile = fx.shared_array(64, fx.Float32)
+        tile[fx.thread_idx.x] = x[i]
+        fx.syncwarp()
+        y[i] = tile[fx.thread_idx.x ^ 1]
     """
     _ops().syncwarp(mask)
 
@@ -76,7 +92,9 @@ def vote_all(pred: Any):
 
     CUDA: ``vote.sync.all``; ROCm and CPU: a ballot of ``not pred`` compared with 0.
 
-    Example: ``if fx.vote_all(x[i] > 0): ...``
+    Returns: a ``Bool``, the same in every active lane.
+
+    Example: ``if fx.vote_all(x[i] > 0.0): y[i] = 1.0``
     """
     return _ops().vote_all(pred)
 
@@ -86,6 +104,8 @@ def vote_any(pred: Any):
     ``Bool``; numba's ``cuda.any_sync``).
 
     CUDA: ``vote.sync.any``; ROCm and CPU: a ballot compared with 0.
+
+    Returns: a ``Bool``, the same in every active lane.
 
     Example: ``found = fx.vote_any(x[i] == key)``
     """
@@ -99,6 +119,8 @@ def vote_ballot(pred: Any):
 
     CUDA: ``vote.sync.ballot.b32``; ROCm: ``v_cmp`` into a scalar register pair
     (masked by ``exec``); CPU: an OR over the threads of the warp that run the call.
+
+    Returns: a ``UInt32`` (``UInt64`` on 64-lane wavefronts), the same in every active lane.
 
     Example: ``bits = fx.vote_ballot(x[i] > 0)``
     """
@@ -118,7 +140,9 @@ def shuffle(value: Any, src_lane: Any, width: Optional[int] = None):
     CUDA: ``shfl.sync.idx``; ROCm: ``ds_bpermute_b32`` (``v_readlane`` when the source
     is uniform); CPU: an exchange through memory between the threads.
 
-    Example: ``leader = fx.shuffle(x, 0)``
+    Returns: a value of ``value``'s type.
+
+    Example: ``leader = fx.shuffle(x[i], 0)``
     """
     return _ops().shuffle(value, src_lane, width)
 
@@ -130,7 +154,9 @@ def shuffle_up(value: Any, delta: Any, width: Optional[int] = None):
 
     CUDA: ``shfl.sync.up``; ROCm: ``ds_bpermute_b32``; CPU: an exchange through memory.
 
-    Example: ``left = fx.shuffle_up(x, 1)``
+    Returns: a value of ``value``'s type.
+
+    Example: ``left = fx.shuffle_up(x[i], 1)``
     """
     return _ops().shuffle_up(value, delta, width)
 
@@ -142,7 +168,9 @@ def shuffle_down(value: Any, delta: Any, width: Optional[int] = None):
 
     CUDA: ``shfl.sync.down``; ROCm: ``ds_bpermute_b32``; CPU: an exchange through memory.
 
-    Example: ``right = fx.shuffle_down(x, 1, width=16)``
+    Returns: a value of ``value``'s type.
+
+    Example: ``right = fx.shuffle_down(x[i], 1, width=16)``
     """
     return _ops().shuffle_down(value, delta, width)
 
@@ -154,6 +182,8 @@ def syncthreads_count(pred: Any):
 
     CUDA: ``bar.red.popc.u32``; ROCm and CPU: per-warp ballot counts added into shared
     memory between barriers.
+
+    Returns: an ``Int32``, the same in every thread of the block.
 
     Example: ``n_pos = fx.syncthreads_count(x[i] > 0)``
     """
@@ -167,6 +197,8 @@ def syncthreads_and(pred: Any):
     CUDA: ``bar.red.and.pred``; ROCm and CPU: the count of ``syncthreads_count``
     compared with the block size.
 
+    Returns: a ``Bool``, the same in every thread of the block.
+
     Example: ``done = fx.syncthreads_and(err[i] < tol)``
     """
     return _ops().syncthreads_and(pred)
@@ -178,7 +210,9 @@ def syncthreads_or(pred: Any):
 
     CUDA: ``bar.red.or.pred``; ROCm and CPU: the count of ``syncthreads_count`` > 0.
 
-    Example: ``again = fx.syncthreads_or(changed)``
+    Returns: a ``Bool``, the same in every thread of the block.
+
+    Example: ``again = fx.syncthreads_or(x[i] > limit)``
     """
     return _ops().syncthreads_or(pred)
 
@@ -201,6 +235,9 @@ def warp_reduce(value: Any, op: ReduceOp = "sum"):
     lanes in order in one exchange; custom ops run the GPU algorithm. Float sums may
     round differently between the CPU and GPUs.
 
+    Returns: a value of ``value``'s dtype (``Int32`` for Bool sums and products), the
+    same in every active lane.
+
     Example: ``total = fx.warp_reduce(x[i], "max")``
     """
     return _ops().warp_reduce(value, op)
@@ -215,6 +252,8 @@ def warp_scan(value: Any, op: ReduceOp = "sum", inclusive: bool = True,
     ``op`` as in :func:`warp_reduce`. Exclusive scans of the named ops start from their
     identity (0, 1, the lowest/highest value, all ones, ...); a custom op needs
     ``identity=``. Same lowering and active-lane rule as :func:`warp_reduce`.
+
+    Returns: a value of ``value``'s dtype (as :func:`warp_reduce`), this lane's prefix.
 
     Example: ``offset = fx.warp_scan(count, inclusive=False)``
     """
@@ -233,6 +272,9 @@ def block_reduce(value: Any, op: ReduceOp = "sum"):
     totals through shared memory (33 elements on 32-lane targets), a reduction of
     them by warp 0, its result through shared memory.
 
+    Returns: a value of ``value``'s dtype (as :func:`warp_reduce`), the same in every
+    thread of the block.
+
     Example: ``row_max = fx.block_reduce(x[row, col], "max")``
     """
     return _ops().block_reduce(value, op)
@@ -248,6 +290,8 @@ def block_scan(value: Any, op: ReduceOp = "sum", inclusive: bool = True,
 
     Lowering, on every backend: warp scans (as :func:`warp_scan`), the warp totals
     through shared memory, a scan of them by warp 0, each warp adding its prefix.
+
+    Returns: a value of ``value``'s dtype (as :func:`warp_reduce`), this thread's prefix.
 
     Example: ``pos = fx.block_scan(keep, inclusive=False)``
     """
