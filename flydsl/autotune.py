@@ -751,30 +751,33 @@ def _has_main_guard(path: str) -> bool:
 
 class StandIn:
     """A tensor argument described for a compile in another process: same library,
-    dtype, shape and innermost contiguity (all a specialization sees), no data."""
+    dtype, shape, innermost contiguity and alignment (all a specialization sees), no data."""
 
-    __slots__ = ("torch", "dtype", "shape", "inner")
+    __slots__ = ("torch", "dtype", "shape", "inner", "aligned")
 
     def __init__(self, value: Any):
         t = as_tensor(value)
         self.torch = is_torch_tensor(value) or t.dtype.np_dtype is None
         self.dtype = (str(value.dtype).replace("torch.", "") if is_torch_tensor(value)
                       else t.dtype.name.lower() if self.torch else t.dtype.np_dtype.str)
-        self.shape, self.inner = t.shape, t.inner_contiguous
+        self.shape, self.inner, self.aligned = t.shape, t.inner_contiguous, t.aligned
 
     def __repr__(self) -> str:
         return f"StandIn({'torch' if self.torch else 'numpy'}, {self.dtype}, {self.shape}, " \
                f"{'inner' if self.inner else 'strided'})"
 
     def make(self) -> Any:
-        """Zero-strided over one row (lazily zeroed pages): cheap at any shape."""
+        """Zero-strided over one row (lazily zeroed pages): cheap at any shape; one
+        element into its buffer when the argument was not 16-byte aligned."""
         rank, step = len(self.shape), 1 if self.inner else 2
         n = (max(self.shape[-1], 1) if rank else 1) * step
         strides = (0,) * (rank - 1) + (step,) if rank else ()
+        skip = 0 if self.aligned else 1
         if self.torch:
             import torch
-            return torch.zeros(n, dtype=getattr(torch, self.dtype)).as_strided(self.shape, strides)
-        base = np.zeros(n, np.dtype(self.dtype))
+            base = torch.zeros(n + skip, dtype=getattr(torch, self.dtype))
+            return base.as_strided(self.shape, strides, skip)
+        base = np.zeros(n + skip, np.dtype(self.dtype))[skip:]
         return np.lib.stride_tricks.as_strided(base, self.shape,
                                                [s * base.itemsize for s in strides])
 

@@ -261,3 +261,14 @@ def test_cli_signatures_name_the_variant():
     assert (t2.ndim, bad.ndim, int(n16), int(n)) == (2, 2, 16, 1)
     with pytest.raises(ValueError, match="suffix is :16"):
         parse_signature("i32:8")
+
+
+def test_autotune_stand_ins_keep_the_alignment_variant():
+    """Candidates compiled in worker processes must be the variant this process runs."""
+    from flydsl.autotune import StandIn
+    from flydsl.runtime.tensors import as_tensor
+    for value in (_halves(64), _halves(64, 1), _halves(80).reshape(4, 20),
+                  _halves(96).reshape(4, 24)):
+        made = StandIn(value).make()
+        assert as_tensor(made).aligned == as_tensor(value).aligned
+        assert made.shape == value.shape
