@@ -91,3 +91,22 @@ def test_options_from_env(monkeypatch):
     assert CompileOptions.from_env().fp_contract is True
     with pytest.raises(TypeError):
         CompileOptions(fp_contract="yes")
+
+
+@flydsl.kernel
+def sqrt_kernel(x: fx.Tensor, y: fx.Tensor):
+    i = fx.thread_idx.x
+    y[i] = fx.sqrt(x[i])
+
+
+def test_cuda_sqrt_is_correctly_rounded_unless_fast_math(monkeypatch):
+    """libdevice's __nv_sqrtf would give sqrt.approx.f32 (passes/nvvm_sqrt.py)."""
+    x = np.ones(32, np.float32)
+    ptx = flydsl.compile(sqrt_kernel, x, x, backend="cuda", arch="sm_90").asm["ptx"]
+    assert "sqrt.rn.f32" in ptx and "sqrt.approx" not in ptx
+    x64 = np.ones(32, np.float64)
+    ptx = flydsl.compile(sqrt_kernel, x64, x64, backend="cuda", arch="sm_90").asm["ptx"]
+    assert "sqrt.rn.f64" in ptx
+    monkeypatch.setenv("FLYDSL_FAST_MATH", "1")
+    ptx = flydsl.compile(sqrt_kernel, x, x, backend="cuda", arch="sm_90").asm["ptx"]
+    assert "sqrt.approx.f32" in ptx

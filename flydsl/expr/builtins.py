@@ -143,9 +143,9 @@ def sqrt(x):
 
     Example: ``y[i] = fx.sqrt(x[i] * x[i] + 1.0)``
 
-    Backends: CUDA libdevice ``__nv_sqrtf``, which is ``sqrt.approx.f32`` (nvcc's
-    ``-prec-sqrt=false``); ROCm ``v_sqrt_f32`` with a correction step; CPU ``llvm.sqrt``
-    (correctly rounded).
+    Backends: correctly rounded everywhere: CUDA ``sqrt.rn.f32`` (nvcc's default
+    ``-prec-sqrt=true``; ``sqrt.approx.f32`` under fast math); ROCm ``v_sqrt_f32`` with a
+    correction step; CPU ``llvm.sqrt``.
     """
     return _ops().sqrt(x)
 

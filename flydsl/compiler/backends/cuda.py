@@ -75,6 +75,7 @@ class CudaBackend(BaseBackend):
             "gpu.module(expand-strided-metadata,lower-affine,convert-scf-to-cf)",
             # gpu/arith/math/memref/index -> llvm+nvvm; math becomes libdevice __nv_* calls.
             "gpu.module(convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse)",
+            PythonPass("nvvm-sqrt", "flydsl.passes.nvvm_sqrt:run"),  # sqrt.rn, as nvcc
             "reconcile-unrealized-casts",
         ]
 
