@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
-from .errors import FlydslError, KernelSelectionError, trim_traceback
+from .errors import FlydslError, KernelSelectionError
+from .tracebacks import trim_traceback
 from .kernel import KernelFunction
 from .launch_context import LaunchContext, using
 

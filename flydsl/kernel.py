@@ -9,7 +9,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from . import launch_context
-from .errors import DSLTypeError, FlydslError, LaunchError, trim_traceback
+from .errors import DSLTypeError, FlydslError, LaunchError
+from .tracebacks import trim_traceback
 from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,

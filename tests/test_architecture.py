@@ -108,7 +108,8 @@ def test_the_cycle_finder_finds_cycles():
 #: Layers, bottom first (docs/architecture.md): a module imports only its own layer
 #: and those below. Matched by longest prefix.
 LAYERS = {
-    "flydsl.errors": 0, "flydsl.version": 0, "flydsl.plugins": 0, "flydsl.private_files": 0,
+    "flydsl.errors": 0, "flydsl.tracebacks": 0, "flydsl.version": 0, "flydsl.plugins": 0,
+    "flydsl.private_files": 0,
     "flydsl.compiler.target": 0, "flydsl.compiler.options": 0,
     "flydsl.expr": 1,
     "flydsl.runtime": 2, "flydsl.passes": 2,

@@ -16,7 +16,8 @@ import torch
 
 import flydsl
 import flydsl.expr as fx
-from flydsl.errors import (DSLNameError, DSLTypeError, TRIMMED_NOTE, is_internal_file)
+from flydsl.errors import DSLNameError, DSLTypeError, is_internal_file
+from flydsl.tracebacks import TRIMMED_NOTE
 
 
 def line_of(marker: str) -> int:
