@@ -12,13 +12,17 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 import flydsl  # noqa: E402
 from flydsl.torch import dynamo_backend as db  # noqa: E402
 from flydsl.torch import kernels  # noqa: E402
-from flydsl.torch.pointwise import decompositions, pointwise_ops  # noqa: E402
+from flydsl.torch.pointwise import (decompositions, inline_decompositions,  # noqa: E402
+                                    pointwise_ops)
 
 aten = torch.ops.aten
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
+def _fresh_dynamo(monkeypatch):
+    # These tests check the generated kernels on small tensors: fuse every group,
+    # whether or not it pays (tests/test_torch_fusion.py checks the cost rule).
+    monkeypatch.setattr(db, "COST_RULE", False)
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -63,9 +67,11 @@ def test_op_table_comes_from_the_schemas():
     add = table[aten.add.Tensor]
     assert [(a.name, a.kind) for a in add.args] == [("self", "tensor"), ("other", "tensor"),
                                                     ("alpha", "number")]
-    decomps = decompositions()
-    assert aten.silu.default in decomps and aten._to_copy.default in decomps
-    assert aten.add.Tensor not in decomps
+    # AOTAutograd decomposes only _to_copy; silu & co. are inlined only into kernels
+    assert {op.name() for op in decompositions()} == {"aten::_to_copy", "aten::_to_copy.out"}
+    inline = inline_decompositions()
+    assert aten.silu.default in inline and aten.sigmoid_backward.default in inline
+    assert aten.add.Tensor not in inline and aten._softmax.default not in inline
 
 
 # -- fusion and correctness --------------------------------------------------------------

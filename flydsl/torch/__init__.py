@@ -6,8 +6,9 @@
 * :func:`flydsl_backend` is the ``torch.compile`` backend named ``"flydsl"``
   (installed through the ``torch_dynamo_backends`` entry point, so
   ``torch.compile(model, backend="flydsl")`` works without importing this
-  package): it fuses chains of pointwise ATen ops into generated flydsl kernels
-  and leaves every other op to eager PyTorch.
+  package): it fuses pointwise ops, row reductions and norms with their pointwise
+  neighbours, and matmul epilogues into generated flydsl kernels where a cost rule
+  says it pays (:mod:`flydsl.torch.fusion_cost`), and leaves every other op to ATen.
 """
 from .custom_op import custom_op
 from .dynamo_backend import flydsl_backend

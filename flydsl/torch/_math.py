@@ -5,11 +5,10 @@ module, so the tracer calls them as plain Python on kernel values (they are
 not inlined as user code): every branch here is on the *trace-time* dtype,
 and value-dependent choices use ``fx.select``.
 
-Float32 (and the Float16/BFloat16 values computed in float32) use
-branch-free rational / polynomial approximations (a few ulp) made only of
-arithmetic, compares and selects, so LLVM can vectorize the elementwise
-loop; libm calls (``expf``, ``tanhf``) stay scalar. Float64 uses the exact
-``fx`` builtins.
+``exp`` and ``tanh`` are the ``fx`` builtins (on the CPU, Float32 ones become
+vectorizable code, :mod:`flydsl.passes.math_approx`). ``erf`` is a branch-free
+rational approximation made only of arithmetic (``fx.erf`` has no ROCm
+implementation), and exact GELU uses ``erfc`` in its tail.
 """
 from __future__ import annotations
 
@@ -17,13 +16,6 @@ import math
 
 import flydsl.expr as fx
 
-# tanh(x) = x * P(x^2) / Q(x^2) on |x| <= TANH_CLAMP (Eigen's float tanh, <= 6 ulp).
-_TANH_CLAMP = 7.90531110763549805
-_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-           5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-           4.89352455891786e-03)
-_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
-           4.89352518554385e-03)
 # erf(x) = x * P(x^2) / Q(x^2) on |x| <= 4 (Eigen's float erf, abs. error < 5e-7).
 _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
           -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
@@ -34,20 +26,10 @@ _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
 # relative error < 1.2e-7): accurate in the tail, where 1 + erf(-z) cancels.
 _ERFC_P = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
            0.09678418, 0.37409196, 1.00002368, -1.26551223)
-# exp(r) on |r| <= ln(2)/2 (Cephes expf), with a two-constant Cody-Waite reduction.
-_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-          1.6666665459e-1, 5.0000001201e-1)
-_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_LOG2E = 1.4426950408889634
 
 
 def _is_scalar(x) -> bool:
     return isinstance(x, (int, float))
-
-
-def _approximate(x) -> bool:
-    """Whether ``x`` is a float32 kernel value (the approximations' domain)."""
-    return not _is_scalar(x) and x.dtype is fx.Float32
 
 
 def _horner(coeffs, x):
@@ -57,48 +39,18 @@ def _horner(coeffs, x):
     return acc
 
 
-def _pow2(n):
-    """2**n for an integer-valued float32 ``n`` in [-126, 127], exactly.
-
-    Without a bitcast in the DSL, 2**|n| is built from its binary digits
-    (seven selects and multiplies, all exact) and inverted for n < 0.
-    """
-    m = fx.abs(n)
-    p = 1.0
-    for k in (64, 32, 16, 8, 4, 2, 1):
-        take = m >= k
-        p = p * fx.select(take, float(2 ** k), 1.0)
-        m = m - fx.select(take, float(k), 0.0)
-    return fx.select(n < 0, 1.0 / p, p)
-
-
 def exp(x):
-    """e**x."""
+    """e**x (``fx.exp``: vectorizable code on the CPU, the device's own on GPUs)."""
     if _is_scalar(x):
         return math.exp(x)
-    if not _approximate(x):
-        return fx.exp(x)
-    c = fx.min(fx.max(x, -88.0), 88.75)      # NaN propagates through min/max
-    n = fx.floor(c * _LOG2E + 0.5)
-    r = c - n * _LN2_HI
-    r = r - n * _LN2_LO
-    p = _horner(_EXP_P, r) * r * r + r + 1.0
-    big = n > 127.0                         # 2**128 is not a float32: scale in two steps
-    y = fx.select(big, p * 2.0, p) * _pow2(fx.select(big, 127.0, n))
-    y = fx.select(x > 88.75, float("inf"), y)
-    return fx.select(x < -88.0, 0.0, y)     # below the smallest normal result
+    return fx.exp(x)
 
 
 def tanh(x):
-    """Hyperbolic tangent."""
+    """Hyperbolic tangent (``fx.tanh``)."""
     if _is_scalar(x):
         return math.tanh(x)
-    if not _approximate(x):
-        return fx.tanh(x)
-    c = fx.min(fx.max(x, -_TANH_CLAMP), _TANH_CLAMP)
-    c2 = c * c
-    r = c * _horner(_TANH_P, c2) / _horner(_TANH_Q, c2)
-    return fx.select(fx.abs(x) < 0.0004, x, r)   # tiny |x|: tanh(x) == x in float32
+    return fx.tanh(x)
 
 
 def sigmoid(x):

@@ -1,4 +1,4 @@
-"""The ``flydsl`` torch.compile backend: pointwise fusion into generated flydsl kernels.
+"""The ``flydsl`` torch.compile backend: fusion into generated flydsl kernels.
 
 ``torch.compile(model, backend="flydsl")`` (registered through the
 ``torch_dynamo_backends`` entry point) does, per captured graph:
@@ -6,64 +6,128 @@
 1. check the dynamo graph (``Graph.lint``) and the devices of its
    placeholders' FakeTensors: a graph that has a tensor on a device the active
    flydsl backend cannot launch on runs unchanged in eager mode;
-2. hand it to AOTAutograd (with decompositions that expose more pointwise
-   ops, see :func:`flydsl.torch.pointwise.decompositions`), which gives ATen
+2. hand it to AOTAutograd (decomposing only ``_to_copy``), which gives ATen
    graphs for the forward and, when gradients are needed, the backward;
-3. in each ATen graph, group connected pointwise ops of one shape (see
-   :mod:`flydsl.torch.pointwise`) without creating cycles, and replace every
-   group of at least :data:`MIN_GROUP_SIZE` ops (option ``min_group_size``)
-   by one generated kernel (:class:`flydsl.torch.kernels.FusedModule`);
-   everything else runs as eager ATen calls.
+3. in each ATen graph, try the rewrites of :mod:`flydsl.torch.rewrites`
+   (pointwise decompositions, matmul bias epilogues), group connected fusible
+   ops (:mod:`flydsl.torch.partition`: pointwise ops and row reductions) without
+   creating cycles, and keep
+   the groups the cost rule of :mod:`flydsl.torch.fusion_cost` accepts; a
+   rewrite whose pieces did not all land in kept groups is undone (the graph is
+   partitioned again without it);
+4. replace every kept group by one generated kernel (its pattern from
+   :mod:`flydsl.torch.patterns`; :class:`flydsl.torch.kernels.FusedModule` or
+   :class:`flydsl.torch.row_kernels.RowModule`). Everything else runs as eager
+   ATen calls. A graph whose forward fusions save less than AOTAutograd costs
+   (nothing fused, or :data:`~flydsl.torch.fusion_cost.AOT_INFERENCE_TAX` /
+   ``AOT_TRAINING_TAX`` of its estimated time) runs as dynamo's graph module
+   itself, as in eager mode (eager autograd, no AOTAutograd wrapper).
+
+Set ``FLYDSL_TORCH_LOG=1`` (or ``debug``) to log the fused groups, their cost
+estimates and the generated kernels (logger ``"flydsl.torch"``).
 """
 from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from torch.fx import GraphModule, Node
+from torch.fx import GraphModule
 
 from . import kernels
-from .pointwise import FX_DTYPES, decompositions, emit_call, lookup
+from .fusion_cost import (AOT_INFERENCE_TAX, AOT_TRAINING_TAX, eager_cost_us,
+                          fused_cost_us, graph_cost_us, savings_us, worth_fusing)
+from .partition import MIN_GROUP_SIZE, fusible, is_row_group, op_count, partition
+from .patterns import build_pattern, build_row_pattern, output_layouts
+from .pointwise import decompositions, inline_decompositions
+from .reductions import reduction_count, row_input
+from .rewrites import inline_decomposition, split_addmm
+from .row_kernels import RowModule
 
 log = logging.getLogger("flydsl.torch")
 
-#: Smallest group worth a generated kernel (a lone op is as fast in eager mode).
-MIN_GROUP_SIZE = 2
+#: Whether groups must pass the cost rule (the default of the ``cost_rule`` option).
+COST_RULE = True
 #: Counters for tests and debugging (per process).
-stats = {"graphs": 0, "eager_graphs": 0, "aten_graphs": 0, "fused_groups": 0, "fused_ops": 0}
+stats = {"graphs": 0, "eager_graphs": 0, "aten_graphs": 0, "fused_groups": 0, "fused_ops": 0,
+         "rewrites_kept": 0, "rewrites_undone": 0, "not_worth_aot": 0}
 _PREFIX = "flydsl_fused_"
+_OPTIONS = {"min_group_size": int, "cost_rule": bool}
+
+
+def configure_logging() -> None:
+    """Send the ``flydsl.torch`` log to stderr when ``FLYDSL_TORCH_LOG`` is set
+    (``1``/``info``: fused groups and generated kernels; ``debug``: also the
+    fused graphs' code)."""
+    level = os.environ.get("FLYDSL_TORCH_LOG", "").strip().lower()
+    if level in ("", "0", "off") or getattr(configure_logging, "done", None) == level:
+        return
+    configure_logging.done = level
+    log.setLevel(logging.DEBUG if level == "debug" else logging.INFO)
+    if not any(getattr(h, "_flydsl", False) for h in log.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[flydsl.torch] %(message)s"))
+        handler._flydsl = True
+        log.addHandler(handler)
+        log.propagate = False   # one copy of each line, even under logging.basicConfig
 
 
 def flydsl_backend(gm: GraphModule, example_inputs: Sequence[Any], *,
                    mode: Optional[str] = None, options: Optional[dict] = None) -> Callable:
-    """``torch.compile`` backend: fuse pointwise ATen ops into flydsl kernels.
+    """``torch.compile`` backend: fuse ATen ops into generated flydsl kernels.
 
     Use it as ``torch.compile(model, backend="flydsl")``. ``options`` (from
     ``torch.compile(..., options={...})``) may set ``min_group_size``, the
     smallest number of ops fused into one kernel (default
-    :data:`MIN_GROUP_SIZE`). ``mode`` is accepted and ignored.
+    :data:`MIN_GROUP_SIZE`), and ``cost_rule`` (default True; False fuses every
+    group of at least ``min_group_size`` ops, for testing and debugging).
+    ``mode`` is accepted and ignored.
     """
+    configure_logging()
     options = dict(options or {})
     min_size = options.pop("min_group_size", MIN_GROUP_SIZE)
-    if options or not isinstance(min_size, int) or min_size < 1:
-        raise ValueError(f"flydsl backend: unknown options {sorted(options)} or bad "
-                         f"min_group_size {min_size!r} (the only option is min_group_size, "
-                         "an int >= 1)")
+    cost_rule = options.pop("cost_rule", COST_RULE)
+    if options or not isinstance(min_size, int) or min_size < 1 \
+            or not isinstance(cost_rule, bool):
+        raise ValueError(f"flydsl backend: unknown options {sorted(options)}, or bad "
+                         f"min_group_size {min_size!r} or cost_rule {cost_rule!r} (the "
+                         "options are min_group_size, an int >= 1, and cost_rule, a bool)")
     gm.graph.lint()
     stats["graphs"] += 1
     device_type = target_device_type()
     reason = unsupported_reason(gm, example_inputs, device_type)
     if reason is not None:
-        log.info("flydsl backend: running the graph in eager mode: %s", reason)
+        log.info("running the graph in eager mode: %s", reason)
         stats["eager_graphs"] += 1
         return gm.forward
     from torch._dynamo.backends.common import aot_autograd
     compiler = functools.partial(compile_aten_graph, device_type=device_type,
-                                 min_group_size=min_size)
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        decompositions=decompositions())(gm, example_inputs)
+                                 min_group_size=min_size, cost_rule=cost_rule)
+    seen: dict = {}         # "inference" or "forward" -> what compiling that graph did
+
+    def recording(role: str) -> Callable:
+        def compile_and_record(aten_gm: GraphModule, inputs: Sequence[Any]) -> Callable:
+            seen[role] = compiled = compiler(aten_gm, inputs)
+            return compiled
+        return compile_and_record
+    compiled = aot_autograd(fw_compiler=recording("forward"), bw_compiler=compiler,
+                            inference_compiler=recording("inference"),
+                            decompositions=decompositions())(gm, example_inputs)
+    # AOTAutograd's graphs cost more than eager (wrappers; for training, saved
+    # tensors): worth it only when the forward's fusions save more (a backward's
+    # are alike). Otherwise dynamo's graph runs as captured, as in eager mode.
+    role = "inference" if "inference" in seen else "forward"
+    record = seen.get(role)
+    tax = AOT_INFERENCE_TAX if role == "inference" else AOT_TRAINING_TAX
+    if record is not None and record.flydsl_savings_us <= tax * record.flydsl_graph_us:
+        log.info("%s graph: fusions save %.0f us of about %.0f us, not more than "
+                 "AOTAutograd costs: it runs as dynamo captured it", role,
+                 record.flydsl_savings_us, record.flydsl_graph_us)
+        stats["not_worth_aot"] += 1
+        return gm.forward
+    return compiled
 
 
 def target_device_type() -> Optional[str]:
@@ -74,7 +138,7 @@ def target_device_type() -> Optional[str]:
         backend = get_backend()
         return lookup_driver_class(backend.driver).torch_device_type or None
     except Exception as e:  # noqa: BLE001 - no usable backend or driver: nothing to fuse for
-        log.info("flydsl backend: no flydsl compile backend or driver available: %s", e)
+        log.info("no flydsl compile backend or driver available: %s", e)
         return None
 
 
@@ -100,205 +164,126 @@ def unsupported_reason(gm: GraphModule, example_inputs: Sequence[Any],
 
 
 def compile_aten_graph(gm: GraphModule, example_inputs: Sequence[Any], *,
-                       device_type: str, min_group_size: int = MIN_GROUP_SIZE) -> Callable:
-    """AOTAutograd compiler: fuse the pointwise groups of an ATen graph (boxed callable)."""
+                       device_type: str, min_group_size: int = MIN_GROUP_SIZE,
+                       cost_rule: bool = True) -> Callable:
+    """AOTAutograd compiler: fuse the groups of an ATen graph (boxed callable); a
+    graph with nothing worth fusing runs as ``gm.forward`` itself."""
     from functorch.compile import make_boxed_func
     gm.graph.lint()
     stats["aten_graphs"] += 1
     try:
-        fused = fuse_pointwise(gm, device_type, min_group_size)
+        fused = fuse_pointwise(gm, device_type, min_group_size, cost_rule)
     except Exception:  # noqa: BLE001 - a fusion bug must not break the user's model
-        log.warning("flydsl backend: pointwise fusion failed, running the graph in eager "
-                    "mode", exc_info=True)
+        log.warning("fusion failed, running the graph in eager mode", exc_info=True)
         fused = gm
-    return make_boxed_func(fused.forward)
+    compiled = make_boxed_func(fused.forward)
+    # For the backend's choice between this graph and dynamo's (eager autograd).
+    compiled.flydsl_savings_us = getattr(fused, "flydsl_savings_us", 0.0)
+    compiled.flydsl_graph_us = graph_cost_us(gm.graph.nodes)
+    return compiled
 
 
-def fuse_pointwise(gm: GraphModule, device_type: str,
-                   min_group_size: int = MIN_GROUP_SIZE) -> GraphModule:
-    """A copy of ``gm`` whose pointwise groups run as generated flydsl kernels."""
-    graph = torch.fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
-    new = GraphModule(gm, graph)
-    groups = partition(new.graph, device_type, min_group_size)
+def fuse_pointwise(gm: GraphModule, device_type: str, min_group_size: int = MIN_GROUP_SIZE,
+                   cost_rule: Optional[bool] = None) -> GraphModule:
+    """A copy of ``gm`` whose fusible groups run as generated flydsl kernels (``gm``
+    itself when no group is worth a kernel). ``cost_rule``: default :data:`COST_RULE`."""
+    cost_rule = COST_RULE if cost_rule is None else cost_rule
+    new, groups, rewrites = _rewrite_and_partition(gm, device_type, min_group_size,
+                                                   cost_rule, None)
+    fused_nodes = {n for g in groups for n in g}
+    kept = {r.origin for r in rewrites if all(p in fused_nodes for p in r.must_fuse)}
+    if len(kept) < len(rewrites):     # undo the rewrites whose pieces stay eager
+        stats["rewrites_undone"] += len(rewrites) - len(kept)
+        new, groups, rewrites = _rewrite_and_partition(gm, device_type, min_group_size,
+                                                       cost_rule, kept)
     if not groups:
+        log.info("ATen graph with %d nodes: nothing worth fusing, it runs as is",
+                 len(gm.graph.nodes))
         return gm
+    stats["rewrites_kept"] += len(rewrites)
+    _log_groups(groups, rewrites)
+    # cost_rule off: groups may not pay, but they are what was asked for
+    saved = max(savings_us(groups), 0.0) if cost_rule else float("inf")
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
     new = fuse_by_partitions(new, [dict.fromkeys(g) for g in groups], prefix=_PREFIX,
                              always_return_tuple=True)
     for node in new.graph.nodes:
         if node.op == "call_module" and node.target.startswith(_PREFIX):
             sub = new.get_submodule(node.target)
-            setattr(new, node.target, kernels.FusedModule(
-                build_pattern(sub), sub, device_type, output_layouts(sub)))
+            body = [n for n in sub.graph.nodes if n.op == "call_function"]
+            if is_row_group(body):
+                module = RowModule(build_row_pattern(sub), sub, device_type,
+                                   output_layouts(sub))
+            else:
+                module = kernels.FusedModule(build_pattern(sub), sub, device_type,
+                                             output_layouts(sub))
+            setattr(new, node.target, module)
     new.recompile()
+    new.flydsl_savings_us = saved
     stats["fused_groups"] += len(groups)
-    stats["fused_ops"] += sum(len(g) for g in groups)
-    log.debug("flydsl backend: fused %d groups:\n%s", len(groups), new.code)
+    stats["fused_ops"] += sum(op_count(g) for g in groups)
+    log.debug("fused graph:\n%s", new.code)
     return new
 
 
-# -- partitioning ----------------------------------------------------------------
-
-def _tensor_meta(node: Any) -> Optional[torch.Tensor]:
-    val = node.meta.get("val") if isinstance(node, Node) else None
-    return val if isinstance(val, torch.Tensor) else None
-
-
-def _is_contiguous(t: torch.Tensor) -> bool:
-    from torch._prims_common import is_contiguous_or_false
-    return bool(is_contiguous_or_false(t))
-
-
-def _same_shape(a: Sequence, b: Sequence) -> bool:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
-
-
-def _same_layout(a: Optional[torch.Tensor], b: torch.Tensor) -> bool:
-    return a is not None and _same_shape(a.shape, b.shape) and _same_shape(a.stride(), b.stride())
-
-
-def fusible(node: Node, device_type: str) -> bool:
-    """Whether ``node`` is a pointwise op a generated kernel can compute on ``device_type``."""
-    if node.op != "call_function":
-        return False
-    entry = lookup(node.target)
-    if entry is None:
-        return False
-    bound = entry.bind(node.args, node.kwargs)
-    out = _tensor_meta(node)
-    if bound is None or out is None or out.dtype not in FX_DTYPES \
-            or out.device.type != device_type:
-        return False
-    if not _is_contiguous(out) and not any(
-            _same_layout(_tensor_meta(a), out) for a in node.all_input_nodes):
-        return False   # results are allocated contiguous or like an input
-
-    def operand(arg: Node) -> tuple:
-        if isinstance(arg.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return "s", None
-        meta = _tensor_meta(arg)
-        if meta is None or meta.dtype not in FX_DTYPES or meta.device != out.device \
-                or meta.dim() > out.dim():
-            raise _NotFusible
-        return "x", meta.dtype
-
-    try:
-        return emit_call(entry, bound, out.dtype, operand) is not None
-    except _NotFusible:
-        return False
-
-
-class _NotFusible(Exception):
-    pass
-
-
-def partition(graph: torch.fx.Graph, device_type: str,
-              min_group_size: int = MIN_GROUP_SIZE) -> list:
-    """Groups of fusible nodes (each in topological order) to turn into kernels.
-
-    Greedy, in topological order: a node joins the groups of its same-shape
-    fusible inputs when that creates no cycle (a path leaving the group and
-    coming back, other groups counted as single nodes).
-    """
-    nodes = list(graph.nodes)
-    index = {n: i for i, n in enumerate(nodes)}
-    group_of: dict = {}
-    groups: dict = {}
-    shapes: dict = {}
-    next_id = 0
-    for n in nodes:
-        if not fusible(n, device_type):
+def _rewrite_and_partition(gm: GraphModule, device_type: str, min_group_size: int,
+                           cost_rule: bool, allowed: Optional[set]) -> tuple:
+    """(copy of ``gm`` with the rewrites applied, kept groups, applied rewrites);
+    ``allowed``: names of the nodes that may be rewritten (None: all)."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    new = GraphModule(gm, graph)
+    is_fusible = functools.partial(fusible, device_type=device_type)
+    table = inline_decompositions()
+    rewrites = []
+    for node in list(new.graph.nodes):
+        if node.op != "call_function" or (allowed is not None and node.name not in allowed):
             continue
-        shape = tuple(n.meta["val"].shape)
-        members = [n]
-        chosen = []
-        for a in n.all_input_nodes:
-            g = group_of.get(a)
-            if g is None or g in chosen or not _same_shape(shapes[g], shape):
-                continue
-            trial = members + groups[g]
-            if not _creates_cycle(set(trial), index[n], index, group_of, groups):
-                members = trial
-                chosen.append(g)
-        for g in chosen:
-            del groups[g], shapes[g]
-        groups[next_id], shapes[next_id] = members, shape
-        for m in members:
-            group_of[m] = next_id
-        next_id += 1
-    return [sorted(g, key=index.__getitem__) for g in groups.values()
-            if len(g) >= min_group_size]
+        done = None
+        if node.target in table:
+            done = inline_decomposition(new.graph, node, table[node.target], is_fusible)
+        else:
+            done = split_addmm(new.graph, node, is_fusible)
+        if done is not None:
+            rewrites.append(done)
+    # A row op can make the group it joins too dear (a lone softmax or layer_norm
+    # is faster in ATen): partition again without the row ops of rejected groups,
+    # so that their pointwise neighbours still fuse among themselves.
+    excluded: set = set()
+    for _ in range(3):
+        groups = partition(new.graph, device_type, min_group_size, excluded)
+        if not cost_rule:
+            return new, groups, rewrites
+        rejected = {n for g in groups if not worth_fusing(g) for n in g
+                    if reduction_count(n)}
+        if not rejected:
+            break
+        excluded |= rejected
+    kept = [g for g in groups if worth_fusing(g)]
+    if log.isEnabledFor(logging.DEBUG):
+        for g in groups:
+            if g not in kept:
+                log.debug("not fused (%s): %s", _estimate(g), _op_names(g))
+    return new, kept, rewrites
 
 
-def _creates_cycle(members: set, limit: int, index: dict, group_of: dict, groups: dict) -> bool:
-    """Whether some path leaves ``members`` and re-enters it (nodes after ``limit``,
-    the newest member, cannot lead back)."""
-    stack = [u for m in members for u in m.users if u not in members]
-    seen: set = set()
-    seen_groups: set = set()
-    while stack:
-        u = stack.pop()
-        if u in members:
-            return True
-        if u in seen or index[u] > limit:
-            continue
-        seen.add(u)
-        stack.extend(u.users)
-        g = group_of.get(u)
-        if g is not None and g not in seen_groups:   # a group will be one node
-            seen_groups.add(g)
-            for m in groups[g]:
-                stack.extend(m.users)
-    return False
+def _log_groups(groups: list, rewrites: list) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    if rewrites:
+        log.info("kept rewrites of %s", ", ".join(r.origin for r in rewrites))
+    for g in groups:
+        vals = [v for n in g for v in (row_input(n), n.meta.get("val"))
+                if isinstance(v, torch.Tensor)]
+        shape = tuple(max(vals, key=lambda v: v.dim()).shape) if vals else "?"
+        log.info("fused %d ops %s over %s (%s)", op_count(g), _op_names(g), shape,
+                 _estimate(g))
 
 
-# -- from a fused sub-graph to a kernel pattern ---------------------------------------
-
-_SCALAR_PARAM = {torch.SymInt: "Int64", torch.SymFloat: "Float64", torch.SymBool: "Bool",
-                 int: "Int64", float: "Float64", bool: "Bool"}
+def _op_names(group: list) -> list:
+    return [str(n.target).replace("aten.", "") for n in group]
 
 
-def build_pattern(sub: GraphModule) -> kernels.FusedPattern:
-    """The :class:`~flydsl.torch.kernels.FusedPattern` of one fused sub-graph."""
-    inputs, body, outputs = [], [], []
-    env: dict = {}
-    for node in sub.graph.nodes:
-        if node.op == "placeholder":
-            val = node.meta.get("val")
-            name = f"x{len(inputs)}"
-            if isinstance(val, torch.Tensor):
-                inputs.append(("tensor", val.dtype))
-                env[node] = (name, val.dtype)
-            else:
-                inputs.append(("scalar", _SCALAR_PARAM[type(val)]))
-                env[node] = (name, None)
-        elif node.op == "call_function":
-            entry = lookup(node.target)
-            out_dtype = node.meta["val"].dtype
-            text = emit_call(entry, entry.bind(node.args, node.kwargs), out_dtype,
-                             env.__getitem__)
-            if text is None:
-                raise AssertionError(f"cannot emit {node.format_node()}")
-            var = f"v{len(body)}"
-            body.append(f"{var} = {text}")
-            env[node] = (var, out_dtype)
-        elif node.op == "output":
-            outputs = [env[a] for a in node.args[0]]
-    return kernels.FusedPattern(tuple(inputs), tuple(body), tuple(outputs))
-
-
-def output_layouts(sub: GraphModule) -> list:
-    """Per result of a fused sub-graph: the index of an input whose layout (shape and
-    strides) it has, to allocate it with ``empty_like``; None means contiguous."""
-    inputs = [n for n in sub.graph.nodes if n.op == "placeholder"]
-    out = []
-    for node in sub.graph.output_node().args[0]:
-        meta = _tensor_meta(node)
-        like = None
-        if not _is_contiguous(meta):
-            like = next(k for k, n in enumerate(inputs) if _same_layout(_tensor_meta(n), meta))
-        out.append(like)
-    return out
+def _estimate(group: list) -> str:
+    return f"estimated eager {eager_cost_us(group):.1f} us, fused {fused_cost_us(group):.1f} us"

@@ -285,12 +285,22 @@ def pointwise_ops() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def decompositions() -> dict:
-    """Decompositions that expose more fusible ops: ``_to_copy`` (casts become
-    ``prims.convert_element_type``) and every functional pointwise op that has
-    no emitter but a core-ATen decomposition (``silu``, ``addcmul``, ``lerp``,
-    ``sigmoid_backward``, ...)."""
-    from torch._decomp import core_aten_decompositions, get_decompositions
-    table = dict(get_decompositions([torch.ops.aten._to_copy]))
+    """The decompositions AOTAutograd applies for the backend: only ``_to_copy``
+    (casts become ``prims.convert_element_type``, a pointwise op, and cost the
+    same when left eager). Other ops keep their ATen call unless the backend
+    fuses their pieces, see :func:`inline_decompositions`."""
+    from torch._decomp import get_decompositions
+    return dict(get_decompositions([torch.ops.aten._to_copy]))
+
+
+@functools.lru_cache(maxsize=None)
+def inline_decompositions() -> dict:
+    """Functional pointwise ops with no emitter but a core-ATen decomposition
+    (``silu``, ``addcmul``, ``lerp``, ``sigmoid_backward``, ...): the backend
+    inlines one where the pieces land in a fused kernel
+    (:func:`flydsl.torch.rewrites.inline_decomposition`)."""
+    from torch._decomp import core_aten_decompositions
+    table = {}
     for op, fn in core_aten_decompositions().items():
         if not isinstance(op, torch._ops.OpOverload) or torch.Tag.pointwise not in op.tags:
             continue

@@ -1,0 +1,216 @@
+"""torch.compile(backend="flydsl") on small real models, against eager and inductor (CPU).
+
+    python benchmarks/torch_models.py [--quick] [--threads N] [--rows NAME,...]
+
+Rows (``--rows`` takes names, comma separated):
+
+* ``block`` / ``block_train``: a pre-norm transformer block (LayerNorm, multi-head
+  attention with an explicit softmax, a GELU-tanh MLP, residuals; d=256, 8 heads,
+  8 x 128 tokens), inference and one training step (forward, loss, backward);
+* ``mlp``: Linear, GELU, Linear (d=256 -> 1024 -> 256);
+* ``ffn``: RMSNorm + SwiGLU, a Llama-style FFN (d=256, hidden 688);
+* ``attn_scores``: softmax(q k^T * scale + mask) v over 8 x 8 heads x 128 x 32.
+
+Everything runs in this one process with ``torch.set_num_threads(--threads)``
+and as many flydsl CPU threads (``FLYDSL_CPU_THREADS``, unless set; default 1:
+the steadiest comparison on a shared machine). Each model is checked
+against eager, then the three variants are timed with their runs interleaved
+(min and median of 7 runs, 3 with ``--quick``; a run is as many back-to-back
+calls as last about 50 ms). ratio = flydsl time / other time: lower is better.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import calls_per_run, interleaved_min_median, print_table  # noqa: E402
+
+os.environ.setdefault("FLYDSL_COMPILE_BACKEND", "cpu")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+D, HEADS, BATCH, SEQ = 256, 8, 8, 128
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with an explicit (causal-masked) softmax."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
+        att = att.softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x))."""
+
+    def __init__(self, d: int = D, heads: int = HEADS):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = Attention(d, heads)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int = D):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class SwiGLUFFN(nn.Module):
+    """Llama-style FFN: x + down(silu(gate(n)) * up(n)), n = rmsnorm(x)."""
+
+    def __init__(self, d: int = D, hidden: int = 688):
+        super().__init__()
+        self.norm = RMSNorm(d)
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = self.norm(x)
+        return x + self.down(F.silu(self.gate(n)) * self.up(n))
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v."""
+    s = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.shape[-1])) + mask
+    return s.softmax(dim=-1) @ v
+
+
+def _tokens() -> torch.Tensor:
+    return torch.randn(BATCH, SEQ, D, generator=torch.Generator().manual_seed(0))
+
+
+def _model(cls) -> nn.Module:
+    torch.manual_seed(0)
+    return cls().eval()
+
+
+def _inference(model: nn.Module) -> tuple[Callable, tuple]:
+    def run(m, x):
+        with torch.no_grad():
+            return m(x)
+    return run, (model, _tokens())
+
+
+def _training(model: nn.Module) -> tuple[Callable, tuple]:
+    """One step: forward, a mean-square loss, backward; returns (loss, grads)."""
+    model.train()
+
+    def run(m, x):
+        for p in m.parameters():
+            p.grad = None
+        loss = m(x).square().mean()
+        loss.backward()
+        return (loss.detach(), *[p.grad for p in m.parameters()])
+    return run, (model, _tokens())
+
+
+def _scores() -> tuple[Callable, tuple]:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(BATCH, HEADS, SEQ, D // HEADS, generator=g) for _ in range(3))
+    mask = torch.full((SEQ, SEQ), float("-inf")).triu(1)
+    return (lambda f, *a: f(*a)), (attention_scores, q, k, v, mask)
+
+
+#: row name -> (description, builder of (runner, (model or fn, *inputs)))
+ROWS: dict = {
+    "block": ("transformer block, inference", lambda: _inference(_model(Block))),
+    "block_train": ("transformer block, train step", lambda: _training(_model(Block))),
+    "mlp": ("MLP Linear-GELU-Linear", lambda: _inference(_model(MLP))),
+    "ffn": ("RMSNorm + SwiGLU FFN", lambda: _inference(_model(SwiGLUFFN))),
+    "attn_scores": ("softmax attention scores", _scores),
+}
+
+
+def _check(got, want, what: str) -> None:
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-4, atol=2e-5, msg=lambda m: f"{what}: {m}")
+
+
+def bench_row(name: str, runs: int, run_s: float) -> list:
+    title, build = ROWS[name]
+    run, (target, *inputs) = build()
+    variants = {"eager": target}
+    torch._dynamo.reset()
+    for backend in ("flydsl", "inductor"):
+        variants[backend] = torch.compile(target, backend=backend)
+    want = run(variants["eager"], *inputs)
+    for backend in ("flydsl", "inductor"):
+        _check(run(variants[backend], *inputs), want, f"{name} {backend}")
+    fns = {k: (lambda f=f: run(f, *inputs)) for k, f in variants.items()}
+    calls = {k: calls_per_run(fn, run_s) for k, fn in fns.items()}
+    stats = interleaved_min_median(fns, runs=runs, calls=calls)
+    (e, e_med), (f, f_med), (i, i_med) = stats["eager"], stats["flydsl"], stats["inductor"]
+    ms = lambda s: f"{s * 1e3:.3f}"
+    return [title, ms(e), ms(f), ms(i), ms(e_med), ms(f_med), ms(i_med),
+            f"{f / e:.2f}", f"{f_med / e_med:.2f}", f"{f / i:.2f}", f"{f_med / i_med:.2f}"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="3 runs of ~10 ms (a smoke run)")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--rows", default=",".join(ROWS), help="rows, comma separated")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    # flydsl's CPU launches get as many host threads as torch (read at first launch)
+    os.environ.setdefault("FLYDSL_CPU_THREADS", str(args.threads))
+    names = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in names if r not in ROWS]
+    if unknown:
+        sys.exit(f"--rows: unknown {', '.join(unknown)} (rows: {', '.join(ROWS)})")
+    runs, run_s = (3, 0.01) if args.quick else (7, 0.05)
+    rows = []
+    for name in names:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        rows.append(bench_row(name, runs, run_s))
+    print_table(
+        f"torch.compile on CPU, ms per call ({torch.get_num_threads()} torch thread(s), "
+        f"min and median of {runs} interleaved runs{', quick' if args.quick else ''})",
+        ["model", "eager", "flydsl", "inductor", "eager med", "flydsl med", "inductor med",
+         "fly/eager", "fly/eager med", "fly/ind", "fly/ind med"],
+        rows, left=1,
+        footer=["fly/eager, fly/ind: flydsl time / eager or inductor time (lower is better; "
+                "targets: <= 1.0 vs eager on every row, <= 1.1 vs inductor on the block)."])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Graph rewrites that expose fusible work, tried before partitioning.
+
+Each rewrite replaces one ATen call by smaller ones that a generated kernel can
+absorb. The backend keeps a rewrite only where its pieces end up inside fused
+kernels (:func:`flydsl.torch.dynamo_backend.fuse_pointwise` partitions twice);
+elsewhere the original ATen op stays, so a rewrite never turns one eager call
+into several.
+
+* :func:`inline_decomposition`: a pointwise op with no DSL emitter but a
+  core-ATen decomposition into emitted ops (``silu``, ``gelu_backward``,
+  ``sigmoid_backward``, ...).
+* :func:`split_addmm`: ``addmm(bias, x, w)`` -> ``mm(x, w) + bias``, the bias
+  add moved past a following ``view`` so that it fuses with the activation
+  or residual add after the matmul (a matmul epilogue).
+
+Every created node carries ``meta["val"]`` and ``meta["flydsl_eager_us"]``,
+its share of the replaced call's estimated eager time (see
+:mod:`flydsl.torch.fusion_cost`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch.fx import Graph, Node
+
+from .fusion_cost import BYTES_PER_US, eager_cost_us, node_bytes
+
+aten = torch.ops.aten
+
+
+@dataclass
+class Rewrite:
+    """One applied rewrite: the name of the node it replaced and the created nodes
+    that must land in fused kernels for it to be kept."""
+
+    origin: str
+    must_fuse: list
+
+
+def _fake_mode(node: Node):
+    for a in node.all_input_nodes:
+        val = a.meta.get("val")
+        mode = getattr(val, "fake_mode", None)
+        if mode is not None:
+            return mode
+    return None
+
+
+def inline_decomposition(graph: Graph, node: Node, fn: Callable,
+                         fusible: Callable[[Node], bool]) -> Optional[Rewrite]:
+    """Replace ``node`` by the ATen graph of ``fn`` (its decomposition) when every
+    op of that graph is ``fusible``; None (graph unchanged) otherwise."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+    mode = _fake_mode(node)
+    if mode is None:
+        return None
+    flat, spec = tree_flatten((node.args, node.kwargs))
+    slots = [k for k, a in enumerate(flat) if isinstance(a, Node)]
+    vals = [flat[k].meta.get("val") for k in slots]
+    if not all(isinstance(v, torch.Tensor) for v in vals):
+        return None
+
+    def call(*tensors):
+        args = list(flat)
+        for k, t in zip(slots, tensors):
+            args[k] = t
+        a, kw = tree_unflatten(args, spec)
+        return fn(*a, **kw)
+    try:
+        with mode:
+            sub = make_fx(call, tracing_mode="real")(*vals)
+    except Exception:  # noqa: BLE001 - a decomposition that does not trace: keep the op
+        return None
+    body = [n for n in sub.graph.nodes if n.op == "call_function"]
+    if not body or not all(fusible(n) for n in body):
+        return None
+    out = sub.graph.output_node().args[0]
+    if not isinstance(out, Node):
+        return None
+    env = dict(zip([n for n in sub.graph.nodes if n.op == "placeholder"],
+                   [flat[k] for k in slots]))
+    cost = eager_cost_us([node])
+    created = []
+    with graph.inserting_before(node):
+        for n in body:
+            new = graph.node_copy(n, env.__getitem__)
+            new.meta["flydsl_eager_us"] = 0.0 if created else cost
+            env[n] = new
+            created.append(new)
+    node.replace_all_uses_with(env[out])
+    graph.erase_node(node)
+    return Rewrite(node.name, created)
+
+
+def split_addmm(graph: Graph, node: Node, fusible: Callable[[Node], bool]) -> Optional[Rewrite]:
+    """``addmm(bias, x, w)`` (1-D bias, default alpha/beta) whose result, possibly
+    through one ``view`` that keeps the last dimension, feeds a fusible op:
+    becomes ``add(view(mm(x, w)), bias)``. None (graph unchanged) otherwise."""
+    if node.target is not aten.addmm.default or node.kwargs or len(node.args) != 3:
+        return None
+    bias, x, w = node.args
+    bval, out = bias.meta.get("val"), node.meta.get("val")
+    if not isinstance(bval, torch.Tensor) or bval.dim() != 1 or not isinstance(out, torch.Tensor):
+        return None
+    view = None
+    users = list(node.users)
+    if len(users) == 1 and users[0].target in (aten.view.default, aten._unsafe_view.default) \
+            and users[0].meta["val"].shape[-1:] == out.shape[-1:]:
+        view = users[0]
+    tail = view if view is not None else node
+    if not any(fusible(u) for u in tail.users):
+        return None
+    mode = _fake_mode(node)
+    if mode is None:
+        return None
+    with mode:
+        mm_val = aten.mm.default(x.meta["val"], w.meta["val"])
+        view_val = aten.view.default(mm_val, list(view.args[1])) if view is not None else mm_val
+        add_val = aten.add.Tensor(view_val, bval)
+    with graph.inserting_before(tail):
+        mm = graph.call_function(aten.mm.default, (x, w))
+        mm.meta["val"] = mm_val
+        mm.meta["flydsl_eager_us"] = 0.0
+        src = mm
+        if view is not None:
+            src = graph.call_function(view.target, (mm, view.args[1]))
+            src.meta["val"] = view_val
+        add = graph.call_function(aten.add.Tensor, (src, bias))
+        add.meta["val"] = add_val
+        # eager addmm writes the bias into its result before the product: one pass
+    add.meta["flydsl_eager_us"] = node_bytes(node) / BYTES_PER_US
+    tail.replace_all_uses_with(add)
+    if view is not None:
+        graph.erase_node(view)
+    graph.erase_node(node)
+    return Rewrite(node.name, [add])
+
+
+__all__ = ["Rewrite", "inline_decomposition", "split_addmm"]

@@ -1,0 +1,355 @@
+"""The `flydsl` torch.compile backend on model patterns: the cost rule, decompositions
+only into kernels, matmul epilogues, row reductions and norms (forward and backward,
+half types, strided inputs, dynamic shapes), warm-call overhead and the log."""
+import operator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flydsl  # noqa: E402
+from flydsl.torch import dynamo_backend as db  # noqa: E402
+from flydsl.torch import kernels, row_kernels  # noqa: E402
+from flydsl.torch.fusion_cost import worth_fusing  # noqa: E402
+
+F = torch.nn.functional
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _rand(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _fake_graph(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(fn, tracing_mode="fake")(*args)
+
+
+def _targets(gm) -> list:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def _fused_modules(gm, kind=kernels.FusedModule) -> list:
+    return [m for m in gm.modules() if isinstance(m, kind)]
+
+
+# -- the cost rule ----------------------------------------------------------------------
+
+def _add_mul(x, y):
+    return ((x + y) * y,)
+
+
+def test_cost_rule_fuses_where_it_pays():
+    """Two ops on 64 elements stay eager (a kernel call costs more than they do);
+    on 2^20 elements they fuse (one pass over memory instead of two)."""
+    small = db.fuse_pointwise(_fake_graph(_add_mul, _rand(64), _rand(64)), "cpu")
+    big_args = (_rand(1 << 20), _rand(1 << 20))
+    big = db.fuse_pointwise(_fake_graph(_add_mul, *big_args), "cpu")
+    assert not _fused_modules(small) and len(_fused_modules(big)) == 1
+    groups = db.partition(_fake_graph(_add_mul, _rand(64), _rand(64)).graph, "cpu")
+    assert len(groups) == 1 and not worth_fusing(groups[0])
+    torch.testing.assert_close(big(*big_args)[0], _add_mul(*big_args)[0])
+
+
+def test_graph_with_nothing_worth_fusing_runs_dynamos_graph():
+    """No AOTAutograd wrapper, no fused module: the captured graph's own forward."""
+    seen = {}
+
+    def capture(gm, example_inputs):
+        seen["gm"] = gm
+        seen["compiled"] = db.flydsl_backend(gm, example_inputs)
+        return seen["compiled"]
+    fn = torch.compile(lambda x: torch.softmax(x * 2, -1) + 1, backend=capture)
+    x = _rand(4, 8)
+    torch.testing.assert_close(fn(x), torch.softmax(x * 2, -1) + 1)
+    assert getattr(seen["compiled"], "__self__", None) is seen["gm"]   # gm.forward
+
+
+def test_lone_row_op_stays_aten_but_its_neighbours_fuse():
+    """layer_norm over many short rows is faster in ATen: the group it would join is
+    rejected, and the pointwise ops before it fuse among themselves."""
+    def fn(x, r, w, b):
+        h = (x + r) * 2
+        return (F.layer_norm(h, (64,), w, b),)
+    args = (_rand(4096, 64), _rand(4096, 64, seed=1), _rand(64, seed=2), _rand(64, seed=3))
+    gm = db.fuse_pointwise(_fake_graph(fn, *args), "cpu")
+    assert aten.native_layer_norm.default in _targets(gm)
+    assert not _fused_modules(gm, row_kernels.RowModule) and len(_fused_modules(gm)) == 1
+    torch.testing.assert_close(gm(*args)[0], fn(*args)[0])
+
+
+# -- rewrites: decompositions and matmul epilogues, kept only inside kernels --------------
+
+def _silu_mul(x, y):
+    return (F.silu(x) * y,)
+
+
+def test_silu_is_decomposed_only_into_a_kernel():
+    small = _fake_graph(_silu_mul, _rand(8), _rand(8))
+    assert db.fuse_pointwise(small, "cpu") is small           # silu kept, nothing fused
+    assert aten.silu.default in _targets(small)
+    args = (_rand(1 << 20), _rand(1 << 20, seed=1))
+    big = db.fuse_pointwise(_fake_graph(_silu_mul, *args), "cpu")
+    assert aten.silu.default not in _targets(big) and len(_fused_modules(big)) == 1
+    torch.testing.assert_close(big(*args)[0], _silu_mul(*args)[0])
+
+
+class _LinearGeluResidual(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + F.gelu(self.fc(x), approximate="tanh")
+
+
+def test_matmul_bias_activation_and_residual_fuse_after_the_matmul():
+    torch.manual_seed(0)
+    model = _LinearGeluResidual(256).eval()
+    x = _rand(16, 64, 256)
+    graphs = []
+    orig = db.fuse_pointwise
+
+    def spy(gm, *a, **k):
+        out = orig(gm, *a, **k)
+        graphs.append(out)
+        return out
+    db.fuse_pointwise = spy
+    try:
+        with torch.no_grad():
+            got = torch.compile(model, backend="flydsl")(x)
+            torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    finally:
+        db.fuse_pointwise = orig
+    (gm,) = graphs
+    targets = _targets(gm)
+    assert aten.mm.default in targets and aten.addmm.default not in targets
+    (fused,) = _fused_modules(gm)
+    assert len(fused.pattern.body) == 3          # bias add, gelu, residual add
+    # too small to pay: the rewrite is undone, addmm stays
+
+    def fn(x, w, b):
+        return (x + F.gelu(F.linear(x, w, b), approximate="tanh"),)
+    small = db.fuse_pointwise(_fake_graph(fn, _rand(2, 3, 256), _rand(256, 256), _rand(256)),
+                              "cpu")
+    assert aten.addmm.default in _targets(small) and not _fused_modules(small)
+
+
+# -- row reductions and norms -------------------------------------------------------------------
+
+def _rows(x, r, mask, w, b):
+    h = x + r                                             # residual add + layer_norm
+    ln = F.layer_norm(h, (x.shape[-1],), w, b)
+    sm = (x * 0.5 + mask).softmax(-1)                     # scaled, masked softmax
+    lsm = torch.log_softmax(x * 2, -1)
+    rms = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    y = x * 3
+    return ln, sm, lsm, rms, y.sum(-1), y.amax(-1, keepdim=True), y.amin(-1), y.mean(-1), \
+        y.var(-1)
+
+
+def _row_inputs(dtype, n=70):
+    x = _rand(33, 6, n, dtype=dtype).transpose(0, 1)                 # permuted
+    r = _rand(6, 33, 2 * n, dtype=dtype, seed=1)[..., ::2]             # strided columns
+    return (x, r, _rand(33, n, dtype=dtype, seed=2), _rand(n, dtype=dtype, seed=3),
+            _rand(n, dtype=dtype, seed=4))
+
+
+def _row_stats():
+    return {**db.stats, **kernels.stats}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_row_kernels_match_eager(dtype):
+    """Every row pattern in one graph (each fused, cost rule off); narrow types are
+    computed in float32 and rounded as ATen does."""
+    args = _row_inputs(dtype)
+    assert not args[0].is_contiguous() and not args[1].is_contiguous()
+    graphs = []
+    orig = db.fuse_pointwise
+
+    def spy(gm, device_type, *a, **k):
+        out = orig(gm, device_type, cost_rule=False)
+        graphs.append(out)
+        return out
+    db.fuse_pointwise = spy
+    try:
+        before = _row_stats()
+        got = torch.compile(_rows, backend="flydsl")(*args)
+    finally:
+        db.fuse_pointwise = orig
+    want = _rows(*args)
+    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+    from flydsl.torch.reductions import row_input
+    assert _fused_modules(graphs[0], row_kernels.RowModule)
+    assert not [n for n in graphs[0].graph.nodes if row_input(n) is not None]   # all fused
+    d = {k: v - before.get(k, 0) for k, v in _row_stats().items()}
+    assert d["eager_fallbacks"] == 0 and d["launches"] == len(_fused_modules(graphs[0]))
+
+
+def test_row_kernels_with_dynamic_shapes(monkeypatch):
+    counter = torch._dynamo.testing.CompileCounterWithBackend("flydsl")
+    compiled = torch.compile(_rows, backend=counter, dynamic=True)
+    before = _row_stats()
+    monkeypatch.setattr(db, "COST_RULE", False)
+    for n in (70, 90, 127):       # one BLOCK (64 threads per row): one build per kernel
+        args = _row_inputs(torch.float32, n)
+        for g, w in zip(compiled(*args), _rows(*args)):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert counter.frame_count == 1
+    d = {k: v - before.get(k, 0) for k, v in _row_stats().items()}
+    assert d["eager_fallbacks"] == 0 and d["launches"] >= 3 * 2
+
+
+def test_fused_forward_and_backward_give_eager_gradients(monkeypatch):
+    """Training: layer_norm after a residual add, softmax after a scale, a bias-GELU
+    epilogue; the backward graph fuses too (softmax backward, gelu_backward)."""
+    monkeypatch.setattr(db, "COST_RULE", False)
+    torch.manual_seed(0)
+    fc = torch.nn.Linear(48, 48)
+    ln = torch.nn.LayerNorm(48)
+
+    def step(x, r):
+        h = x + r
+        a = ln(h)
+        s = (a @ a.transpose(-2, -1) * 0.3).softmax(-1)
+        return (s @ F.gelu(fc(a), approximate="tanh")).square().mean()
+    x = _rand(4, 16, 48).requires_grad_()
+    r = _rand(4, 16, 48, seed=1)
+    params = [x, *fc.parameters(), *ln.parameters()]
+    before = _row_stats()
+    torch.compile(step, backend="flydsl")(x, r).backward()
+    got = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    step(x, r).backward()
+    for g, p in zip(got, params):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+    d = {k: v - before.get(k, 0) for k, v in _row_stats().items()}
+    assert d["aten_graphs"] == 2 and d["eager_fallbacks"] == 0 and d["fused_groups"] >= 4
+
+
+def test_training_graph_is_compiled_only_when_its_fusions_beat_aotautograd():
+    """A matmul-bound step whose fusions save little runs as dynamo captured it
+    (eager autograd); a pointwise-bound one runs fused, backward included."""
+    torch.manual_seed(0)
+    fc = torch.nn.Linear(2048, 512)
+
+    def matmul_bound(x):
+        return (fc(x) + 1).square().mean()
+
+    def pointwise_bound(x):
+        return (torch.tanh(x * 2 + 1) * x - x.sigmoid()).square().mean()
+    for fn, x, aot in ((matmul_bound, _rand(512, 2048), False),
+                       (pointwise_bound, _rand(1 << 20), True)):
+        torch._dynamo.reset()
+        x.requires_grad_()
+        before = _row_stats()
+        torch.compile(fn, backend="flydsl")(x).backward()
+        got, x.grad = x.grad, None
+        fn(x).backward()
+        torch.testing.assert_close(got, x.grad, rtol=1e-5, atol=1e-7)
+        d = {k: v - before.get(k, 0) for k, v in _row_stats().items()}
+        assert d["not_worth_aot"] == (0 if aot else 1), fn.__name__
+        assert (d["launches"] > 0) == aot and d["eager_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("backend,arch", [("cuda", "sm_90"), ("rocm", "gfx942")])
+def test_row_kernels_compile_for_gpus(backend, arch):
+    """A row kernel (shared memory, barriers) is plain flydsl: it compiles for GPUs."""
+    import inspect
+    from flydsl.errors import ToolchainError
+    from flydsl.expr.dtypes import TensorAnnotation
+
+    def fn(x, mask, w):
+        return (F.layer_norm((x * 0.5 + mask).softmax(-1), (8,), w, None),)
+    gm = db.fuse_pointwise(_fake_graph(fn, _rand(4, 8), _rand(8), _rand(8)), "cpu",
+                           cost_rule=False)
+    (fused,) = _fused_modules(gm, row_kernels.RowModule)
+    kernel = kernels.load_kernel(fused.pattern, 2)
+    args = []
+    for p in inspect.signature(kernel.fn).parameters.values():
+        ann = p.annotation
+        args.append(torch.zeros((4, 8)) if isinstance(ann, TensorAnnotation)
+                    else 64 if p.name == "BLOCK" else 8)
+    try:
+        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
+    except ToolchainError as e:
+        pytest.skip(f"no {backend} toolchain: {e}")
+    text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    assert ("bar.sync" in text or "barrier" in text) if backend == "cuda" else "s_barrier" in text
+
+
+def test_merge_spaces():
+    from flydsl.torch.partition import merge_spaces
+    assert merge_spaces((4, 8), (4, 8)) == (4, 8)
+    assert merge_spaces((4, 1), (4, 8)) == (4, 8) == merge_spaces((4, 8), (4, 1))
+    assert merge_spaces((4, 8), (8,)) is None and merge_spaces((2, 8), (4, 8)) is None
+
+
+# -- the warm call and the log ---------------------------------------------------------------
+
+def test_warm_calls_reuse_the_launch_plan(monkeypatch):
+    """Shapes and strides are worked out once per input signature (the warm call
+    allocates, views and launches)."""
+    gm = db.fuse_pointwise(_fake_graph(_add_mul, _rand(1), _rand(1)), "cpu", cost_rule=False)
+    (fused,) = _fused_modules(gm)
+    calls = []
+    plan = fused._plan
+    monkeypatch.setattr(fused, "_plan", lambda *a: calls.append(1) or plan(*a))
+    a, b = _rand(1), _rand(1, seed=1)
+    for _ in range(3):
+        torch.testing.assert_close(gm(a, b)[0], (a + b) * b)
+    assert len(calls) == 1
+    (p,) = fused.plans.values()
+    assert p.views == (None, None, None)     # 1-D operands: no views to make
+
+
+def test_flydsl_torch_log_shows_fused_groups_and_kernels(monkeypatch, capfd):
+    monkeypatch.setenv("FLYDSL_TORCH_LOG", "1")
+    monkeypatch.setattr(kernels, "_KERNELS", {})
+    monkeypatch.setattr(db.log, "handlers", [])
+    monkeypatch.setattr(db.log, "propagate", True)
+    monkeypatch.setattr(db.configure_logging, "done", None, raising=False)
+    x = _rand(1 << 18)
+    torch.compile(lambda t: (t * 2 + 1).relu(), backend="flydsl")(x)
+    err = capfd.readouterr().err
+    assert "[flydsl.torch] fused 3 ops ['mul.Tensor', 'add.Tensor', 'relu.default']" in err
+    assert "[flydsl.torch] generated kernel fused_" in err
+
+
+def test_getitem_of_a_row_op_joins_its_group():
+    def fn(x, w, b):
+        out, mean, rstd = aten.native_layer_norm(x * 2, [8], w, b, 1e-5)
+        return out, mean, rstd
+    args = (_rand(4, 8), _rand(8), _rand(8))
+    groups = db.partition(_fake_graph(fn, *args).graph, "cpu")
+    (g,) = groups
+    assert sum(n.target is operator.getitem for n in g) == 3
+    gm = db.fuse_pointwise(_fake_graph(fn, *args), "cpu", cost_rule=False)
+    for got, want in zip(gm(*args), fn(*args)):
+        torch.testing.assert_close(got, want)
+
+
+def test_row_reductions_propagate_nan_and_inf(monkeypatch):
+    monkeypatch.setattr(db, "COST_RULE", False)
+    x = _rand(4, 8)
+    x[1, 3], x[2, 5] = float("nan"), float("inf")
+
+    def fn(x):
+        return (x * 1).amax(-1), (x * 2).amin(-1), (x * 3).sum(-1), (x * 4).softmax(-1)
+    before = _row_stats()
+    for got, want in zip(torch.compile(fn, backend="flydsl")(x), fn(x)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+    d = {k: v - before.get(k, 0) for k, v in _row_stats().items()}
+    assert d["fused_groups"] == d["launches"] == 4 and d["eager_fallbacks"] == 0
