@@ -269,11 +269,9 @@ def test_known_block_size_bounds_the_workgroup():
 
 
 @pytest.mark.parametrize("op,ty,missing", [
-    ("math.exp", "f64", "__ocml_exp_f64"),
-    ("math.sin", "f64", "__ocml_sin_f64"),
-    ("math.tanh", "f64", "__ocml_tanh_f64"),
-    ("math.erf", "f32", "__ocml_erf_f32"),
-    ("math.tan", "f32", "__ocml_tan_f32"),
+    # (exp, sin, tanh, erf, tan, ... have flydsl's own code: passes/math_portable.py)
+    ("math.cbrt", "f32", "__ocml_cbrt_f32"),
+    ("math.cbrt", "f64", "__ocml_cbrt_f64"),
 ])
 def test_device_library_math_is_a_clear_error(op, ty, missing):
     with pytest.raises(CompilationError, match="ROCm device libraries") as info:

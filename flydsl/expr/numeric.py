@@ -22,12 +22,23 @@ Types and promotion (the README's "Types" section):
   ``fx.ceil``, ``fx.trunc`` and ``fx.rint`` keep the float type.
 
 Math functions take floats; ints (values or literals) are converted to Float32, and
-Float16/BFloat16 are computed in Float32 and rounded back. Each lowers to libm/LLVM on
-the CPU (Float32 exp, exp2, log, log2, log10, sin, cos, tanh and erf: flydsl's own
-vectorizable code, :mod:`flydsl.passes.math_approx`) and to libdevice on CUDA. ROCm
-has no device math library in flydsl: what has no LLVM intrinsic there is computed
-from ones that do (a few ulp in Float32), and ``fx.erf``, ``fx.pow``, ``fx.fmod`` and
-Float64 transcendental functions are a compile error there.
+Float16/BFloat16 are computed in Float32 and rounded back. Every one works on every
+backend, in every float type:
+
+* CPU: no libm call but for Float64 exp, log, log10, sin, cos, tanh and fmod: Float32
+  exp, exp2, log, log2, log10, sin, cos, tanh and erf are flydsl's own vectorizable
+  code (:mod:`flydsl.passes.math_approx`), the others its IEEE arithmetic in Float64
+  (Float32 through Float64, :mod:`flydsl.passes._ieee_math`).
+* CUDA: libdevice (``__nv_tanf``, ...).
+* ROCm: flydsl cannot link the ROCm device libraries, so what the GPU has no
+  instruction for is the same IEEE arithmetic as on the CPU
+  (:mod:`flydsl.passes.math_portable`): every Float64 function, and the Float32 ones
+  but exp, exp2, log, log2, log10, sin, cos, sqrt (``v_exp_f32``, ...) and tanh.
+
+Errors, in ulps of the correctly rounded result, on the CPU and on ROCm (measured by
+running ROCm's code on the CPU): 1 for the functions below (Float64 acosh: 2), 0 for
+copysign and fmod. The README's "Math" section has the table,
+``tests/test_math_matrix.py`` asserts it.
 """
 from __future__ import annotations
 
@@ -38,8 +49,8 @@ from .implementation import ops as _ops
 __all__ = [
     "clz", "popc", "brev", "ffs", "isnan", "isinf", "isfinite",
     "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh",
-    "exp2", "expm1", "log2", "log10", "log1p", "pow", "erf", "copysign", "fmod", "hypot",
-    "trunc", "rint",
+    "exp2", "expm1", "log2", "log10", "log1p", "pow", "erf", "erfc", "copysign", "fmod",
+    "hypot", "trunc", "rint",
 ]
 
 
@@ -126,8 +137,8 @@ def isfinite(x: Any) -> Any:
 def tan(x: Any) -> Any:
     """Tangent of ``x`` (radians).
 
-    CPU: libm ``tanf``/``tan``; CUDA: ``__nv_tanf``; ROCm: sin(x) / cos(x) (Float32
-    only; the hardware sin/cos are accurate for |x| up to a few hundred radians).
+    CPU and ROCm: exact reduction by pi/2 (any |x|), sin / cos of the rest as
+    double-doubles; CUDA: ``__nv_tanf``.
 
     Example: ``y[i] = fx.tan(x[i])``
     """
@@ -137,8 +148,8 @@ def tan(x: Any) -> Any:
 def asin(x: Any) -> Any:
     """Arc sine of ``x``, in [-pi/2, pi/2]; NaN outside [-1, 1].
 
-    CPU: libm ``asinf``; CUDA: ``__nv_asinf``; ROCm: atan2(x, sqrt((1-x)(1+x)))
-    (Float32 only).
+    CPU and ROCm: a polynomial below 1/2, pi/2 - 2 asin(sqrt((1-|x|)/2)) above (fdlibm's
+    method); CUDA: ``__nv_asinf``.
 
     Example: ``y[i] = fx.asin(x[i])``
     """
@@ -148,8 +159,7 @@ def asin(x: Any) -> Any:
 def acos(x: Any) -> Any:
     """Arc cosine of ``x``, in [0, pi]; NaN outside [-1, 1].
 
-    CPU: libm ``acosf``; CUDA: ``__nv_acosf``; ROCm: atan2(sqrt((1-x)(1+x)), x)
-    (Float32 only).
+    CPU and ROCm: from asin's polynomial (fdlibm's method); CUDA: ``__nv_acosf``.
 
     Example: ``angle = fx.acos(fx.min(fx.max(c, -1.0), 1.0))``
     """
@@ -159,8 +169,8 @@ def acos(x: Any) -> Any:
 def atan(x: Any) -> Any:
     """Arc tangent of ``x``, in [-pi/2, pi/2].
 
-    CPU: libm ``atanf``; CUDA: ``__nv_atanf``; ROCm: Cephes' atanf polynomial (Float32
-    only, about 2 ulp).
+    CPU and ROCm: reduction around 0, 1/2, 1, 3/2, inf and a polynomial (fdlibm's
+    method); CUDA: ``__nv_atanf``.
 
     Example: ``y[i] = fx.atan(x[i])``
     """
@@ -170,8 +180,8 @@ def atan(x: Any) -> Any:
 def atan2(y: Any, x: Any) -> Any:
     """Angle of the point (x, y), in [-pi, pi], with C's signed-zero and infinity rules.
 
-    CPU: libm ``atan2f``; CUDA: ``__nv_atan2f``; ROCm: the atan polynomial on
-    min(|x|,|y|) / max(|x|,|y|), moved to the octant (Float32 only).
+    CPU and ROCm: atan of min(|x|,|y|) / max(|x|,|y|), moved to the octant; CUDA:
+    ``__nv_atan2f``.
 
     Example: ``phase[i] = fx.atan2(im[i], re[i])``
     """
@@ -181,7 +191,7 @@ def atan2(y: Any, x: Any) -> Any:
 def sinh(x: Any) -> Any:
     """Hyperbolic sine of ``x``.
 
-    CPU: libm ``sinhf``; CUDA: ``__nv_sinhf``; ROCm: from expm1 (Float32 only).
+    CPU and ROCm: a polynomial below 1, (e^x - e^-x) / 2 above; CUDA: ``__nv_sinhf``.
 
     Example: ``y[i] = fx.sinh(x[i])``
     """
@@ -191,7 +201,7 @@ def sinh(x: Any) -> Any:
 def cosh(x: Any) -> Any:
     """Hyperbolic cosine of ``x``.
 
-    CPU: libm ``coshf``; CUDA: ``__nv_coshf``; ROCm: (e^|x| + e^-|x|) / 2 (Float32 only).
+    CPU and ROCm: (e^|x| + e^-|x|) / 2, e^|x| as a double-double; CUDA: ``__nv_coshf``.
 
     Example: ``y[i] = fx.cosh(x[i])``
     """
@@ -201,7 +211,7 @@ def cosh(x: Any) -> Any:
 def asinh(x: Any) -> Any:
     """Inverse hyperbolic sine of ``x``.
 
-    CPU: libm ``asinhf``; CUDA: ``__nv_asinhf``; ROCm: from log1p (Float32 only).
+    CPU and ROCm: from log1p; CUDA: ``__nv_asinhf``.
 
     Example: ``y[i] = fx.asinh(x[i])``
     """
@@ -211,7 +221,7 @@ def asinh(x: Any) -> Any:
 def acosh(x: Any) -> Any:
     """Inverse hyperbolic cosine of ``x`` (x >= 1; NaN below).
 
-    CPU: libm ``acoshf``; CUDA: ``__nv_acoshf``; ROCm: from log1p/log (Float32 only).
+    CPU and ROCm: from log1p and log; CUDA: ``__nv_acoshf``.
 
     Example: ``y[i] = fx.acosh(x[i])``
     """
@@ -221,8 +231,7 @@ def acosh(x: Any) -> Any:
 def atanh(x: Any) -> Any:
     """Inverse hyperbolic tangent of ``x`` (|x| <= 1; +-inf at +-1, NaN beyond).
 
-    CPU: libm ``atanhf``; CUDA: ``__nv_atanhf``; ROCm: log1p(2x / (1 - x)) / 2 (Float32
-    only).
+    CPU and ROCm: log1p(2x / (1 - x)) / 2; CUDA: ``__nv_atanhf``.
 
     Example: ``y[i] = fx.atanh(x[i])``
     """
@@ -232,9 +241,8 @@ def atanh(x: Any) -> Any:
 def exp2(x: Any) -> Any:
     """2 ** x.
 
-    CPU: flydsl's vectorizable code (Float64: ``llvm.exp2``); CUDA: ``__nv_exp2f``
-    (``ex2.approx`` with range handling); ROCm: ``llvm.exp2`` (``v_exp_f32``; Float64
-    is an error there).
+    CPU: flydsl's vectorizable code; CUDA: ``__nv_exp2f`` (``ex2.approx`` with range
+    handling); ROCm: ``v_exp_f32`` (Float64: flydsl's code).
 
     Example: ``p = fx.exp2(x[i] * 1.4426950408889634)``
     """
@@ -244,8 +252,8 @@ def exp2(x: Any) -> Any:
 def expm1(x: Any) -> Any:
     """e**x - 1, accurate for x near 0.
 
-    CPU and ROCm: Kahan's (u - 1) * x / log(u), u = exp(x), from the CPU's or the
-    hardware's exp and log (ROCm: Float32 only); CUDA: ``__nv_expm1f``.
+    CPU and ROCm: 2^n e^r - 1 with e^r - 1 as a double-double, one final rounding;
+    CUDA: ``__nv_expm1f``.
 
     Example: ``y[i] = fx.expm1(x[i])``
     """
@@ -255,8 +263,8 @@ def expm1(x: Any) -> Any:
 def log2(x: Any) -> Any:
     """Base-2 logarithm of ``x``.
 
-    CPU: flydsl's vectorizable code (Float64: ``llvm.log2``); CUDA: ``__nv_log2f``;
-    ROCm: ``llvm.log2`` (``v_log_f32``; Float64 is an error there).
+    CPU: flydsl's vectorizable code; CUDA: ``__nv_log2f``; ROCm: ``v_log_f32``
+    (Float64: flydsl's code; exact for powers of 2).
 
     Example: ``bits = fx.log2(x[i])``
     """
@@ -266,8 +274,8 @@ def log2(x: Any) -> Any:
 def log10(x: Any) -> Any:
     """Base-10 logarithm of ``x``.
 
-    CPU: flydsl's vectorizable code (Float64: ``llvm.log10``); CUDA: ``__nv_log10f``;
-    ROCm: ``llvm.log10`` (Float64 is an error there).
+    CPU: flydsl's vectorizable code (Float64: libm); CUDA: ``__nv_log10f``; ROCm:
+    ``v_log_f32`` scaled (Float64: flydsl's code).
 
     Example: ``db = 10.0 * fx.log10(p[i])``
     """
@@ -277,8 +285,8 @@ def log10(x: Any) -> Any:
 def log1p(x: Any) -> Any:
     """log(1 + x), accurate for x near 0.
 
-    CPU and ROCm: Kahan's log(u) * x / (u - 1), u = 1 + x (ROCm: Float32 only); CUDA:
-    ``__nv_log1pf``.
+    CPU and ROCm: log(u) + (1 + x - u) / u, u = 1 + x rounded, log(u) as a
+    double-double; CUDA: ``__nv_log1pf``.
 
     Example: ``y[i] = fx.log1p(x[i])``
     """
@@ -289,9 +297,9 @@ def pow(x: Any, y: Any) -> Any:   # noqa: A001  (fx.pow, like math.pow)
     """x ** y as a float (C's ``pow``: a negative x needs an integral y). Unlike
     ``x ** y`` on ints, the result is always a float.
 
-    CPU: ``llvm.pow`` (libm ``powf``); CUDA: ``__nv_powf``; ROCm: not available (it needs
-    ocml; a compile error naming fx.pow). For a small constant integer exponent write
-    ``x ** 3``: exact multiplications on every backend.
+    CPU and ROCm: e^(y log|x|), the logarithm to about 2^-64 and the product as
+    double-doubles, then C's special cases; CUDA: ``__nv_powf``. For a small constant
+    integer exponent write ``x ** 3``: exact multiplications on every backend.
 
     Example: ``y[i] = fx.pow(x[i], 2.4)``
     """
@@ -301,12 +309,24 @@ def pow(x: Any, y: Any) -> Any:   # noqa: A001  (fx.pow, like math.pow)
 def erf(x: Any) -> Any:
     """The error function of ``x``.
 
-    CPU: flydsl's vectorizable code (Float64: libm ``erf``); CUDA: ``__nv_erff``; ROCm:
-    not available (it needs ocml; a compile error naming fx.erf).
+    CPU: flydsl's vectorizable code; CUDA: ``__nv_erff``; ROCm (and Float64 on the
+    CPU): polynomials below 1.25, 1 - erfc(x) above.
 
     Example: ``cdf = 0.5 * (1.0 + fx.erf(x[i] * 0.7071067811865476))``
     """
     return _ops().erf(x)
+
+
+def erfc(x: Any) -> Any:
+    """The complementary error function, 1 - erf(x), accurate where erf(x) is near 1
+    (erfc(10) = 2.1e-45).
+
+    CPU and ROCm: 1 - erf(x) where that loses nothing, e^(-x^2) G(x) / x from 1.25
+    (x^2, the exponential and G as double-doubles); CUDA: ``__nv_erfcf``.
+
+    Example: ``out[i] = fx.erfc(x[i])``
+    """
+    return _ops().erfc(x)
 
 
 def copysign(x: Any, y: Any) -> Any:
@@ -323,8 +343,8 @@ def fmod(x: Any, y: Any) -> Any:
     """C's ``fmod``: x - trunc(x / y) * y computed exactly, with the sign of ``x``
     (Python's ``%`` takes the sign of ``y`` instead).
 
-    CPU: LLVM ``frem`` (libm ``fmodf``); CUDA: ``__nv_fmodf``; ROCm: not available (MLIR
-    lowers it to ocml's ``__ocml_fmod``; a compile error naming fx.fmod).
+    CPU: LLVM ``frem`` (libm ``fmodf``); CUDA: ``__nv_fmodf``; ROCm: long division by
+    exact fused multiply-adds, 52 bits of quotient per step.
 
     Example: ``phase = fx.fmod(t[i], 6.283185307179586)``
     """
@@ -332,10 +352,11 @@ def fmod(x: Any, y: Any) -> Any:
 
 
 def hypot(x: Any, y: Any) -> Any:
-    """sqrt(x*x + y*y) without intermediate overflow or underflow (inf if either is
-    infinite, even with a NaN).
+    """sqrt(x*x + y*y) without intermediate overflow or underflow, within an ulp (inf if
+    either is infinite, even with a NaN).
 
-    Every backend: max * sqrt(1 + (min/max)**2), from ``sqrt``.
+    Every backend: max * sqrt(1 + (min/max)**2), with the ratio, its square and the
+    root as double-doubles.
 
     Example: ``r[i] = fx.hypot(dx[i], dy[i])``
     """

@@ -74,6 +74,8 @@ class RocmBackend(BaseBackend):
             PythonPass("rocm-expand-tanh", rp + "expand_tanh"),
             PythonPass("rocm-debug-ops", rp + "lower_debug_ops"),
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
+            # math without ocml; after fp-flags, so its IEEE code keeps no flags
+            PythonPass("portable-math", "flydsl.passes.math_portable:run"),
             # bf16 math runs in f32; f16 math stays native.
             "gpu.module(math-extend-to-supported-types{extra-types=f16 target-type=f32},"
             "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
