@@ -107,11 +107,6 @@ def isfinite(x) -> Value:
 
 # -- how a math function is emitted ---------------------------------------------------------
 
-#: What ``ops.py`` passes as ``float_math``'s ``rocm`` argument, from when ROCm lacked
-#: some math: every math op has a lowering on every backend now, and it is ignored.
-NATIVE = "native"
-
-
 def _float_args(xs: tuple) -> list:
     """The operands in one float type (promotion as for ``+``; ints become Float32)."""
     if len(xs) == 1:
@@ -128,12 +123,11 @@ def _in_float32(args: list) -> list:
     return [cast(a, dt.Float32) for a in args] if args[0].dtype.bits < 32 else args
 
 
-def float_math(fname: str, op, *xs, rocm=NATIVE, rocm_f64: bool = True) -> Value:
+def float_math(op, *xs) -> Value:
     """``op`` (a math dialect op, or ``arith.remf``) applied to ``xs`` in their float
-    type (16-bit floats in Float32), for ``fx.<fname>``. The backend's pipeline lowers
+    type (16-bit floats in Float32). The backend's pipeline lowers
     it: flydsl's own code or libm on the CPU, libdevice on CUDA,
-    :mod:`flydsl.passes.math_portable` on ROCm. ``rocm`` and ``rocm_f64`` are ignored
-    (see :data:`NATIVE`)."""
+    :mod:`flydsl.passes.math_portable` on ROCm."""
     args = _float_args(xs)
     out = args[0].dtype
     args = _in_float32(args)
@@ -143,91 +137,91 @@ def float_math(fname: str, op, *xs, rocm=NATIVE, rocm_f64: bool = True) -> Value
 # -- math functions ------------------------------------------------------------------------
 
 def tan(x) -> Value:
-    return float_math("tan", mmath.tan, x)
+    return float_math(mmath.tan, x)
 
 
 def asin(x) -> Value:
-    return float_math("asin", mmath.asin, x)
+    return float_math(mmath.asin, x)
 
 
 def acos(x) -> Value:
-    return float_math("acos", mmath.acos, x)
+    return float_math(mmath.acos, x)
 
 
 def atan(x) -> Value:
-    return float_math("atan", mmath.atan, x)
+    return float_math(mmath.atan, x)
 
 
 def atan2(y, x) -> Value:
-    return float_math("atan2", mmath.atan2, y, x)
+    return float_math(mmath.atan2, y, x)
 
 
 def sinh(x) -> Value:
-    return float_math("sinh", mmath.sinh, x)
+    return float_math(mmath.sinh, x)
 
 
 def cosh(x) -> Value:
-    return float_math("cosh", mmath.cosh, x)
+    return float_math(mmath.cosh, x)
 
 
 def asinh(x) -> Value:
-    return float_math("asinh", mmath.asinh, x)
+    return float_math(mmath.asinh, x)
 
 
 def acosh(x) -> Value:
-    return float_math("acosh", mmath.acosh, x)
+    return float_math(mmath.acosh, x)
 
 
 def atanh(x) -> Value:
-    return float_math("atanh", mmath.atanh, x)
+    return float_math(mmath.atanh, x)
 
 
 def exp2(x) -> Value:
-    return float_math("exp2", mmath.exp2, x)
+    return float_math(mmath.exp2, x)
 
 
 def expm1(x) -> Value:
-    return float_math("expm1", mmath.expm1, x)
+    return float_math(mmath.expm1, x)
 
 
 def log2(x) -> Value:
-    return float_math("log2", mmath.log2, x)
+    return float_math(mmath.log2, x)
 
 
 def log10(x) -> Value:
-    return float_math("log10", mmath.log10, x)
+    return float_math(mmath.log10, x)
 
 
 def log1p(x) -> Value:
-    return float_math("log1p", mmath.log1p, x)
+    return float_math(mmath.log1p, x)
 
 
 def pow(x, y) -> Value:   # noqa: A001  (fx.pow)
-    return float_math("pow", mmath.powf, x, y)
+    return float_math(mmath.powf, x, y)
 
 
 def erf(x) -> Value:
-    return float_math("erf", mmath.erf, x)
+    return float_math(mmath.erf, x)
 
 
 def erfc(x) -> Value:
-    return float_math("erfc", mmath.erfc, x)
+    return float_math(mmath.erfc, x)
 
 
 def copysign(x, y) -> Value:
-    return float_math("copysign", mmath.copysign, x, y)
+    return float_math(mmath.copysign, x, y)
 
 
 def fmod(x, y) -> Value:
-    return float_math("fmod", arith.remf, x, y)
+    return float_math(arith.remf, x, y)
 
 
 def trunc(x) -> Value:
-    return float_math("trunc", llvm.intr_trunc, x)
+    return float_math(llvm.intr_trunc, x)
 
 
 def rint(x) -> Value:
-    return float_math("rint", mmath.roundeven, x)
+    return float_math(mmath.roundeven, x)
 
 
 def hypot(x, y) -> Value:

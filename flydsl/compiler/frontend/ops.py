@@ -15,7 +15,7 @@ from ...expr.dtypes import DType
 from . import context
 from .memory_ops import (atomic_update, constant_shape, dynamic_shared_array,
                          means_dynamic_shared)
-from .numeric_ops import NATIVE, float_math
+from .numeric_ops import float_math
 from .tensors import TensorValue
 from .values import Value, as_value, cast, is_scalar, promote, select as _select
 
@@ -127,7 +127,7 @@ def shuffle_xor(value, mask) -> Value:
 
 def _unary_math(fn, fname: str):
     def apply(x):   # native everywhere; f16/bf16 computed in f32
-        return float_math(fname, fn, x, rocm=NATIVE, rocm_f64=True)
+        return float_math(fn, x)
     apply.__name__ = fname
     return apply
 
