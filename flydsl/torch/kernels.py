@@ -56,8 +56,17 @@ _LOCK = threading.Lock()
 _MISSING = object()
 
 
+class KernelPattern:
+    """What a generated kernel computes; ``key``, a digest of its ``repr``, names the
+    kernel and its source file (subclasses are frozen dataclasses)."""
+
+    @functools.cached_property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:20]
+
+
 @dataclass(frozen=True)
-class FusedPattern:
+class FusedPattern(KernelPattern):
     """What one fused kernel computes, independent of FX node names and shapes.
 
     ``inputs``: ("tensor", torch dtype) or ("scalar", flydsl dtype name) per
@@ -68,10 +77,6 @@ class FusedPattern:
     inputs: tuple
     body: tuple
     outputs: tuple
-
-    @functools.cached_property
-    def key(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:20]
 
     def source(self, rank: int) -> tuple[str, str]:
         """(kernel name, module source) over a rank-``rank`` iteration space."""

@@ -35,18 +35,24 @@ def build_pattern(sub: GraphModule) -> kernels.FusedPattern:
                 inputs.append(("scalar", _SCALAR_PARAM[type(val)]))
                 env[node] = (name, None)
         elif node.op == "call_function":
-            entry = lookup(node.target)
-            out_dtype = node.meta["val"].dtype
-            text = emit_call(entry, entry.bind(node.args, node.kwargs), out_dtype,
-                             env.__getitem__)
-            if text is None:
-                raise AssertionError(f"cannot emit {node.format_node()}")
+            text, out_dtype = _pointwise_text(node, env)
             var = f"v{len(body)}"
             body.append(f"{var} = {text}")
             env[node] = (var, out_dtype)
         elif node.op == "output":
             outputs = [env[a] for a in node.args[0]]
     return kernels.FusedPattern(tuple(inputs), tuple(body), tuple(outputs))
+
+
+def _pointwise_text(node, env: dict) -> tuple:
+    """(DSL expression, result dtype) of a pointwise ``node`` whose operands ``env``
+    names (node -> (variable, dtype))."""
+    entry = lookup(node.target)
+    out_dtype = node.meta["val"].dtype
+    text = emit_call(entry, entry.bind(node.args, node.kwargs), out_dtype, env.__getitem__)
+    if text is None:
+        raise AssertionError(f"cannot emit {node.format_node()}")
+    return text, out_dtype
 
 
 def output_layouts(sub: GraphModule) -> list:
@@ -102,12 +108,7 @@ def build_row_pattern(sub: GraphModule) -> RowPattern:
             pairs = [(var, dt) for var, dt in zip(results, dtypes)]
             env[node] = pairs if len(pairs) > 1 else pairs[0]
         elif node.op == "call_function":
-            entry = lookup(node.target)
-            out_dtype = node.meta["val"].dtype
-            text = emit_call(entry, entry.bind(node.args, node.kwargs), out_dtype,
-                             env.__getitem__)
-            if text is None:
-                raise AssertionError(f"cannot emit {node.format_node()}")
+            text, out_dtype = _pointwise_text(node, env)
             operands = [env[a][0] for a in node.all_input_nodes]
             env[node] = (b.value(text, out_dtype, operands), out_dtype)
         elif node.op == "output":

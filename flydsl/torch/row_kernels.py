@@ -15,8 +15,6 @@ results with stride 0 along the columns) and launches ``rows`` blocks.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -24,8 +22,8 @@ from typing import Optional
 
 import torch
 
-from .kernels import (_MAX_ELEMENTS, FusedModule, LaunchPlan, broadcast_shape,
-                      broadcast_strides, coalesce, view_specs)
+from .kernels import (_MAX_ELEMENTS, FusedModule, KernelPattern, LaunchPlan,
+                      broadcast_shape, broadcast_strides, coalesce, view_specs)
 from .pointwise import fx_dtype, register_dtype
 
 _MAX_BLOCK = 256
@@ -35,7 +33,7 @@ _NAME = re.compile(r"\b[vx]\d+\b")
 
 
 @dataclass(frozen=True)
-class RowPattern:
+class RowPattern(KernelPattern):
     """What one row kernel computes.
 
     ``inputs``: ("tensor", torch dtype, "full" or "row") or ("scalar", flydsl dtype
@@ -49,10 +47,6 @@ class RowPattern:
     inputs: tuple
     steps: tuple
     outputs: tuple
-
-    @functools.cached_property
-    def key(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:20]
 
     def source(self, rank: int) -> tuple[str, str]:
         return row_kernel_source(self, rank)
