@@ -110,3 +110,22 @@ def test_cuda_sqrt_is_correctly_rounded_unless_fast_math(monkeypatch):
     monkeypatch.setenv("FLYDSL_FAST_MATH", "1")
     ptx = flydsl.compile(sqrt_kernel, x, x, backend="cuda", arch="sm_90").asm["ptx"]
     assert "sqrt.approx.f32" in ptx
+
+
+def _host_has_avx512() -> bool:
+    import llvmlite.binding as llvm
+    from flydsl.compiler import llvm_codegen
+    llvm_codegen.initialize()
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
+@pytest.mark.skipif(not _host_has_avx512(), reason="the host has no AVX-512")
+def test_cpu_kernels_use_the_full_avx512_width():
+    """LLVM's Intel tuning prefers 256-bit vectors; kernels get the 512-bit ones (zmm),
+    twice the lanes for compute-bound loops (vector math) as ATen's AVX-512 code has."""
+    a, b, c, y = _inputs(1024)
+    prog = flydsl.compile(mad, a, b, c, y, len(a))
+    asm = prog.backend.assembly(prog.asm)
+    assert re.search(r"vfmadd\w*ps\s+[^\n]*zmm", asm), "no 512-bit FMA in the thread loop"
+    mad(a, b, c, y, len(a))
+    assert (y == np.float32(2.0 ** -24)).all()
