@@ -117,6 +117,20 @@ def test_torch_tensors_take_the_generated_path():
     np.testing.assert_array_equal(y.numpy(), expected(x.numpy(), 3, 1))
 
 
+def test_torch_guards_read_each_tensor_attribute_once():
+    """A tensor attribute costs ~0.1 us: the CPU device test is ``is_cpu`` (no device
+    object built), the shape is read once and a 1-D tensor's numel is its shape."""
+    torch = pytest.importorskip("torch")
+    scale.cache_clear()
+    x, y = torch.arange(6, dtype=torch.float32), torch.zeros(6)
+    scale[1, 8](x, y, 2, 1)
+    source = scale.warm_launch_source()
+    assert ".device" not in source and "a0.is_cpu" in source
+    assert source.count("a0.shape") == 1 and "numel" not in source
+    # a tensor elsewhere (meta: no data) fails the guards: the keyed path decides
+    assert not scale._last((x.to("meta"), y, 2, 1), (1, 1, 1), (8, 1, 1), 0, None)
+
+
 # A random sequence of launches: whichever path each call takes (the last
 # specialization's guards, the keyed lookup, or a new specialization), the result is
 # that of the arguments given.
