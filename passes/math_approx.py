@@ -10,6 +10,9 @@ denormals, overflow, sin/cos of arguments up to 3.4e38), within 1 ulp (tanh: 2) 
 the correctly rounded result; ``tests/test_cpu_math_accuracy.py`` checks it.
 The other functions that would be libm calls (:data:`IEEE_OPS`: tan, pow, erfc, ...)
 are :mod:`._ieee_math`'s, in f64 (f32 through f64), within an ulp.
+Scalar f32 sin, cos and tan (:data:`OUTLINED`) become calls to functions of the module
+whose vector versions skip the long (Payne-Hanek) reduction when every lane is below
+2^20 (:mod:`._vector_variants`); the results are the same either way.
 
 The ops carry ``contract`` (the f32 code reuses no product in a sum whose rounding
 matters; the f64 code's bounds are measured with it), so ``fp_flags``, which flags only
@@ -30,12 +33,15 @@ import mlir.ir as ir
 from mlir.dialects import arith
 
 from . import _ieee_math
+from ._vector_variants import Outlined, outline_math_ops
 from ._arith import (V, bits, clamp, copysign, fabs, fma, from_bits, imax, imin, poly,
                      rewrite_math_ops, roundeven, select)
 
 
 def run(module: ir.Module, target=None, options=None) -> None:
-    """Replace the math ops of ``module`` listed in :data:`CPU_TABLE`, in place."""
+    """Replace the math ops of ``module`` listed in :data:`CPU_TABLE`, in place: the
+    scalar f32 ones of :data:`OUTLINED` by calls, the others by inline code."""
+    outline_math_ops(module, OUTLINED)
     rewrite_math_ops(module, CPU_TABLE, "contract")
 
 
@@ -164,14 +170,40 @@ def _reduce(ax: V) -> tuple[V, V]:
     return n, b.convert(frac, b.f64, arith.sitofp) * (math.pi / 2 / 2.0 ** 62)
 
 
-def _sin_cos(x: V, quarter_turns: int) -> V:
+#: pi/2 in three f64 parts: n * part is exact inside an fma, so x - n pi/2 loses nothing.
+_PIO2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
+#: |x| below which the Cody-Waite reduction is exact enough (in f64: r within 2^-47
+#: relative of the exact remainder, whose size is above 2^-40 for f32 x < 2^20).
+_MEDIUM = 2.0 ** 20
+
+
+def _reduce_medium(ax: V) -> tuple[V, V]:
+    """(n as i64, r as f64) with ax = n pi/2 + r, |r| <= ~pi/4, for ax < _MEDIUM
+    (Cody-Waite: three fma steps; for ax < pi/4, n = 0 and r = ax exactly)."""
+    b = ax.b
+    x = b.convert(ax, b.f64, arith.extf)
+    nf = roundeven(x * (2 / math.pi))
+    r = fma(nf, -_PIO2[0], x)
+    r = fma(nf, -_PIO2[1], r)
+    r = fma(nf, -_PIO2[2], r)
+    return b.convert(nf, b.i64, arith.fptosi), r
+
+
+def _reduce_any(ax: V) -> tuple[V, V]:
+    """:func:`_reduce_medium` below _MEDIUM, Payne-Hanek (:func:`_reduce`) above: the
+    results every lane gets, whichever code computed them (see :data:`OUTLINED`)."""
+    n_med, r_med = _reduce_medium(ax)
+    n_big, r_big = _reduce(ax)
+    medium = ax < _MEDIUM
+    return select(medium, n_med, n_big), select(medium, r_med, r_big)
+
+
+def _sin_cos(x: V, quarter_turns: int, reduce: Callable = _reduce_any) -> V:
     """sin(x + quarter_turns * pi/2): 0 for sin, 1 for cos."""
     b = x.b
     ax = fabs(x)
-    n, r = _reduce(ax)
-    small = ax < 0.785398   # |x| < pi/4 (rounded down): no reduction
-    r = select(small, b.convert(ax, b.f64, arith.extf), r)
-    n = select(small, 0, n) + quarter_turns
+    n, r = reduce(ax)
+    n = n + quarter_turns
     r2 = r * r
     s = fma(r * r2, poly(r2, _SIN_P), r)
     c = fma(r2, poly(r2, _COS_Q), 1.0)
@@ -234,15 +266,12 @@ def _erf(x: V) -> V:
     return copysign(select(ax < 1.0, small, big), x)
 
 
-def tan_f32(x: V) -> V:
+def tan_f32(x: V, reduce: Callable = _reduce_any) -> V:
     """tan from the f32 reduction above and the f64 sin/cos kernels, rounded once."""
     b = x.b
     ax = fabs(x)
-    n, r = _reduce(ax)
-    small = ax < 0.785398
-    r = select(small, b.convert(ax, b.f64, arith.extf), r)
-    odd = (select(small, 0, n) & 1).eq(1)
-    t = _ieee_math.tan_reduced(r, b.const(0.0, b.f64), odd)
+    n, r = reduce(ax)
+    t = _ieee_math.tan_reduced(r, b.const(0.0, b.f64), (n & 1).eq(1))
     t = b.convert(select(bits(x) < 0, -t, t), b.f32, arith.truncf)
     return select(ax < _INF, t, _NAN)
 
@@ -261,6 +290,18 @@ APPROXIMATIONS: dict[str, Callable[[V], V]] = {
 IEEE_OPS = ("math.exp2", "math.log2", "math.expm1", "math.log1p", "math.tan", "math.asin",
             "math.acos", "math.atan", "math.atan2", "math.sinh", "math.cosh", "math.asinh",
             "math.acosh", "math.atanh", "math.erf", "math.erfc", "math.powf")
+
+def _fast_reduction_ok(x: V) -> V:
+    return fabs(x) < _MEDIUM
+
+
+#: Scalar f32 ops computed out of line, whose vector versions skip the Payne-Hanek
+#: reduction (most of their cost) when every lane is below _MEDIUM.
+OUTLINED: dict[str, Outlined] = {
+    "math.sin": Outlined(_sin, lambda x: _sin_cos(x, 0, _reduce_medium), _fast_reduction_ok),
+    "math.cos": Outlined(_cos, lambda x: _sin_cos(x, 1, _reduce_medium), _fast_reduction_ok),
+    "math.tan": Outlined(tan_f32, lambda x: tan_f32(x, _reduce_medium), _fast_reduction_ok),
+}
 
 #: Every op the CPU pass rewrites, by (name, float width): :data:`APPROXIMATIONS` on
 #: f32, :data:`IEEE_OPS` on f64 and (through f64) on f32.

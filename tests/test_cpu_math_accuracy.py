@@ -251,3 +251,57 @@ def test_pass_rewrites_f32_scalars_and_vectors_only():
         assert ("erf", "f64") not in left
         PassManager.parse("builtin.module(convert-math-to-llvm,convert-math-to-libm,"
                           "convert-to-llvm,reconcile-unrealized-casts)").run(module.operation)
+
+
+# -- sin, cos, tan: out of line, vector versions with a short reduction ----------------
+
+@flydsl.kernel
+def trig(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        y[0, i] = fx.sin(x[i])
+        y[1, i] = fx.cos(x[i])
+        y[2, i] = fx.tan(x[i])
+
+
+@flydsl.jit
+def trig_jit(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    trig(x, y, n).launch(grid=((n + 255) // 256, 1, 1), block=(256, 1, 1))
+
+
+def _trig_inputs() -> np.ndarray:
+    """Values of every size below the short reduction's 2^20, and the float32 values
+    nearest to multiples of pi/2 (the remainders that lose the most)."""
+    rng = np.random.default_rng(3)
+    wide = rng.standard_normal(768) * 10.0 ** rng.integers(-8, 6, 768)
+    k = rng.integers(1, 600_000, 256)
+    return np.concatenate([wide, k * (np.pi / 2)]).astype(np.float32)
+
+
+def test_trig_gives_a_value_the_same_result_beside_any_other():
+    """A vector of lanes all below 2^20 takes the short reduction; one lane of 1e30
+    sends its whole vector through Payne-Hanek; a tail runs the scalar function. A value
+    must get bitwise the same result in each (and within 1 ulp of float64)."""
+    vals = _trig_inputs()
+    mixed = vals.copy()
+    mixed[::8] = np.float32(1e30)   # in every vector of 8 or 16 lanes, however aligned
+    x = np.concatenate([vals, mixed, vals[:7]])
+    y = np.empty((3, x.size), np.float32)
+    trig_jit(x, y, x.size)
+    n, keep = vals.size, np.arange(vals.size) % 8 != 0
+    for row, ref in zip(y, (np.sin, np.cos, np.tan)):
+        pure, beside = row[:n], row[n:2 * n]
+        np.testing.assert_array_equal(pure[keep], beside[keep])
+        np.testing.assert_array_equal(pure[:7], row[2 * n:])
+        assert ulp_error(pure, ref(vals.astype(np.float64)).astype(np.float32)).max() <= 1
+
+
+@pytest.mark.skipif(not _has_avx(), reason="packed ymm/zmm code needs an x86 host with AVX")
+def test_trig_loops_call_the_vector_versions():
+    """The vectorized thread loop calls sin/cos/tan's vector versions (LLVM's
+    vector-function ABI), which branch once per vector to the short reduction."""
+    x = _trig_inputs()
+    y = np.empty((3, x.size), np.float32)
+    asm = _assembly(flydsl.compile(trig_jit, x, y, x.size))
+    for name in ("sinf", "cosf", "tanf"):
+        assert re.search(rf"call\w*\s+_flydsl_math_{name}_v(8|16)\b", asm), name

@@ -1,0 +1,114 @@
+"""Math computed out of line, with vector versions that branch per vector.
+
+A loop the vectorizer turns into SIMD code cannot branch per lane: inline math code
+computes every path for every lane and selects. Functions with a cheap path for most
+inputs (sin/cos: a short reduction below 2^20, the long one above) then pay for the
+long path always. So :func:`outline_math_ops` replaces each scalar op of a table by a
+call to a function of the module, and gives that function vector versions through
+LLVM's vector-function ABI (the ``vector-function-abi-variant`` attribute): the loop
+vectorizer calls ``name_v16(<16 x float>)`` once per 16 lanes, and that version
+takes the cheap path when every lane allows it.
+
+Every lane gets the result the scalar function gives it, whichever path ran: the
+``full`` code must select, per lane, the result ``fast`` computes wherever
+``fast_ok`` holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import mlir.ir as ir
+from mlir.dialects import func, scf, vector
+
+from ._arith import Builder, V
+from .ir import walk
+
+#: Vector widths given a version, with the x86 ISA letter of the vector-function ABI
+#: (b: SSE, d: AVX2, e: AVX-512); LLVM matches the version by its width.
+VECTOR_WIDTHS = ((4, "b"), (8, "d"), (16, "e"))
+#: Function names start like this: the CPU backend keeps them out of its internalized
+#: symbols (internal functions the vectorizer cannot see would be deleted first).
+PREFIX = "_flydsl_math_"
+
+
+@dataclass(frozen=True)
+class Outlined:
+    """An f32 function computed out of line.
+
+    ``full(x)``: the result for any input (what the scalar function computes);
+    ``fast(x)``: the same result where ``fast_ok(x)`` holds, cheaper;
+    ``fast_ok(x)``: an i1 per lane.
+    """
+    full: Callable[[V], V]
+    fast: Callable[[V], V]
+    fast_ok: Callable[[V], V]
+
+
+def outline_math_ops(module: ir.Module, table: dict[str, Outlined]) -> None:
+    """Replace every scalar f32 op of ``module`` named in ``table`` by a call to a
+    function defined (once) in ``module``, with vector versions."""
+    with module.context:
+        f32 = ir.F32Type.get()
+
+        def wanted(op) -> bool:
+            return (op.name in table and len(op.results) == 1 and len(op.operands) == 1
+                    and op.results[0].type == f32)
+
+        ops = list(walk(module.operation, wanted))
+        defined: dict[str, str] = {}
+        for op in ops:
+            name = op.name
+            if name not in defined:
+                defined[name] = _define(module, name.split(".")[-1] + "f", table[name])
+            with ir.InsertionPoint(op), op.location:
+                call = func.CallOp([f32], defined[name], [op.operands[0]])
+            op.results[0].replace_all_uses_with(call.results[0])
+            op.erase()
+
+
+def _define(module: ir.Module, base: str, fn: Outlined) -> str:
+    """Define ``PREFIX + base`` and its vector versions; return the scalar one's name."""
+    name = PREFIX + base
+    f32 = ir.F32Type.get()
+    variants = []
+    with ir.Location.unknown(), ir.InsertionPoint(module.body):
+        for width, isa in VECTOR_WIDTHS:
+            vname = f"{name}_v{width}"
+            _function(vname, ir.VectorType.get([width], f32), lambda x: _branching(x, fn))
+            variants.append(f"_ZGV{isa}N{width}v_{name}({vname})")
+        scalar = _function(name, f32, fn.full)
+        # noinline: a call the vectorizer can replace (it looks the versions up on the
+        # callee); inlined, the code would be vectorized with every path again
+        scalar.attributes["passthrough"] = ir.ArrayAttr.get([
+            ir.StringAttr.get("noinline"),
+            ir.ArrayAttr.get([ir.StringAttr.get("vector-function-abi-variant"),
+                              ir.StringAttr.get(",".join(variants))])])
+    return name
+
+
+def _function(name: str, ty: ir.Type, body: Callable[[V], V]) -> func.FuncOp:
+    """``func.func @name(ty) -> ty`` returning ``body(x)``, hidden (no other object
+    can interpose it; the loader's copy of another kernel's is never used)."""
+    f = func.FuncOp(name, ir.FunctionType.get([ty], [ty]))
+    f.attributes["visibility_"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)
+    entry = f.add_entry_block()
+    with ir.InsertionPoint(entry):
+        b = Builder(ty, "contract")
+        func.ReturnOp([body(b.value(entry.arguments[0])).v])
+    return f
+
+
+def _branching(x: V, fn: Outlined) -> V:
+    """``fast(x)`` when every lane allows it, else ``full(x)``: one branch per vector."""
+    b = x.b
+    every = vector.reduction(b.i1, vector.CombiningKind.AND, fn.fast_ok(x).v)
+    branch = scf.IfOp(every, [x.v.type], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp([fn.fast(x).v])
+    with ir.InsertionPoint(branch.else_block):
+        scf.YieldOp([fn.full(x).v])
+    return V(branch.results[0], b)
+
+
+__all__ = ["Outlined", "outline_math_ops", "PREFIX", "VECTOR_WIDTHS"]
