@@ -17,6 +17,13 @@ Loop-carried values of a synchronising ``scf.for`` are uniform when their
 initial value is and the value yielded back is, assuming all uniform iter_args
 stay uniform (optimistic fixpoint).
 
+A load from shared memory at a uniform index is uniform too when no thread writes
+that buffer in the load's segment (between the barriers around it): every thread
+reads what the previous segments left. Kept at the block level, it runs once per
+block before the segment's thread loop, and what is computed from it (a row's mean,
+``rsqrt`` of its variance) stays a block value instead of being recomputed for
+every thread, or for every element of a block-level strided loop.
+
 A synchronising ``scf.if`` with a per-thread condition (only legal when its
 synchronisation comes from warp collectives: shuffles, votes, warp barriers) is
 lowered by predication: its bodies become block levels too, executed for every
@@ -25,14 +32,29 @@ block whatever the condition, so ops hoisted from them must not trap
 """
 from __future__ import annotations
 
-from ._simt_ir import is_pure, may_trap
-from .ir import block_ops, terminator
+import mlir.ir as ir
+
+from ._simt_ir import SYNC_OPS, is_pure, may_trap
+from .ir import MEMREF_VIEW_OPS, block_ops, defining_op, terminator, walk
+
+#: Ops that write memory, and which operand is the memref they write.
+_WRITE_TARGET = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0,
+                 "vector.scatter": 0, "vector.transfer_write": 1, "memref.atomic_rmw": 1,
+                 "memref.generic_atomic_rmw": 0, "memref.copy": 1}
+#: Ops with regions or effects that write no memory themselves.
+_NO_WRITE = frozenset({"memref.load", "vector.load", "vector.maskedload", "vector.gather",
+                       "vector.transfer_read", "memref.alloca", "scf.for", "scf.if",
+                       "scf.while", "scf.yield", "scf.condition", "gpu.thread_id"})
+#: Ops whose result is a buffer of its own (what a view chain ends at).
+_BUFFER_OPS = frozenset({"memref.alloca", "memref.alloc", "memref.get_global"})
 
 
 class Uniformity:
-    def __init__(self, seeds, sync_ancestors):
+    def __init__(self, seeds, sync_ancestors, shared=()):
         #: ops (ir.Operation) that (transitively) contain a barrier/shuffle
         self.sync = sync_ancestors
+        #: the block's shared-memory buffers (whose uniform loads may be uniform)
+        self.shared = set(shared)
         self.uniform = set(seeds)
         self.hoisted = set()
 
@@ -52,12 +74,25 @@ class Uniformity:
         return op.name == "scf.if" and op.operands[0] in self.uniform
 
     def _level(self, block, U, H, spec) -> None:
-        for op in block_ops(block):
+        ops = block_ops(block)
+        writes = _segment_writes(ops, self.sync) if self.shared else {}
+        for op in ops:
             if op in self.sync:
                 self._sync_op(op, U, H, spec)
-            elif _hoistable(op, U, spec):
+            elif _hoistable(op, U, spec) or (
+                    not spec and self._uniform_shared_load(op, U, writes.get(op))):
                 H.add(op)
                 U.update(op.results)
+
+    def _uniform_shared_load(self, op, U, segment_writes) -> bool:
+        """``op`` loads a shared buffer at a uniform index, and its segment does not
+        write that buffer (``segment_writes``: the buffers it writes, None: unknown)."""
+        if op.name != "memref.load" or segment_writes is None:
+            return False
+        if not all(v in U for v in op.operands):
+            return False
+        buf = _buffer(op.operands[0])
+        return buf in self.shared and buf not in segment_writes
 
     def _sync_op(self, op, U, H, spec) -> None:
         name = op.name
@@ -129,3 +164,48 @@ def _block_hoistable(block, U, spec) -> bool:
             return False
         U.update(op.results)
     return True
+
+
+def _buffer(memref):
+    """The buffer ``memref`` views (through MEMREF_VIEW_OPS), or None if unknown."""
+    while True:
+        op = defining_op(memref)
+        if op is None:
+            return memref if isinstance(memref, ir.BlockArgument) else None
+        if op.name in _BUFFER_OPS:
+            return memref
+        if op.name not in MEMREF_VIEW_OPS:
+            return None
+        memref = op.operands[0]
+
+
+def _written_buffers(op):
+    """The buffers ``op`` (and what it holds) may write; None when it may write any."""
+    out = set()
+    for o in walk(op):
+        target = _WRITE_TARGET.get(o.name)
+        if target is not None:
+            buf = _buffer(o.operands[target])
+            if buf is None:
+                return None
+            out.add(buf)
+        elif not (is_pure(o) or o.name in _NO_WRITE):
+            return None
+    return out
+
+
+def _segment_writes(ops, sync) -> dict:
+    """Per op of a block level (not a sync op): the buffers written in its segment,
+    the ops between the sync ops around it (None when unknown)."""
+    result, members, written = {}, [], set()
+    for op in ops + [None]:
+        if op is None or op in sync or op.name in SYNC_OPS:
+            for m in members:
+                result[m] = written
+            members, written = [], set()
+            continue
+        members.append(op)
+        if written is not None:
+            w = _written_buffers(op)
+            written = None if w is None else written | w
+    return result

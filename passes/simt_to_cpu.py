@@ -230,6 +230,7 @@ class _KernelLowering:
         self.internal: set = set()      # scratch buffers indexed in bounds by construction
         self.byte_bools: set = set()    # slots holding i1 values as i8
         self.mem_labels: dict = {}      # user memref -> how a debug report names it
+        self.shared: set = set()        # the block's shared-memory buffers
         self._build_function(gm)
 
     # -- setup -----------------------------------------------------------
@@ -300,6 +301,7 @@ class _KernelLowering:
             buf = self.entry_alloca(strip_memory_space(old.type))
             old.replace_all_uses_with(buf)
             self.mem_labels[buf] = {"tensor": f"shared array {k}"}
+            self.shared.add(buf)
         private = kargs[n + n_wg:]
         with ir.InsertionPoint(self.block_yield), loc:
             for k, old in enumerate(private):  # per-thread memory: like an alloca in the body
@@ -322,6 +324,7 @@ class _KernelLowering:
             if name not in wg_globals:
                 wg_globals[name] = self.entry_alloca(strip_memory_space(t))
                 self.mem_labels[wg_globals[name]] = {"tensor": f"shared array {name}"}
+                self.shared.add(wg_globals[name])
             op.results[0].replace_all_uses_with(wg_globals[name])
             op.erase()
         self._lower_dynamic_shared(gfunc, dynamic_shared)
@@ -342,6 +345,7 @@ class _KernelLowering:
         mtype = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], _i8())
         buf = self.entry_alloca(mtype, [nbytes])
         self.mem_labels[buf] = {"tensor": "dynamic shared array"}
+        self.shared.add(buf)
         for op in ops:
             op.results[0].replace_all_uses_with(buf)
             op.erase()
@@ -471,7 +475,7 @@ class _KernelLowering:
         return result
 
     def _analyze(self) -> Uniformity:
-        return Uniformity(self.seeds, self._sync_ancestors()).run(self.body)
+        return Uniformity(self.seeds, self._sync_ancestors(), self.shared).run(self.body)
 
     # -- 1. ids ------------------------------------------------------------
     def _lower_id_ops(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import platform
 import re
 
 import numpy as np
@@ -202,3 +203,58 @@ def test_tree_reduction_guards_shrink_the_thread_loop(monkeypatch, tmp_path):
     body = text.split("func.func")[1].split("atomic")[0]
     after_input_load = re.split(r"memref\.load %(?:arg0|assume_align)\b", body, maxsplit=1)[1]
     assert "scf.if" not in after_input_load, "a lane guard is still tested per thread"
+
+
+# -- uniform loads of shared memory --------------------------------------------------------
+
+def _packed_divisions(asm: str) -> int:
+    return len(re.findall(r"\bv(div|sqrt)ps\b", asm))
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="reads x86 assembly")
+def test_row_statistics_from_shared_memory_are_computed_once_per_block():
+    """layernorm's mean and rstd come from ``red[0]`` (the block reduction's result):
+    loaded once per block, no thread writing ``red`` in between, they are block values;
+    the row loop does not divide or take a square root per element (10 packed
+    divisions/square roots were left in it before)."""
+    from layernorm import layernorm, reference
+    x = rng.standard_normal((64, 1000)).astype(np.float32)
+    w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    y = np.empty_like(x)
+    prog = flydsl.compile(layernorm, x, w, b, y)
+    assert _packed_divisions(prog.backend.assembly(prog.asm)) == 0
+    layernorm(x, w, b, y)
+    np.testing.assert_allclose(y, reference(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+@flydsl.kernel
+def shared_reads(out: fx.Tensor, steps: fx.Constexpr[int]):
+    """Each step: thread 0 bumps buf[0] and buf[1] (a segment writing buf); then every
+    thread reads them (a segment that does not write them) and thread 0 bumps buf[3] and
+    reads it back (a segment that does)."""
+    tid = fx.thread_idx.x
+    buf = fx.shared_array((4,), fx.Float32)
+    if tid < 4:
+        buf[tid] = 0.0
+    fx.barrier()
+    for it in range(steps):
+        if tid == 0:
+            buf[0] = buf[0] + 1.0
+            buf[1] = buf[1] + 10.0
+        fx.barrier()
+        v = buf[0]                  # uniform: no write to buf in this segment
+        if tid == 0:
+            buf[3] = buf[3] + 1.0   # this segment writes buf: its reads stay per thread
+        u = buf[3]                  # (thread 0 reads back its own write)
+        out[it, tid] = v * 100.0 + buf[1]
+        if tid == 0:
+            out[it, 32] = u
+        fx.barrier()
+
+
+def test_uniform_shared_loads_see_each_steps_value():
+    out = np.zeros((5, 33), np.float32)
+    shared_reads[(1,), (32,)](out, 5)
+    step = np.arange(1, 6, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(out[:, :32], np.broadcast_to(step * 110.0, (5, 32)))
+    np.testing.assert_array_equal(out[:, 32], step[:, 0])
