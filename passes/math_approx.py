@@ -69,17 +69,21 @@ def _exp_reduced(r: V, n: V) -> V:
 def _exp(x: V) -> V:
     """e^x: x = n ln2 + r, e^x = 2^n e^r. Below -104, e^x < 2^-150 rounds to 0; above
     89 it overflows to inf."""
-    xc = clamp(x, -104.0, 89.0)
+    zero = x < -104.0
+    # those lanes compute e^0 and are replaced: an underflowing product would cost a
+    # microcode assist per instruction (10x the time of exp(-inf), a masked softmax)
+    xc = select(zero, 0.0, clamp(x, -104.0, 89.0))
     n = roundeven(xc * (1.0 / math.log(2.0)))
     r = fma(n, -_LN2_LO, fma(n, -_LN2_HI, xc))
-    return select(x.ne(x), x, _exp_reduced(r, n))
+    return select(x.ne(x), x, select(zero, 0.0, _exp_reduced(r, n)))
 
 
 def _exp2(x: V) -> V:
-    """2^x = 2^n * e^(r ln2), n = round(x), r = x - n exact."""
-    xc = clamp(x, -151.0, 129.0)
+    """2^x = 2^n * e^(r ln2), n = round(x), r = x - n exact (0 below -151, as in _exp)."""
+    zero = x < -151.0
+    xc = select(zero, 0.0, clamp(x, -151.0, 129.0))
     n = roundeven(xc)
-    return select(x.ne(x), x, _exp_reduced((xc - n) * math.log(2.0), n))
+    return select(x.ne(x), x, select(zero, 0.0, _exp_reduced((xc - n) * math.log(2.0), n)))
 
 
 # -- log, log2, log10 ------------------------------------------------------------------
@@ -234,7 +238,7 @@ def _tanh(x: V) -> V:
     ax = fabs(x)
     z = ax * ax
     small = fma(ax * z, poly(z, _TANH_P), ax)
-    e = _exp(ax * -2.0)
+    e = _exp(select(ax > 10.0, 10.0, ax) * -2.0)   # 1 from 9.01 on; no denormal e^-2|x|
     big = (1.0 - e) / (1.0 + e)
     return copysign(select(ax < 0.625, small, big), x)
 
