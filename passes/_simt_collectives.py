@@ -12,14 +12,19 @@ A ``gpu.subgroup_reduce`` becomes::
 
     vals[tid] = value; active[tid] = 1        // this thread takes part
     barrier
-    acc = none
-    for j in the lanes of tid's warp (or cluster), j < nthreads:
-        if active[j]: acc = (acc is none) ? vals[j] : op(acc, vals[j])
+    if done[warp]: acc = folded[warp]         // (scans fold for every thread)
+    else:
+        acc = none
+        for j in the lanes of tid's warp (or cluster), j < nthreads:
+            if active[j]: acc = (acc is none) ? vals[j] : op(acc, vals[j])
+        folded[warp] = acc; done[warp] = 1
     barrier
-    active[tid] = 0                           // ready for the next collective
+    active[tid] = 0; done[warp] = 0           // ready for the next collective
 
-Lanes are folded in lane order, the same order for every lane, from the first
-active lane's value (no identity element is involved). ``active`` is zeroed once per
+A reduction is folded once per warp: the first of its threads that runs folds the
+lanes into ``folded[warp]`` and flags ``done[warp]``; the others load it (32 loads,
+not 32 folds of 32 lanes). Lanes are folded in lane order from the first active
+lane's value (no identity element is involved). ``active`` is zeroed once per
 call of the kernel function and every thread clears the flag it set, so lanes that
 did not execute the reduction (outside the predicated branch, or past the end of a
 partial last warp) never count.
@@ -81,7 +86,8 @@ class SubgroupReduceLowering:
     def __init__(self, k, unsupported):
         self.k = k
         self.unsupported = unsupported
-        self._active = None
+        self._flags: dict = {}      # "active", "done" -> zeroed i8 per thread
+        self._folded: dict = {}     # element type str -> per-warp results
 
     def run(self) -> None:
         for op in walk(self.k.block_loop, lambda o: o.name == "gpu.subgroup_reduce"):
@@ -92,18 +98,42 @@ class SubgroupReduceLowering:
                                 "backend", op, self.k.name)
 
     def _active_flags(self) -> ir.Value:
+        return self._zeroed_flags("active")
+
+    def _zeroed_flags(self, name: str) -> ir.Value:
         """One i8 per thread, zeroed at function entry (a collective leaves it zero)."""
-        if self._active is None:
+        if name not in self._flags:
             k = self.k
             i8 = ir.IntegerType.get_signless(8)
-            self._active = k.slot(i8)
+            flags = self._flags[name] = k.slot(i8)
             with ir.InsertionPoint(k.block_loop), ir.Location.unknown():
                 zero = arith.ConstantOp(i8, 0).result
                 loop = scf.ForOp(k.const(0), k.nthreads, k.const(1))
                 with ir.InsertionPoint(loop.body):
-                    memref.StoreOp(zero, self._active, [loop.induction_variable])
+                    memref.StoreOp(zero, flags, [loop.induction_variable])
                     scf.YieldOp([])
-        return self._active
+        return self._flags[name]
+
+    def _fold_once(self, combine, vals, active, t, warp, first, stop) -> ir.Value:
+        """The fold of the active lanes in [first, stop) of warp ``warp``, computed by
+        the first of its threads to run and loaded by the others."""
+        k = self.k
+        i8 = ir.IntegerType.get_signless(8)
+        done = self._zeroed_flags("done")
+        if str(t) not in self._folded:
+            self._folded[str(t)] = k.slot(t)
+        folded = self._folded[str(t)]
+        ready = arith.cmpi(arith.CmpIPredicate.ne, memref.LoadOp(done, [warp]).result,
+                           arith.ConstantOp(i8, 0).result)
+        branch = scf.IfOp(ready, [t], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp([memref.LoadOp(folded, [warp]).result])
+        with ir.InsertionPoint(branch.else_block):
+            acc, _ = _fold(combine, vals, active, first, stop, _zero(t))
+            memref.StoreOp(acc, folded, [warp])
+            memref.StoreOp(arith.ConstantOp(i8, 1).result, done, [warp])
+            scf.YieldOp([acc])
+        return branch.results[0]
 
     def _lower(self, op) -> None:
         k = self.k
@@ -129,17 +159,23 @@ class SubgroupReduceLowering:
             k.store_slot(arith.ConstantOp(i8, 1).result, active)
             ir.Operation.create("gpu.barrier")
             ltid = k.linear_tid()
-            first = arith.subi(ltid, arith.remui(ltid, k.const(cluster)))
+            warp = arith.divui(ltid, k.const(cluster))
+            first = arith.muli(warp, k.const(cluster))
             if scan is None:
                 stop = arith.minui(arith.addi(first, k.const(cluster)), k.nthreads)
+                acc = self._fold_once(combine, vals, active, t, warp, first, stop)
             else:
                 stop = ltid if scan == "exclusive" else arith.addi(ltid, k.const(1))
-            acc, have = _fold(combine, vals, active, first, stop, _zero(t))
+                acc, have = _fold(combine, vals, active, first, stop, _zero(t))
             if scan == "exclusive":
                 identity = arith.ConstantOp(t, op.attributes[IDENTITY_ATTR]).result
                 acc = arith.select(have, acc, identity)
             ir.Operation.create("gpu.barrier")
-            memref.StoreOp(arith.ConstantOp(i8, 0).result, active, [k.linear_tid()])
+            zero = arith.ConstantOp(i8, 0).result
+            memref.StoreOp(zero, active, [k.linear_tid()])
+            if scan is None:
+                memref.StoreOp(zero, self._zeroed_flags("done"),
+                               [arith.divui(k.linear_tid(), k.const(cluster))])
         op.results[0].replace_all_uses_with(acc)
         op.erase()
 

@@ -258,3 +258,26 @@ def test_uniform_shared_loads_see_each_steps_value():
     step = np.arange(1, 6, dtype=np.float32)[:, None]
     np.testing.assert_array_equal(out[:, :32], np.broadcast_to(step * 110.0, (5, 32)))
     np.testing.assert_array_equal(out[:, 32], step[:, 0])
+
+
+# -- warp reductions: one fold per warp --------------------------------------------------
+
+@flydsl.kernel
+def row_max_minus(x: fx.Tensor, y: fx.Tensor):
+    row = fx.block_idx.x
+    tid = fx.thread_idx.x
+    y[row, tid] = x[row, tid] - fx.block_reduce(x[row, tid], "max")
+
+
+def test_warp_reduction_folds_each_warp_once(monkeypatch, tmp_path):
+    """Each thread used to fold its warp's 32 lanes itself (32x the work); now the
+    first thread of a warp to run folds them and the others load the result."""
+    x = rng.standard_normal((8, 96)).astype(np.float32)
+    y = np.empty_like(x)
+    text = simt_ir(monkeypatch, tmp_path, lambda: row_max_minus[(8,), (96,)](x, y))
+    np.testing.assert_array_equal(y, x - x.max(axis=1, keepdims=True))
+    # a thread loads its warp's fold when it is done, else folds the lanes (a loop
+    # carrying the value and "have one") in the else branch
+    once = re.findall(r"scf\.if %\w+ -> \(f32\) \{\s*%\w+ = memref\.load[^\n]*\n"
+                      r"\s*scf\.yield[^\n]*\n\s*\} else \{", text)
+    assert len(once) == 2, "the block reduction's two warp folds are not once per warp"
