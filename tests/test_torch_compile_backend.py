@@ -107,6 +107,20 @@ def test_float32_math_is_accurate(fn):
     assert _delta(before, _stats())["launches"] == 1
 
 
+@pytest.mark.parametrize("fn", [torch.erf, torch.nn.functional.gelu], ids=lambda f: f.__name__)
+def test_float64_erf_and_gelu_fuse(fn):
+    """erf and exact GELU are ``fx.erf`` (every float type, every backend), so float64
+    groups holding them become kernels too, as accurate as eager's."""
+    x = torch.cat([torch.linspace(-30, 30, 6001, dtype=torch.float64),
+                   torch.tensor([0.0, -0.0, 1e-300, float("nan")], dtype=torch.float64)])
+    compiled = torch.compile(lambda a: fn(a * 1.5), backend="flydsl",
+                             options={"cost_rule": False})
+    before = _stats()
+    torch.testing.assert_close(compiled(x), fn(x * 1.5), rtol=1e-14, atol=1e-15,
+                               equal_nan=True)
+    assert _delta(before, _stats())["launches"] == 1
+
+
 def test_unknown_backend_options_are_rejected():
     with pytest.raises(Exception, match="min_group_size"):
         torch.compile(chain, backend="flydsl", options={"fuse_everything": True})(

@@ -125,10 +125,8 @@ def _pow(c: EmitContext, self, exponent) -> Optional[str]:
     return f"({self} ** {exponent})"
 
 
-def _transcendental(fn: str, f32_only: bool = False) -> Callable[..., Optional[str]]:
+def _transcendental(fn: str) -> Callable[..., Optional[str]]:
     def emit(c: EmitContext, self, **const) -> Optional[str]:
-        if f32_only and c.dtype is not torch.float32:
-            return None                       # no float64 implementation in the DSL
         extra = "".join(f", {v!r}" for v in const.values())
         return f"{fn}({self}{extra})"
     return emit
@@ -152,8 +150,8 @@ EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "cos": _unary("fx.cos"),
     "tanh": _unary("fm.tanh"),
     "sigmoid": _unary("fm.sigmoid"),
-    "erf": _transcendental("fm.erf", f32_only=True),
-    "gelu": _transcendental("fm.gelu", f32_only=True),
+    "erf": _transcendental("fm.erf"),
+    "gelu": _transcendental("fm.gelu"),
     "floor": _float_only("fx.floor"),
     "ceil": _float_only("fx.ceil"),
     "relu": lambda c, self: f"fx.max({self}, 0)",
