@@ -160,8 +160,9 @@ def expand_row_op(node: Node, b: RowBuilder, operand: Callable[[Any], str],
         z = b.full(f"({x} - {m})", acc)
         e = b.full(f"fm.exp({z})", acc)
         s = b.reduce("sum", e, acc)
-        if t is aten._softmax.default:
-            r = b.full(f"({e} / {s})", acc)
+        if t is aten._softmax.default:   # times 1/sum, as ATen's kernel: no division
+            inv = b.row(f"(1.0 / {s})", acc)  # per element (16x the cost of a multiply)
+            r = b.full(f"({e} * {inv})", acc)
         else:
             r = b.full(f"({z} - fx.log({s}))", acc)
         return [_rounded(b, r, out.dtype, [])]
