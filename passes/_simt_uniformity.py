@@ -167,11 +167,15 @@ def _block_hoistable(block, U, spec) -> bool:
 
 
 def _buffer(memref):
-    """The buffer ``memref`` views (through MEMREF_VIEW_OPS), or None if unknown."""
+    """The buffer ``memref`` views (through MEMREF_VIEW_OPS), or None if unknown (a
+    loop-carried or yielded memref may be any buffer; a function's argument is one)."""
     while True:
         op = defining_op(memref)
         if op is None:
-            return memref if isinstance(memref, ir.BlockArgument) else None
+            if not isinstance(memref, ir.BlockArgument):
+                return None
+            owner = memref.owner.owner
+            return memref if owner is not None and owner.name == "func.func" else None
         if op.name in _BUFFER_OPS:
             return memref
         if op.name not in MEMREF_VIEW_OPS:
