@@ -24,9 +24,10 @@ from mlir.dialects import func, scf, vector
 from ._arith import Builder, V
 from .ir import walk
 
-#: Vector widths given a version, with the x86 ISA letter of the vector-function ABI
-#: (b: SSE, d: AVX2, e: AVX-512); LLVM matches the version by its width.
-VECTOR_WIDTHS = ((4, "b"), (8, "d"), (16, "e"))
+#: Vector widths given a version (128, 256 and 512 bits of f32), named with the
+#: vector-function ABI's target-independent ``_LLVM_`` ISA token: LLVM matches a
+#: version by its width, on x86 and AArch64 hosts alike.
+VECTOR_WIDTHS = (4, 8, 16)
 #: Function names start like this: the CPU backend keeps them out of its internalized
 #: symbols (internal functions the vectorizer cannot see would be deleted first).
 PREFIX = "_flydsl_math_"
@@ -73,10 +74,10 @@ def _define(module: ir.Module, base: str, fn: Outlined) -> str:
     f32 = ir.F32Type.get()
     variants = []
     with ir.Location.unknown(), ir.InsertionPoint(module.body):
-        for width, isa in VECTOR_WIDTHS:
+        for width in VECTOR_WIDTHS:
             vname = f"{name}_v{width}"
             _function(vname, ir.VectorType.get([width], f32), lambda x: _branching(x, fn))
-            variants.append(f"_ZGV{isa}N{width}v_{name}({vname})")
+            variants.append(f"_ZGV_LLVM_N{width}v_{name}({vname})")
         scalar = _function(name, f32, fn.full)
         # noinline: a call the vectorizer can replace (it looks the versions up on the
         # callee); inlined, the code would be vectorized with every path again
