@@ -97,9 +97,6 @@ class SubgroupReduceLowering:
         return self.unsupported(f"gpu.subgroup_reduce {what} is not supported on the CPU "
                                 "backend", op, self.k.name)
 
-    def _active_flags(self) -> ir.Value:
-        return self._zeroed_flags("active")
-
     def _zeroed_flags(self, name: str) -> ir.Value:
         """One i8 per thread, zeroed at function entry (a collective leaves it zero)."""
         if name not in self._flags:
@@ -152,7 +149,7 @@ class SubgroupReduceLowering:
         if scan == "exclusive" and IDENTITY_ATTR not in op.attributes:
             raise self._error(op, f"exclusive scan without {IDENTITY_ATTR}")
         cluster = _int_attr(op, "cluster_size", k.warp)
-        vals, active = k.exchange_buffer(t), self._active_flags()
+        vals, active = k.exchange_buffer(t), self._zeroed_flags("active")
         i8 = ir.IntegerType.get_signless(8)
         with ir.InsertionPoint(op), op.location:
             k.store_slot(value, vals)
