@@ -263,10 +263,15 @@ def test_uniform_shared_loads_see_each_steps_value():
 # -- warp reductions: one fold per warp; block reductions: a tree -------------------------
 
 @flydsl.kernel
-def row_max_minus(x: fx.Tensor, y: fx.Tensor):
+def row_max_minus(x: fx.Tensor, y: fx.Tensor, BLOCK: fx.Constexpr[bool]):
+    """x minus its warp's maximum, or its block's (BLOCK)."""
     row = fx.block_idx.x
     tid = fx.thread_idx.x
-    y[row, tid] = x[row, tid] - fx.warp_reduce(x[row, tid], "max")
+    if BLOCK:
+        m = fx.block_reduce(x[row, tid], "max")
+    else:
+        m = fx.warp_reduce(x[row, tid], "max")
+    y[row, tid] = x[row, tid] - m
 
 
 def test_warp_reduction_folds_each_warp_once(monkeypatch, tmp_path):
@@ -274,7 +279,7 @@ def test_warp_reduction_folds_each_warp_once(monkeypatch, tmp_path):
     first thread of a warp to run folds them and the others load the result."""
     x = rng.standard_normal((8, 96)).astype(np.float32)
     y = np.empty_like(x)
-    text = simt_ir(monkeypatch, tmp_path, lambda: row_max_minus[(8,), (96,)](x, y))
+    text = simt_ir(monkeypatch, tmp_path, lambda: row_max_minus[(8,), (96,)](x, y, False))
     want = x - x.reshape(8, 3, 32).max(axis=2).repeat(32, axis=1)
     np.testing.assert_array_equal(y, want)
     # a thread loads its warp's fold when it is done, else folds the lanes (a loop
@@ -284,18 +289,11 @@ def test_warp_reduction_folds_each_warp_once(monkeypatch, tmp_path):
     assert len(once) == 1, "the warp fold is not once per warp"
 
 
-@flydsl.kernel
-def block_max_minus(x: fx.Tensor, y: fx.Tensor):
-    row = fx.block_idx.x
-    tid = fx.thread_idx.x
-    y[row, tid] = x[row, tid] - fx.block_reduce(x[row, tid], "max")
-
-
 def test_block_reduction_is_a_shared_memory_tree_on_the_cpu(monkeypatch, tmp_path):
     """fx.block_reduce is a tree of lane-guarded steps on the CPU, no warp exchange
     (4x faster at 128 threads; the GPU backends keep warp shuffles)."""
     x = rng.standard_normal((8, 100)).astype(np.float32)
     y = np.empty_like(x)
-    text = simt_ir(monkeypatch, tmp_path, lambda: block_max_minus[(8,), (100,)](x, y))
+    text = simt_ir(monkeypatch, tmp_path, lambda: row_max_minus[(8,), (100,)](x, y, True))
     np.testing.assert_array_equal(y, x - x.max(axis=1, keepdims=True))
     assert "gpu.subgroup_reduce" not in text and "iter_args" not in text
