@@ -16,7 +16,10 @@ rewritten here:
   barriers may run in any order on a GPU too).
 * **Lane guards** (``if tid < s:`` in a tree reduction, ``if tid == 0:``): a thread
   loop whose segment is such an ``scf.if`` runs only over the threads that pass it
-  (:func:`lane_range`), instead of testing every thread.
+  (:func:`lane_range`), instead of testing every thread. The guard may also test the
+  linear thread id ``x + block_dim.x * (y + block_dim.y * z)`` (``fx.block_reduce``):
+  its part beyond ``x`` does not change along the x loop, so the x range is computed
+  in the y loop, from that loop's thread ids.
 """
 from __future__ import annotations
 
@@ -57,6 +60,27 @@ def split_thread_x(value, is_uniform: Callable) -> Optional[tuple]:
     if is_thread_x(b) and is_uniform(a):
         return b, a
     return None
+
+
+def thread_dim(op) -> Optional[str]:
+    """"x", "y" or "z" for a ``gpu.thread_id`` op, else None."""
+    if op is None or op.name != "gpu.thread_id":
+        return None
+    return str(op.attributes["dimension"]).split()[-1].rstrip(">")
+
+
+def x_invariant(value, is_uniform: Callable) -> bool:
+    """``value`` is computed by pure ops from block-uniform values and the y and z
+    thread ids only: the same for every thread of one x loop."""
+    if is_uniform(value):
+        return True
+    op = defining_op(value)
+    if op is None:
+        return False
+    dim = thread_dim(op)
+    if dim is not None:
+        return dim != "x"
+    return is_pure(op) and all(x_invariant(v, is_uniform) for v in op.operands)
 
 
 def _anything(value) -> bool:
@@ -189,7 +213,8 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[tuple]:
     """``(if_op, predicate, t_offset, bound)`` when the segment ``ops`` is an ``scf.if``
     without results or else branch whose condition compares ``tid_x + t_offset`` with a
     uniform ``bound`` (``tid_x < bound``, ``<=``, ``==``), preceded only by pure ops
-    that nothing outside the segment uses; else None."""
+    that nothing outside the segment uses; else None. ``t_offset`` (None: 0) is
+    uniform or :func:`x_invariant`."""
     if not ops:
         return None
     guard = ops[-1]
@@ -208,9 +233,10 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[tuple]:
         return None
     pred = _PREDICATES[ir.IntegerAttr(cmp.attributes["predicate"]).value]
     lhs, rhs = cmp.operands
-    side = split_thread_x(lhs, is_uniform)
+    offset_ok = lambda v: x_invariant(v, is_uniform)   # noqa: E731
+    side = split_thread_x(lhs, offset_ok)
     if side is None or not is_uniform(rhs):
-        side = split_thread_x(rhs, is_uniform)
+        side = split_thread_x(rhs, offset_ok)
         if side is None or not is_uniform(lhs):
             return None
         pred, rhs = _SWAPPED.get(pred), lhs

@@ -59,10 +59,11 @@ from flydsl.errors import UnsupportedConstructError
 from ._simt_bounds import BoundsChecks
 from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
 from ._simt_printf import PrintfLowering
-from ._simt_lanes import LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard, lane_range
+from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard,
+                          lane_range, thread_dim)
 from ._simt_ir import SYNC_OPS, is_pure, may_trap, source_location, strip_memory_space
 from ._simt_uniformity import Uniformity
-from .ir import ancestor_in_block, block_ops, gpu_modules, op_of, terminator, walk
+from .ir import ancestor_in_block, block_ops, defining_op, gpu_modules, op_of, terminator, walk
 
 _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
@@ -789,7 +790,10 @@ class _KernelLowering:
         bounds = {d: (c0, self.bdim[d]) for d in _DIMS}
         # `if tid < s:` (tree reductions), `if tid == 0:`: loop over those threads only
         lanes = None if preds else lane_guard(ops, self.uni.is_uniform)
-        if lanes is not None:
+        # an offset from the y/z thread ids (a linear-id guard): x range per y loop step
+        per_row = lanes is not None and lanes[2] is not None \
+            and not self.uni.is_uniform(lanes[2])
+        if lanes is not None and not per_row:
             with ir.InsertionPoint(before), ops[0].location:
                 bounds["x"] = lane_range(lanes, self.bdim["x"], self.const)
         ivs = {}
@@ -801,6 +805,11 @@ class _KernelLowering:
             if i > 0 and kb and kb[i] == 1:
                 ivs[d] = None
                 continue
+            if i == 0 and per_row:
+                with ip, ops[0].location:
+                    offset = self._rebuild_offset(lanes[2], ivs)
+                    bounds["x"] = lane_range(lanes[:2] + (offset, lanes[3]), self.bdim["x"],
+                                             self.const)
             with ip, ops[0].location:
                 loop = op_of(scf.ForOp(*bounds[d], c1))
             loop_body = loop.regions[0].blocks[0]
@@ -829,6 +838,21 @@ class _KernelLowering:
                          seg_block=seg_block)
         self.loops.append(tl)
         self.loop_of_inner[inner] = tl
+
+    def _rebuild_offset(self, value, ivs: dict):
+        """The x-invariant ``value`` rebuilt at the current insertion point, with the
+        y and z thread ids replaced by those loops' ivs (0 where there is no loop)."""
+        if self.uni.is_uniform(value):
+            return value
+        op = defining_op(value)
+        dim = thread_dim(op)
+        if dim is not None:
+            return ivs.get(dim) or self.const(0)
+        operands = [self._rebuild_offset(v, ivs) for v in op.operands]   # before it
+        new = op.clone()
+        for k, v in enumerate(operands):
+            new.operands[k] = v
+        return new.results[0]
 
     def _enclosing_loop(self, op) -> Optional[_ThreadLoop]:
         p = op.parent
