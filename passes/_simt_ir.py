@@ -43,6 +43,11 @@ TRAPPING_OPS = frozenset({
 SYNC_OPS = frozenset({"gpu.barrier", "gpu.shuffle", "gpu.subgroup_reduce"})
 
 
+def dimension_of(op: ir.Operation) -> str:
+    """"x", "y" or "z": the ``dimension`` of a ``gpu.thread_id``/``block_id``/... op."""
+    return str(op.attributes["dimension"]).split()[-1].rstrip(">")
+
+
 def may_trap(op: ir.Operation) -> bool:
     """Integer division whose divisor is not a constant known to be safe."""
     if op.name not in TRAPPING_OPS:

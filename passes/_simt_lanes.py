@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import mlir.ir as ir
 from mlir.dialects import arith, scf
 
-from ._simt_ir import SYNC_OPS, is_pure
+from ._simt_ir import SYNC_OPS, dimension_of, is_pure
 from .ir import ancestor_in_block, block_ops, defining_op, op_of, terminator, walk
 
 #: Marks an ``scf.for`` the thread loops go inside of, like a loop holding a barrier.
@@ -42,8 +42,7 @@ def is_thread_x(value) -> bool:
     op = defining_op(value)
     while op is not None and op.name in _CASTS:
         op = defining_op(op.operands[0])
-    return (op is not None and op.name == "gpu.thread_id"
-            and str(op.attributes["dimension"]).endswith("x>"))
+    return thread_dim(op) == "x"
 
 
 def split_thread_x(value, is_uniform: Callable) -> Optional[tuple]:
@@ -66,7 +65,7 @@ def thread_dim(op) -> Optional[str]:
     """"x", "y" or "z" for a ``gpu.thread_id`` op, else None."""
     if op is None or op.name != "gpu.thread_id":
         return None
-    return str(op.attributes["dimension"]).split()[-1].rstrip(">")
+    return dimension_of(op)
 
 
 def x_invariant(value, is_uniform: Callable) -> bool:

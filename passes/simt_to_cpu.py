@@ -61,7 +61,8 @@ from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
 from ._simt_printf import PrintfLowering
 from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard,
                           lane_range, thread_dim)
-from ._simt_ir import SYNC_OPS, is_pure, may_trap, source_location, strip_memory_space
+from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
+                       strip_memory_space)
 from ._simt_uniformity import Uniformity
 from .ir import ancestor_in_block, block_ops, defining_op, gpu_modules, op_of, terminator, walk
 
@@ -485,7 +486,7 @@ class _KernelLowering:
             if name in ("gpu.thread_id", "gpu.barrier", "gpu.shuffle", "gpu.subgroup_reduce"):
                 continue
             if name in ("gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.global_id"):
-                dim = str(op.attributes["dimension"]).split()[-1].rstrip(">")
+                dim = dimension_of(op)
                 table = {"gpu.block_id": self.bid, "gpu.block_dim": self.bdim,
                          "gpu.grid_dim": self.grid}
                 if name == "gpu.global_id":
@@ -1050,7 +1051,7 @@ class _KernelLowering:
     def _replace_thread_ids(self) -> None:
         for tl in self.loops:
             for op in walk(tl.inner, lambda o: o.name == "gpu.thread_id"):
-                dim = str(op.attributes["dimension"]).split()[-1].rstrip(">")
+                dim = dimension_of(op)
                 iv = tl.ivs[dim]
                 op.results[0].replace_all_uses_with(iv if iv is not None else self.const(0))
                 op.erase()
