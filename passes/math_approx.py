@@ -149,8 +149,8 @@ def _reduce(ax: V) -> tuple[V, V]:
     M 2^(E+39) 2/pi mod 2^64. Only a 96-bit window of 2/pi matters (higher bits add
     multiples of 4, lower ones less than 2^-62): with A = floor(2^(E+39) 2/pi) mod 2^64
     and B the next 32 bits, Q = M*A + (M*B >> 32) (mod 2^64), exact but for the last
-    two bits. Computed for every lane; the caller replaces lanes with ax < pi/4,
-    inf or NaN."""
+    two bits. Computed for every lane; :func:`_reduce_any` replaces lanes below
+    _MEDIUM (:func:`_reduce_medium`'s), the callers inf and NaN."""
     b = ax.b
     ib = bits(ax)
     e = (ib >> 23) - 127   # E, kept in [-1, 127] (the lanes outside are replaced)
