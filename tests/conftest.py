@@ -45,6 +45,14 @@ def count_slow_launches(monkeypatch, kernel) -> list:
     return calls
 
 
+def host_has_cpu_feature(feature: str) -> bool:
+    """Whether LLVM sees ``feature`` ("avx", "avx512f", ...) on this host's CPU."""
+    import llvmlite.binding as llvm
+    from flydsl.compiler import llvm_codegen
+    llvm_codegen.initialize()
+    return f"+{feature}" in llvm.get_host_cpu_features().flatten().split(",")
+
+
 def gpu_available(backend: str) -> bool:
     from flydsl.compiler.backends import lookup_backend_class
     return lookup_backend_class(backend).device_present()

@@ -10,6 +10,7 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
+from conftest import host_has_cpu_feature
 from flydsl.compiler.options import CompileOptions
 
 
@@ -112,14 +113,7 @@ def test_cuda_sqrt_is_correctly_rounded_unless_fast_math(monkeypatch):
     assert "sqrt.approx.f32" in ptx
 
 
-def _host_has_avx512() -> bool:
-    import llvmlite.binding as llvm
-    from flydsl.compiler import llvm_codegen
-    llvm_codegen.initialize()
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
-
-
-@pytest.mark.skipif(not _host_has_avx512(), reason="the host has no AVX-512")
+@pytest.mark.skipif(not host_has_cpu_feature("avx512f"), reason="the host has no AVX-512")
 def test_cpu_kernels_use_the_full_avx512_width():
     """LLVM's Intel tuning prefers 256-bit vectors; kernels get the 512-bit ones (zmm),
     twice the lanes for compute-bound loops (vector math) as ATen's AVX-512 code has."""
