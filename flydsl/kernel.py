@@ -215,11 +215,36 @@ class KernelFunction:
                    for i, p in enumerate(self.params) if p.kind != "constexpr"]
         constexprs = [(i, args[i]) for i in self._constexpr_pos if i < nargs]
         fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name)
+        fast.flydsl_bound = bound      # for prepare()
         with self._lock:
             if len(self._dispatch) > 1024:
                 self._dispatch.clear()
             self._dispatch[key] = fast
         self._remember(key[1], fast)
+
+    def prepare(self, args: tuple, grid, block, smem: int = 0, stream=None):
+        """A prepared launch (:func:`~flydsl.runtime.prepared.prepare_launch`) of the specialization a
+        launch of ``args`` took before (in the default launch context), or None when
+        none did or an argument is not a torch tensor or a plain value. Calling it
+        with new torch tensors of the same shapes, strides, dtypes and devices stores
+        only their data pointers and submits (see that module for what it checks)."""
+        from .runtime.prepared import prepare_launch
+        if _current_context() is not _DEFAULT:
+            return None
+        try:
+            values = self._constexpr_values(args) if self._constexpr_pos else None
+            key = (env_token(), None, *(() if values is None else (values,)),
+                   *map(arg_key, args))
+            fast = self._dispatch.get(key)
+        except TypeError:
+            return None
+        bound = getattr(fast, "flydsl_bound", None)
+        if bound is None:
+            return None
+        params = [(i, p.default) for i, p in enumerate(self.params) if p.kind != "constexpr"]
+        constexprs = [(i, args[i]) for i in self._constexpr_pos if i < len(args)]
+        grid3, block3 = dim3(grid, "grid", self.name), dim3(block, "block", self.name)
+        return prepare_launch(bound, args, params, constexprs, (grid3, block3, smem, stream))
 
     def _remember(self, pinned, fast) -> None:
         """``fast`` ran last in its context (None: the default one)."""

@@ -315,6 +315,31 @@ def test_warm_calls_reuse_the_launch_plan(monkeypatch):
     assert p.views == (None, None, None)     # 1-D operands: no views to make
 
 
+def test_warm_calls_store_only_data_pointers_and_misaligned_ones_launch_the_usual_way(
+        monkeypatch):
+    """After its first launch a plan holds a prepared launch (runtime.prepared): later
+    calls skip the kernel's guarded warm path. A view 4 bytes past an aligned pointer
+    (same shape and strides, so the same plan) does not fit the aligned
+    specialization: it takes the usual launch, and both stay right."""
+    gm = db.fuse_pointwise(_fake_graph(_add_mul, _rand(64), _rand(64)), "cpu", cost_rule=False)
+    (fused,) = _fused_modules(gm)
+    a, b = _rand(64), _rand(64, seed=1)
+    gm(a, b)
+    (plan,) = fused.plans.values()
+    assert plan.prepared is not None
+    usual = []
+    launch = plan.launch
+    monkeypatch.setattr(plan, "launch", lambda *x: usual.append(1) or launch(*x))
+    for seed in range(3):
+        a = _rand(64, seed=seed)
+        torch.testing.assert_close(gm(a, b)[0], (a + b) * b)
+    assert usual == []
+    shifted = _rand(65, seed=7)[1:]
+    assert shifted.data_ptr() % 16 and shifted.stride() == a.stride()
+    torch.testing.assert_close(gm(shifted, b)[0], (shifted + b) * b)
+    assert usual == [1] and len(fused.plans) == 1
+
+
 def test_flydsl_torch_log_shows_fused_groups_and_kernels(monkeypatch, capfd):
     monkeypatch.setenv("FLYDSL_TORCH_LOG", "1")
     monkeypatch.setattr(kernels, "_KERNELS", {})

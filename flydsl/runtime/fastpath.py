@@ -61,6 +61,19 @@ class _Writer:
         self.lines.append("    " * indent + line)
 
 
+def emit_constexpr_guards(w: _Writer, constexprs: Sequence[tuple[int, object]]) -> None:
+    """Return False unless each constexpr argument ``(position, value)`` is the same as
+    its launch key compares it (plain values by type and value, others by token)."""
+    for pos, value in constexprs:
+        if type(value) in _PLAIN_CONSTEXPR:
+            w.emit(f"if type(args[{pos}]) is not {w.const('ct', type(value))} or "
+                   f"args[{pos}] != {w.const('cv', value)}: return False")
+        else:
+            w.names.update(_constexpr_token=constexpr_token, _same=_same)
+            w.emit(f"if not _same(_constexpr_token(args[{pos}]), "
+                   f"{w.const('ck', constexpr_token(value))}): return False")
+
+
 def _emit_layout_guard(w: _Writer, contiguous_test: str, inner: bool) -> None:
     """Return False unless the innermost-contiguity test gives what the key recorded."""
     w.emit(f"if {'not ' if inner else ''}{contiguous_test}: return False")
@@ -214,13 +227,7 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     w.lines.append("def fast(args, grid, block, smem, stream):")
     w.emit(f"if len(args) != {nargs}: return False")
     w.emit(f"if _env_token() != {w.const('env', env)}: return False")
-    for pos, value in constexprs:
-        if type(value) in _PLAIN_CONSTEXPR:
-            w.emit(f"if type(args[{pos}]) is not {w.const('ct', type(value))} or "
-                   f"args[{pos}] != {w.const('cv', value)}: return False")
-        else:
-            w.emit(f"if not _same(_constexpr_token(args[{pos}]), "
-                   f"{w.const('ck', constexpr_token(value))}): return False")
+    emit_constexpr_guards(w, constexprs)
     w.emit("try:")
     w.emit("buf = _local.buf", 2)
     w.emit("except AttributeError:")

@@ -175,17 +175,21 @@ class BoundLaunch:
     own table (launches release the GIL): ``local.buf``, made by ``new_buffer()`` on
     a thread's first launch. ``submit(buf, grid, block, smem, stream)`` launches what
     was written. Calling the object packs and submits; the generated warm path
-    (:mod:`flydsl.runtime.fastpath`) does the same steps inline.
+    (:mod:`flydsl.runtime.fastpath`) does the same steps inline. ``fresh_buffer()``
+    makes a table no other launch writes (for :mod:`flydsl.runtime.prepared`).
     """
 
-    __slots__ = ("layout", "offsets", "packers", "local", "new_buffer", "submit", "written")
+    __slots__ = ("layout", "offsets", "packers", "local", "new_buffer", "submit", "written",
+                 "fresh_buffer")
 
     def __init__(self, layout: Sequence, offsets: Sequence, packers: Sequence[Packer], local,
-                 new_buffer: Callable[[], SlotTable], submit: Callable):
+                 new_buffer: Callable[[], SlotTable], submit: Callable,
+                 fresh_buffer: Callable[[], SlotTable]):
         # No sample arguments are kept: a bound launch must not hold users' tensors alive.
         self.layout, self.offsets = tuple(layout), tuple(offsets)
         self.packers = tuple(packers)
         self.local, self.new_buffer, self.submit = local, new_buffer, submit
+        self.fresh_buffer = fresh_buffer
         #: Indices of the runtime parameters the kernel writes (their arguments must be
         #: writable; the warm path guards that).
         self.written: frozenset = frozenset()

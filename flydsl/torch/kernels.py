@@ -256,17 +256,28 @@ def broadcast_strides(t: torch.Tensor, shape: Sequence[int]) -> list:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass
 class LaunchPlan:
     """Everything about one fused launch that depends only on the inputs' shapes and
     strides: computed once per such signature, so a warm call only allocates the
-    outputs, makes the coalesced views and launches."""
+    outputs, makes the coalesced views and launches (through ``prepared``, a
+    launch from :func:`~flydsl.runtime.prepared.prepare_launch`, which only stores the data
+    pointers, once the first launch has made one)."""
 
     outs: tuple          # per output: (shape, strides, dtype)
     views: tuple         # per tensor operand (inputs, then outputs): (sizes, strides) of
                          # its coalesced view, None if that is the tensor itself
-    launch: Any          # kernel[grid, block]
+    kernel: Any          # the @flydsl.kernel (None: nothing to launch)
+    grid: tuple
+    block: tuple
     extra: tuple         # trailing arguments (Int32 extents, constexprs)
+    prepared: Any = None
+    tried: bool = False  # whether the first launch tried to prepare one
+
+    @functools.cached_property
+    def launch(self):
+        """``kernel[grid, block]``: the usual launch."""
+        return self.kernel[self.grid, self.block]
 
     @functools.cached_property
     def direct(self) -> bool:
@@ -329,13 +340,18 @@ class FusedModule(torch.nn.Module):
                 kargs[k] = v
             kargs += views[len(tensors):]
             kargs += plan.extra
-        try:
-            plan.launch(*kargs)
-        except (FlydslError, OSError, SyntaxError) as e:   # a build failure degrades to eager
-            log.warning("flydsl.torch: fused kernel %s failed to build, running it in "
-                        "eager mode: %s", self.pattern.key, e)
-            self.plans[key] = None
-            return self._eager(args)
+        prepared = plan.prepared
+        if prepared is None or not prepared(kargs):
+            try:
+                plan.launch(*kargs)
+            except (FlydslError, OSError, SyntaxError) as e:   # a build failure: eager
+                log.warning("flydsl.torch: fused kernel %s failed to build, running it in "
+                            "eager mode: %s", self.pattern.key, e)
+                self.plans[key] = None
+                return self._eager(args)
+            if not plan.tried:   # later calls store only the data pointers
+                plan.tried = True
+                plan.prepared = plan.kernel.prepare(tuple(kargs), plan.grid, plan.block)
         stats["launches"] += 1
         return outs
 
@@ -355,7 +371,7 @@ class FusedModule(torch.nn.Module):
                 for d, like in zip(self.out_dtypes, self.layouts)]
         out_specs = tuple((tuple(o.shape), o.stride(), o.dtype) for o in outs)
         if numel == 0:
-            return LaunchPlan(out_specs, (), None, ())
+            return LaunchPlan(out_specs, (), None, (), (), ())
         strides = [broadcast_strides(t, shape) for t in tensors + outs]
         # Iterate in the memory order of the first result (a permuted layout
         # such as a transpose then still coalesces to one contiguous dimension).
@@ -372,7 +388,7 @@ class FusedModule(torch.nn.Module):
         grid = (-(-inner // block), min(outer, _MAX_GRID_Y), -(-outer // _MAX_GRID_Y))
         extra = (inner, outer) if rank > 1 else (inner,)
         views = view_specs(tensors + outs, sizes, strides)
-        return LaunchPlan(out_specs, views, kernel[grid, (block, 1, 1)], extra)
+        return LaunchPlan(out_specs, views, kernel, grid, (block, 1, 1), extra)
 
     def _kernel(self, rank: int):
         """The kernel at ``rank``, or None when it failed to build (logged once)."""

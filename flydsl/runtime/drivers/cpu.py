@@ -428,17 +428,17 @@ class CpuLauncher:
                 estimate.record(clock() - t0, nblocks, split)
         if printing:     # fx.printf: its output in order with the program's prints
             submit = flushing_stdout(submit)
-        make_slots = self._slots
+        make_slots, nslots = self._slots, self.nslots
         if not self.debug_sites:
             return BoundLaunch(self.layout, self.offsets, packers, self._local,
-                               lambda: make_slots(1)[0], submit)
+                               lambda: make_slots(1)[0], submit, lambda: _Slots(nslots))
         lib, sites, kernel, names = self.lib, self.debug_sites, self.kernel_name, self.arg_names
 
         def submit_checked(slots, grid, block, smem, stream) -> None:
             submit(slots, grid, block, smem, stream)
             check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
         return BoundLaunch(self.layout, self.offsets, packers, self._local,
-                           lambda: make_slots(1)[0], submit_checked)
+                           lambda: make_slots(1)[0], submit_checked, lambda: _Slots(nslots))
 
     def _run_parallel(self, first: _Slots, nblocks: int, workers: int,
                       estimate: Optional[WorkEstimate]) -> None:

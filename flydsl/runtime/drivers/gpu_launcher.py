@@ -212,7 +212,8 @@ class GpuLauncher:
                     code = result[0] if type(result) is tuple else result
                 if code:
                     fail(code, index, grid, block, smem, handle)
-        return BoundLaunch(self.layout, self.offsets, packers, local, new_buffer, submit)
+        return BoundLaunch(self.layout, self.offsets, packers, local, new_buffer, submit,
+                           lambda: SlotTable(nslots))
 
     def _launch_failed(self, code, index: int, grid, block, smem: int, handle: int) -> None:
         drv = self.driver

@@ -1,0 +1,104 @@
+"""Prepared launches: one specialization re-launched with tensors of fixed layouts.
+
+The warm path (:mod:`flydsl.runtime.fastpath`) re-checks every argument of every
+launch: type, dtype, device, rank, layout, width, alignment, then packs shapes
+and strides. A caller that already knows that its tensors' shapes, strides,
+dtypes and devices repeat (``flydsl.torch``'s fused kernels key their launch
+plans by them) needs less: a prepared launch (:func:`prepare_launch`) keeps a
+slot table with everything but the data pointers packed once, and a call only
+stores the tensors' pointers and submits. It still checks what can change under equal
+layouts: the codegen environment (:func:`~flydsl.runtime.dispatch.env_token`),
+each pointer's alignment where the specialization assumed it, and that the
+other arguments are the values it was prepared with. When one does not hold,
+the call returns False and launches nothing: the caller launches the usual way.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional, Sequence
+
+from .dispatch import env_token
+from .fastpath import _Writer, emit_constexpr_guards
+from .packing import BoundLaunch
+from .specialization import ALIGNMENT, tensor_aligned
+from .tensors import is_torch_tensor
+
+
+def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[int]],
+           nargs: int, constexprs: Sequence, dims: tuple) -> Callable[[Sequence], bool]:
+    """The generated ``launch(args) -> bool`` (see :func:`prepare_launch`)."""
+    buf = bound.fresh_buffer()
+    for pack, value in zip(bound.packers, runtime):
+        pack(buf.values, value)
+    w = _Writer()
+    w.names.update(_env_token=env_token, _env=env_token(), _local=threading.local(),
+                   _fresh=bound.fresh_buffer, _template=list(buf.values),
+                   _submit=bound.submit, _dims=dims)
+    w.lines.append("def launch(args):")
+    w.emit(f"if len(args) != {nargs}: return False")
+    emit_constexpr_guards(w, constexprs)
+    pointers = []
+    for (kind, _), off, pos, value in zip(bound.layout, bound.offsets, positions, runtime):
+        if pos is None:
+            continue                   # a default: packed once for good
+        if kind == "tensor":
+            aligned = tensor_aligned(value.data_ptr(),
+                                     [s * value.element_size() for s in value.stride()])
+            pointers.append((pos, off, aligned))
+            continue
+        c = w.const("v", value)
+        check = f"type(args[{pos}]) is not {w.const('t', type(value))} or args[{pos}] != {c}"
+        if type(value) is float:       # 0.0 == -0.0, but they pack differently
+            check += f" or args[{pos}].hex() != {c}.hex()"
+        w.emit(f"if {check}: return False")
+    w.emit("if _env_token() != _env: return False")
+    for pos, off, aligned in pointers:
+        w.emit(f"p{off} = args[{pos}].data_ptr()")
+        if aligned:
+            w.emit(f"if p{off} % {ALIGNMENT}: return False")
+    w.emit("try:")
+    w.emit("buf = _local.buf", 2)
+    w.emit("except AttributeError:")
+    w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
+    w.emit("buf.values[:] = _template", 2)
+    w.emit("v = buf.values")
+    for _, off, _ in pointers:
+        w.emit(f"v[{off}] = v[{off + 1}] = p{off}")
+    w.emit("_submit(buf, *_dims)")
+    w.emit("return True")
+    source = "\n".join(w.lines) + "\n"
+    scope = dict(w.names)
+    exec(compile(source, "<flydsl prepared launch>", "exec"), scope)  # noqa: S102
+    launch = scope["launch"]
+    launch.__flydsl_source__ = source
+    return launch
+
+
+def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
+                   constexprs: Sequence, dims: tuple) -> Optional[Callable[[Sequence], bool]]:
+    """The prepared launch of ``bound`` for positional ``args`` (``params``: the kernel's
+    runtime parameters in order, each ``(position or None, default)``; ``constexprs``:
+    ``(position, value)`` of the constexpr arguments; ``dims``: ``(grid, block, smem,
+    stream)``), or None when
+    an argument is a tensor other than a torch tensor (only torch tensors are read
+    by pointer alone).
+
+    ``launch(args) -> bool`` launches ``args`` (positional, as the call it was
+    prepared from) when they fit, and returns False, launching nothing, when they
+    do not. The caller guarantees that every tensor argument has the shape,
+    strides, dtype and device of the one it was prepared with, and that the
+    tensors the kernel writes are writable: those are not checked again. It is a
+    function generated for the argument list (its source: ``__flydsl_source__``).
+    """
+    runtime, positions = [], []
+    for pos, default in params:
+        value = args[pos] if pos is not None and pos < len(args) else default
+        runtime.append(value)
+        positions.append(pos if pos is not None and pos < len(args) else None)
+    for (kind, _), value in zip(bound.layout, runtime):
+        if kind == "tensor" and not is_torch_tensor(value):
+            return None
+    return _build(bound, runtime, positions, len(args), constexprs, dims)
+
+
+__all__ = ["prepare_launch"]

@@ -1,0 +1,110 @@
+"""Prepared launches (flydsl.runtime.prepared, ``kernel.prepare``): re-launching one
+specialization with torch tensors of the same layouts stores only the data pointers;
+whatever still can change under equal layouts sends the call back (False)."""
+import threading
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+
+torch = pytest.importorskip("torch")
+
+
+@flydsl.kernel
+def axpy(x: fx.Tensor, y: fx.Tensor, out: fx.Tensor, a, n: fx.Int32, K: fx.Constexpr[int]):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        out[i] = x[i] * a + y[i] + K
+
+
+def _args(n=100, a=2.0, dtype=torch.float32):
+    x = torch.arange(n, dtype=dtype)
+    y = torch.full((n,), 0.5, dtype=dtype)
+    return [x, y, torch.zeros(n, dtype=dtype), a, n, 3]
+
+
+def _want(args):
+    x, y, _, a, _, k = args
+    return x * a + y + k
+
+
+def test_prepare_needs_a_launch_first_then_relaunches_new_tensors():
+    axpy.cache_clear()
+    args = _args()
+    assert axpy.prepare(tuple(args), 1, 128) is None      # nothing launched yet
+    axpy[1, 128](*args)
+    launch = axpy.prepare(tuple(args), 1, 128)
+    assert launch is not None and "data_ptr()" in launch.__flydsl_source__
+    assert ".stride()" not in launch.__flydsl_source__    # layouts are the caller's promise
+    fresh = _args()
+    fresh[0] = torch.arange(100, dtype=torch.float32) * -1.5
+    assert launch(tuple(fresh))
+    torch.testing.assert_close(fresh[2], _want(fresh))
+    assert fresh[2].data_ptr() != args[2].data_ptr()
+
+
+def test_changed_scalars_misaligned_pointers_and_env_send_the_call_back(monkeypatch):
+    axpy.cache_clear()
+    args = _args()
+    axpy[1, 128](*args)
+    launch = axpy.prepare(tuple(args), 1, 128)
+    untouched = torch.zeros(100)
+    for bad in ([*args[:3], 2.5, 100, 3],      # another float: packed differently
+                [*args[:3], 2, 100, 3],       # an int where a float was prepared
+                [*args[:4], 99, 3],            # another n
+                [*args[:5], 4],                # another constexpr
+                args[:5]):                     # fewer arguments
+        bad[2] = untouched
+        assert launch(tuple(bad)) is False
+    assert not untouched.any()                 # nothing ran
+    buf = torch.zeros(101)
+    shifted = [args[0], args[1], buf[1:], *args[3:]]   # 4 bytes past an aligned pointer
+    assert shifted[2].data_ptr() % 16
+    assert launch(tuple(shifted)) is False     # the kernel assumed 16-byte alignment
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "1")
+    assert launch(tuple(args)) is False        # another codegen environment
+    monkeypatch.delenv("FLYDSL_OPT_LEVEL")
+    assert launch(tuple(args))
+
+
+def test_signed_zero_float_scalars_are_not_confused():
+    axpy.cache_clear()
+    args = _args(a=0.0)
+    axpy[1, 128](*args)
+    launch = axpy.prepare(tuple(args), 1, 128)
+    assert launch(tuple(_args(a=0.0)))
+    assert launch(tuple(_args(a=-0.0))) is False
+
+
+def test_numpy_arguments_are_not_prepared():
+    axpy.cache_clear()
+    x = np.arange(8, dtype=np.float32)
+    args = (x, x.copy(), np.zeros(8, np.float32), 1.0, 8, 0)
+    axpy[1, 8](*args)
+    assert axpy.prepare(args, 1, 8) is None
+
+
+def test_threads_using_one_prepared_launch_keep_their_own_pointers():
+    axpy.cache_clear()
+    args = _args(n=4096)
+    axpy[32, 128](*args)
+    launch = axpy.prepare(tuple(args), 32, 128)
+    errors = []
+
+    def work(seed):
+        try:
+            for r in range(30):
+                mine = _args(n=4096)
+                mine[0] = torch.full((4096,), float(seed * 100 + r))
+                assert launch(tuple(mine))
+                torch.testing.assert_close(mine[2], _want(mine))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
