@@ -198,8 +198,7 @@ class RowModule(FusedModule):
         # About two columns per thread (measured best on the CPU), 32 to 256 threads.
         block = min(_MAX_BLOCK, 1 << max(5, (ncols - 1).bit_length() - 1))
         out_specs = tuple((tuple(o.shape), o.stride(), o.dtype) for o in outs)
-        return LaunchPlan(out_specs, views, kernel[(rows, 1, 1), (block, 1, 1)],
-                          (ncols, block))
+        return LaunchPlan(out_specs, views, kernel, (rows, 1, 1), (block, 1, 1), (ncols, block))
 
 
 __all__ = ["RowModule", "RowPattern", "row_kernel_source"]
