@@ -7,7 +7,9 @@
    placeholders' FakeTensors: a graph that has a tensor on a device the active
    flydsl backend cannot launch on runs unchanged in eager mode;
 2. hand it to AOTAutograd (decomposing only ``_to_copy``), which gives ATen
-   graphs for the forward and, when gradients are needed, the backward;
+   graphs for the forward and, when gradients are needed, the backward; sums
+   of ``select_backward``/``slice_backward`` pieces in them (the backward of
+   ``q, k, v = qkv``) become one ``cat`` (:mod:`flydsl.torch.scatter_sums`);
 3. in each ATen graph, try the rewrites of :mod:`flydsl.torch.rewrites`
    (pointwise decompositions, matmul bias epilogues), group connected fusible
    ops (:mod:`flydsl.torch.partition`: pointwise ops and row reductions) without
@@ -45,6 +47,7 @@ from .pointwise import decompositions, inline_decompositions
 from .reductions import reduction_count, row_input
 from .rewrites import inline_decomposition, split_addmm
 from .row_kernels import RowModule
+from .scatter_sums import merge_scatter_sums
 
 log = logging.getLogger("flydsl.torch")
 
@@ -52,7 +55,7 @@ log = logging.getLogger("flydsl.torch")
 COST_RULE = True
 #: Counters for tests and debugging (per process).
 stats = {"graphs": 0, "eager_graphs": 0, "aten_graphs": 0, "fused_groups": 0, "fused_ops": 0,
-         "rewrites_kept": 0, "rewrites_undone": 0, "not_worth_aot": 0}
+         "rewrites_kept": 0, "rewrites_undone": 0, "not_worth_aot": 0, "scatter_sums": 0}
 _PREFIX = "flydsl_fused_"
 _OPTIONS = {"min_group_size": int, "cost_rule": bool}
 
@@ -171,6 +174,14 @@ def compile_aten_graph(gm: GraphModule, example_inputs: Sequence[Any], *,
     from functorch.compile import make_boxed_func
     gm.graph.lint()
     stats["aten_graphs"] += 1
+    try:
+        merged = merge_scatter_sums(gm.graph)
+        if merged:
+            gm.recompile()
+            stats["scatter_sums"] += merged
+            log.info("%d sum(s) of select/slice_backward pieces became one cat each", merged)
+    except Exception:  # noqa: BLE001 - a rewrite bug must not break the user's model
+        log.warning("merging scatter sums failed; the graph keeps them", exc_info=True)
     try:
         fused = fuse_pointwise(gm, device_type, min_group_size, cost_rule)
     except Exception:  # noqa: BLE001 - a fusion bug must not break the user's model
