@@ -197,6 +197,28 @@ def test_row_kernels_match_eager(dtype):
     assert d["eager_fallbacks"] == 0 and d["launches"] == len(_fused_modules(graphs[0]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=str)
+def test_softmax_row_kernel_keeps_its_exp_in_the_output_between_loops(dtype):
+    """The sum loop stores exp(x - max) into the (float32/float64) output and the last
+    loop scales it there: one exp per element. A float16 output cannot hold it without
+    rounding, so that kernel computes exp twice and rounds once, as ATen does."""
+    def f(x, m):
+        return (torch.softmax(x * 0.5 + m, -1),)
+    x, m = _rand(16, 50, dtype=dtype), _rand(50, dtype=dtype, seed=1)
+    gm = db.fuse_pointwise(_fake_graph(f, x, m), "cpu", cost_rule=False)
+    (mod,) = _fused_modules(gm, row_kernels.RowModule)
+    _, source = mod.pattern.source(2)
+    loops = source.split("for j in range(tid, ncols, BLOCK):")
+    assert len(loops) == 4                    # max, sum, store
+    if dtype is torch.float16:
+        assert source.count("fm.exp(") == 2
+    else:
+        assert source.count("fm.exp(") == 1 and "fm.exp(" in loops[2]
+        assert "o0[i0, j] = v" in loops[2] and " = o0[i0, j]" in loops[3]
+    tol = 2e-3 if dtype is torch.float16 else 1e-6
+    torch.testing.assert_close(gm(x, m)[0], f(x, m)[0], rtol=tol, atol=tol)
+
+
 def test_row_kernels_with_dynamic_shapes(monkeypatch):
     counter = torch._dynamo.testing.CompileCounterWithBackend("flydsl")
     compiled = torch.compile(_rows, backend=counter, dynamic=True)

@@ -7,7 +7,10 @@ row: values needed once per row are computed by every thread, each reduction
 is a loop of the threads over the row's columns followed by a tree reduction
 in shared memory (``fx.shared_array`` and ``fx.barrier``), and a last loop
 stores the per-element results. Per-element values are recomputed in each loop
-that needs them, so intermediate rows never go through memory.
+that needs them, so intermediate rows never go through memory; the exception is
+a transcendental that the last reduction's loop computes and the store loop
+needs again (softmax's ``exp``): it waits in a float32/float64 output, read
+back by the thread that wrote it.
 
 At run time :class:`RowModule` views every operand as ``[rows..., columns]``
 (leading dimensions merged where every operand allows, per-row operands and
@@ -103,19 +106,25 @@ def row_kernel_source(p: RowPattern, rank: int) -> tuple[str, str]:
         order = [v for v in loads if v in need] + [v for v in full if v in need]
         return [f"{v} = {loads[v] if v in loads else full[v]}" for v in order]
 
+    full_outs = [(k, v, d) for k, (v, d, where) in enumerate(p.outputs) if where == "full"]
+    kept = _kept_in_output(p, full_outs, per_element, lead)
     body = list(top)
-    reduction = 0
-    for kind, var, expr, dtype in p.steps:
+    reductions = [i for i, step in enumerate(p.steps) if step[0] == "reduce"]
+    for i, (kind, var, expr, dtype) in enumerate(p.steps):
         if kind == "row":
             body.append(f"{var} = {expr}")
         elif kind == "reduce":
             how, src = expr
-            body += _reduction(f"red{reduction}", f"acc{reduction}", how, dtype, var,
-                               per_element([src]), src)
-            reduction += 1
-    full_outs = [(k, v, d) for k, (v, d, where) in enumerate(p.outputs) if where == "full"]
+            compute = per_element([src])
+            k = reductions.index(i)
+            if kept is not None and i == reductions[-1]:
+                compute.append(f"{kept[1]} = {kept[0]}")   # its loop stores what it computed
+            body += _reduction(f"red{k}", f"acc{k}", how, dtype, var, compute, src)
     if full_outs:
         body.append("for j in range(tid, ncols, BLOCK):")
+        if kept is not None:   # read back by the thread that wrote it: no barrier needed
+            loads[kept[0]] = kept[1]
+            del full[kept[0]]
         body += ["    " + s for s in per_element([v for _, v, _ in full_outs])]
         body += [f"    o{k}[{lead}, j] = fx.cast({v}, {fx_dtype(d)})" for k, v, d in full_outs]
     row_outs = [(k, v, d) for k, (v, d, where) in enumerate(p.outputs) if where != "full"]
@@ -136,6 +145,30 @@ def row_kernel_source(p: RowPattern, rank: int) -> tuple[str, str]:
     ]
     lines += ["    " + s for s in decode + body]
     return name, "\n".join(lines) + "\n"
+
+
+_EXPENSIVE = re.compile(r"\b(fm\.\w+|fx\.(exp\w*|log\w*|sin|cos|tan|erf\w*))\(")
+
+
+def _kept_in_output(p: RowPattern, full_outs: list, per_element,
+                    lead: str) -> Optional[tuple]:
+    """(variable, output element) when the last reduction's loop computes an expensive
+    value (a transcendental: softmax's ``exp``) that the final loop needs again: that
+    loop then stores it in a float32/float64 full output of its register dtype, and
+    the final loop loads it back instead of computing it twice. None otherwise."""
+    reduces = [expr[1] for kind, _, expr, _ in p.steps if kind == "reduce"]
+    if not reduces or not full_outs:
+        return None
+    full = {var: (expr, dtype) for kind, var, expr, dtype in p.steps if kind == "full"}
+    computed = {line.split(" = ", 1)[0] for line in per_element([reduces[-1]])}
+    needed = [line.split(" = ", 1)[0] for line in per_element([v for _, v, _ in full_outs])]
+    for var in reversed(needed):       # the latest such value saves the most work
+        if var not in computed or var not in full or not _EXPENSIVE.search(full[var][0]):
+            continue
+        for k, _, dtype in full_outs:
+            if dtype in (torch.float32, torch.float64) and dtype == full[var][1]:
+                return var, f"o{k}[{lead}, j]"
+    return None
 
 
 def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
