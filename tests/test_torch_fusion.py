@@ -73,12 +73,13 @@ def test_graph_with_nothing_worth_fusing_runs_dynamos_graph():
 
 
 def test_lone_row_op_stays_aten_but_its_neighbours_fuse():
-    """layer_norm over many short rows is faster in ATen: the group it would join is
-    rejected, and the pointwise ops before it fuse among themselves."""
+    """layer_norm over many short rows is faster in ATen (fused with its prologue:
+    1.29x eager over 16384 rows of 32): the group it would join is rejected, and the
+    pointwise ops before it fuse among themselves."""
     def fn(x, r, w, b):
         h = (x + r) * 2
-        return (F.layer_norm(h, (64,), w, b),)
-    args = (_rand(4096, 64), _rand(4096, 64, seed=1), _rand(64, seed=2), _rand(64, seed=3))
+        return (F.layer_norm(h, (32,), w, b),)
+    args = (_rand(16384, 32), _rand(16384, 32, seed=1), _rand(32, seed=2), _rand(32, seed=3))
     gm = db.fuse_pointwise(_fake_graph(fn, *args), "cpu")
     assert aten.native_layer_norm.default in _targets(gm)
     assert not _fused_modules(gm, row_kernels.RowModule) and len(_fused_modules(gm)) == 1

@@ -8,15 +8,16 @@ estimated the same way, as memory-bound work plus a fixed cost per call::
     fused = FUSED_CALL_US      + (bytes the kernel reads and writes) / BYTES_PER_US
 
 plus, for the math functions whose speed differs (table :data:`COMPUTE_NS`),
-their per-element compute time on each side, plus for a row kernel
-``ROW_REDUCTION_NS`` per row and block reduction; and the group is fused when
-``fused < eager``. A kernel saves the round trips of its intermediate values
+their per-element compute time on each side, plus for row ops a cost per row
+on each side (:data:`ROW_NS`, :data:`ROW_REDUCTION_NS`); and the group is fused
+when ``fused < eager``. A kernel saves the round trips of its intermediate values
 through memory and all but one call; it costs a flydsl launch, which is dearer
 than an ATen call. So a chain of two float32 ops fuses from about 6K elements
 up, a longer chain earlier, and a lone op never (nothing is saved). Sizes are
 the shapes' hints when they are symbolic. The constants were measured on one
-core of the development machine (a shared 2-core VM: they are estimates, good
-to tell clear wins from losses, not to rank close calls).
+core of the development machine (a shared 2-core VM with a large last-level
+cache: they are estimates, good to tell clear wins from losses, not to rank
+close calls).
 """
 from __future__ import annotations
 
@@ -29,18 +30,22 @@ from torch.fx import Node
 #: One eager ATen call on a tiny tensor (dispatch and allocation), microseconds.
 ATEN_CALL_US = 1.5
 #: One call of a fused kernel from the compiled graph on tiny tensors (the
-#: FusedModule call: output allocation, views, the flydsl warm launch).
-FUSED_CALL_US = 10.0
-#: Effective bandwidth of one core on fresh, cache-cold tensors (as in a model:
-#: each eager op writes a newly allocated result), bytes per microsecond (10 GB/s).
-BYTES_PER_US = 10_000.0
+#: FusedModule call: plan lookup, output allocation, a prepared launch): 6.5-7 us
+#: against 1.3 us for torch.add on 256 floats.
+FUSED_CALL_US = 7.0
+#: Effective bandwidth of one core on the tensors of a model's layer, bytes per
+#: microsecond: ATen ops on 1-4 MB float32 tensors moved 25-38 GB/s here (they stay
+#: in the last-level cache); 25 GB/s, so that fixed costs weigh as they do there.
+BYTES_PER_US = 25_000.0
 #: Op base name -> (eager, fused) compute nanoseconds per element beyond moving the
-#: data, measured on float32 (ATen's vectorized math against flydsl's generated code).
+#: data at BYTES_PER_US, measured on 2^20 float32 (ATen's vectorized math against
+#: flydsl's generated code, ``op(x) * y`` fused against ``op(x)``; medians of 3 runs).
 COMPUTE_NS = {
-    "exp": (0.0, 0.2), "tanh": (0.1, 0.7), "sigmoid": (0.35, 0.45), "log": (0.8, 0.8),
-    "sin": (0.3, 1.0), "cos": (0.25, 1.5), "erf": (0.5, 0.5),
-    "gelu": (0.25, 0.9), "gelu_tanh": (2.0, 1.1), "gelu_backward_tanh": (1.0, 1.0),
-    "_softmax": (0.35, 0.4), "_log_softmax": (0.35, 0.35),   # the row kernel exps twice
+    "exp": (0.0, 0.1), "tanh": (0.1, 0.4), "sigmoid": (0.27, 0.2), "silu": (0.16, 0.2),
+    "log": (0.0, 0.35), "sin": (0.17, 0.8), "cos": (0.2, 0.75), "erf": (0.34, 0.56),
+    "gelu": (0.1, 0.7), "gelu_tanh": (1.75, 0.65), "gelu_backward_tanh": (1.0, 1.0),
+    # row kernels: max, exp and sum, scale loops (softmax keeps its exp in the output)
+    "_softmax": (0.35, 0.8), "_log_softmax": (0.35, 0.5),
 }
 #: Matmul throughput of one core (float32 BLAS), flop per microsecond: the share of
 #: a graph's time that fusion cannot touch.
@@ -51,19 +56,27 @@ MATMUL_FLOP_PER_US = 100_000.0
 #: more; otherwise dynamo's graph runs as captured.
 AOT_TRAINING_TAX = 0.05
 AOT_INFERENCE_TAX = 0.01
-#: A row kernel's cost per row and block reduction (shared memory and barriers),
-#: nanoseconds: what makes a lone softmax or layer_norm cheaper in ATen. Measured
-#: 35-50 ns (softmax and add + layer_norm, 8192 x 128 against 1024 x 1024); the margin
-#: makes up for the eager side's cache-cold bandwidth, which overestimates ATen on
-#: tensors that stay in the last-level cache: at 60 ns a masked attention softmax
-#: (8 x 8 x 128 x 128) was fused and ran 1.2x slower than eager.
-ROW_REDUCTION_NS = 150.0
+#: Row op base name -> (eager, fused) nanoseconds per row beyond moving the data and
+#: COMPUTE_NS: ATen's layer_norm pays per row too (60 ns; 4 ms for 65536 rows of 8),
+#: a row kernel pays its loops and block reductions (shared memory and barriers).
+#: Fitted with the bandwidth above to add + layer_norm (65536 x 8: 1.48x eager,
+#: 16384 x 32: 1.29x, 4096 x 64: 1.0x, 1024 x 256: 0.88-0.93x), softmax backward +
+#: scale (8192 x 128: 0.72x) and scale (+ mask) + softmax (8192 x 128: 1.16-1.33x, and
+#: 0.87-1.15x with the mask: kept out, as nothing is won).
+ROW_NS = {"native_layer_norm": (60.0, 100.0), "_softmax": (0.0, 25.0),
+          "_log_softmax": (0.0, 25.0), "_softmax_backward_data": (0.0, 15.0)}
+#: The fused cost per row and block reduction of the other row ops (sum, mean, amax,
+#: amin, var), nanoseconds.
+ROW_REDUCTION_NS = 40.0
+
+
+def _base_name(node: Node) -> str:
+    return getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
 
 
 def _compute_ns(node: Node) -> tuple:
     """(eager, fused) compute ns per element of ``node`` (see :data:`COMPUTE_NS`)."""
-    packet = getattr(node.target, "overloadpacket", None)
-    name = getattr(packet, "__name__", "")
+    name = _base_name(node)
     if name in ("gelu", "gelu_backward") and node.kwargs.get("approximate", "none") == "tanh":
         name += "_tanh"
     return COMPUTE_NS.get(name, (0.0, 0.0))
@@ -106,7 +119,8 @@ def eager_cost_us(nodes: Iterable[Node]) -> float:
             total += given
             continue
         moved = node_bytes(n) + sum(node_bytes(a) for a in n.all_input_nodes)
-        total += ATEN_CALL_US + moved / BYTES_PER_US + _numel(n) * _compute_ns(n)[0] / 1e3
+        total += ATEN_CALL_US + moved / BYTES_PER_US + _numel(n) * _compute_ns(n)[0] / 1e3 \
+            + _row_us(n, 0)
     return total
 
 
@@ -119,19 +133,20 @@ def fused_cost_us(nodes: list) -> float:
                or not n.users]
     moved = sum(map(node_bytes, inputs)) + sum(map(node_bytes, outputs))
     compute = sum(_numel(n) * _compute_ns(n)[1] for n in nodes) / 1e3
-    return FUSED_CALL_US + moved / BYTES_PER_US + compute + _row_cost_us(nodes)
+    return FUSED_CALL_US + moved / BYTES_PER_US + compute + sum(_row_us(n, 1) for n in nodes)
 
 
-def _row_cost_us(nodes: list) -> float:
+def _row_us(node: Node, side: int) -> float:
+    """Microseconds ``node`` costs per row (:data:`ROW_NS`) on the eager (0) or fused
+    (1) side; 0 for nodes that are not row ops."""
     from .reductions import reduction_count, row_input
-    total = 0.0
-    for n in nodes:
-        count = reduction_count(n)
-        if count:
-            x = row_input(n)
-            rows = tensor_bytes(x) // max(1, x.element_size()) // max(1, _hint(x.shape[-1]))
-            total += rows * count * ROW_REDUCTION_NS / 1e3
-    return total
+    count = reduction_count(node)
+    if not count:
+        return 0.0
+    x = row_input(node)
+    rows = tensor_bytes(x) // max(1, x.element_size()) // max(1, _hint(x.shape[-1]))
+    per_row = ROW_NS.get(_base_name(node), (0.0, count * ROW_REDUCTION_NS))[side]
+    return rows * per_row / 1e3
 
 
 def _hint(n) -> int:
