@@ -1,6 +1,6 @@
 """torch.compile(backend="flydsl") on small real models, against eager and inductor (CPU).
 
-    python benchmarks/torch_models.py [--quick] [--threads N] [--rows NAME,...]
+    python benchmarks/torch_models.py [--quick] [--runs N] [--threads N] [--rows NAME,...]
 
 Rows (``--rows`` takes names, comma separated):
 
@@ -15,7 +15,8 @@ Everything runs in this one process with ``torch.set_num_threads(--threads)``
 and as many flydsl CPU threads (``FLYDSL_CPU_THREADS``, unless set; default 1:
 the steadiest comparison on a shared machine). Each model is checked
 against eager, then the three variants are timed with their runs interleaved
-(min and median of 7 runs, 3 with ``--quick``; a run is as many back-to-back
+(min and median of 7 runs, ``--runs``, or 3 with ``--quick``: on a noisy shared
+machine more runs steady the ratios; a run is as many back-to-back
 calls as last about 50 ms). ratio = flydsl time / other time: lower is better.
 """
 from __future__ import annotations
@@ -187,6 +188,7 @@ def bench_row(name: str, runs: int, run_s: float) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 runs of ~10 ms (a smoke run)")
+    ap.add_argument("--runs", type=int, default=7, help="interleaved runs per variant (default 7)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--rows", default=",".join(ROWS), help="rows, comma separated")
     args = ap.parse_args()
@@ -197,7 +199,9 @@ def main() -> None:
     unknown = [r for r in names if r not in ROWS]
     if unknown:
         sys.exit(f"--rows: unknown {', '.join(unknown)} (rows: {', '.join(ROWS)})")
-    runs, run_s = (3, 0.01) if args.quick else (7, 0.05)
+    if args.runs < 1:
+        sys.exit("--runs must be at least 1")
+    runs, run_s = (3, 0.01) if args.quick else (args.runs, 0.05)
     rows = []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
