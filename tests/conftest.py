@@ -1,6 +1,7 @@
 """Shared test setup: the CPU backend by default, examples importable."""
 import os
 import sys
+import threading
 
 import pytest
 
@@ -43,6 +44,34 @@ def count_slow_launches(monkeypatch, kernel) -> list:
         return slow(*args)
     monkeypatch.setattr(kernel, "_launch_slow", counting)
     return calls
+
+
+def run_in_threads(work, args) -> list:
+    """Run ``work(a)`` for every ``a`` of ``args``, each in its own thread, all at
+    once; returns the exceptions they raised (empty when all went well)."""
+    errors: list = []
+
+    def guarded(a):
+        try:
+            work(a)
+        except BaseException as e:  # noqa: BLE001 - the caller asserts on them
+            errors.append(e)
+    threads = [threading.Thread(target=guarded, args=(a,)) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch._dynamo reset before and after the test, so that no compiled function
+    of one test serves another."""
+    import torch
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 def host_has_cpu_feature(feature: str) -> bool:

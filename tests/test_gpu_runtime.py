@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import types
 
 import numpy as np
@@ -21,7 +20,7 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
-from conftest import requires_cuda, requires_rocm
+from conftest import requires_cuda, requires_rocm, run_in_threads
 from flydsl.errors import LaunchError
 from flydsl.runtime import devices
 
@@ -189,20 +188,11 @@ def test_launches_from_threads(device):
     jobs = [(rand(5000), rand(5000)) for _ in range(4)]
     outs = [device.empty(5000) for _ in jobs]
     ins = [(device.put(a), device.put(b)) for a, b in jobs]
-    errors = []
 
     def work(k):
-        try:
-            for _ in range(20):
-                vadd(ins[k][0], ins[k][1], outs[k], 5000)
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+        for _ in range(20):
+            vadd(ins[k][0], ins[k][1], outs[k], 5000)
+    assert not run_in_threads(work, range(4))
     for (a, b), c in zip(jobs, outs):
         np.testing.assert_array_equal(device.get(c), a + b)
 

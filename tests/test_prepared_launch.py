@@ -1,13 +1,12 @@
 """Prepared launches (flydsl.runtime.prepared, ``kernel.prepare``): re-launching one
 specialization with torch tensors of the same layouts stores only the data pointers;
 whatever still can change under equal layouts sends the call back (False)."""
-import threading
-
 import numpy as np
 import pytest
 
 import flydsl
 import flydsl.expr as fx
+from conftest import run_in_threads
 
 torch = pytest.importorskip("torch")
 
@@ -91,20 +90,12 @@ def test_threads_using_one_prepared_launch_keep_their_own_pointers():
     args = _args(n=4096)
     axpy[32, 128](*args)
     launch = axpy.prepare(tuple(args), 32, 128)
-    errors = []
 
     def work(seed):
-        try:
-            for r in range(30):
-                mine = _args(n=4096)
-                mine[0] = torch.full((4096,), float(seed * 100 + r))
-                assert launch(tuple(mine))
-                torch.testing.assert_close(mine[2], _want(mine))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        for r in range(30):
+            mine = _args(n=4096)
+            mine[0] = torch.full((4096,), float(seed * 100 + r))
+            assert launch(tuple(mine))
+            torch.testing.assert_close(mine[2], _want(mine))
+    errors = run_in_threads(work, range(4))
     assert not errors, errors

@@ -19,13 +19,10 @@ aten = torch.ops.aten
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo(monkeypatch):
+def _fuse_every_group(monkeypatch, fresh_dynamo):
     # These tests check the generated kernels on small tensors: fuse every group,
     # whether or not it pays (tests/test_torch_fusion.py checks the cost rule).
     monkeypatch.setattr(db, "COST_RULE", False)
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def _delta(before: dict, after: dict) -> dict:

@@ -16,11 +16,7 @@ F = torch.nn.functional
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _rand(*shape, dtype=torch.float32, seed=0):

@@ -10,11 +10,7 @@ from flydsl.torch.scatter_sums import merge_scatter_sums  # noqa: E402
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _rand(*shape, seed=0):
