@@ -8,6 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flydsl  # noqa: E402
+import flydsl.expr as fx  # noqa: E402
+from flydsl.torch import _math as fm  # noqa: E402
 from flydsl.torch import dynamo_backend as db  # noqa: E402
 from flydsl.torch import kernels, row_kernels  # noqa: E402
 from flydsl.torch.fusion_cost import worth_fusing  # noqa: E402
@@ -214,6 +216,35 @@ def test_softmax_row_kernel_keeps_its_exp_in_the_output_between_loops(dtype):
         assert "o0[i0, j] = v" in loops[2] and " = o0[i0, j]" in loops[3]
     tol = 2e-3 if dtype is torch.float16 else 1e-6
     torch.testing.assert_close(gm(x, m)[0], f(x, m)[0], rtol=tol, atol=tol)
+
+
+@flydsl.kernel
+def _fold_all(x: fx.Tensor, out: fx.Tensor, N: fx.Constexpr[int]):
+    tid = fx.thread_idx.x
+    red = fx.shared_array((16,), fx.Float32)
+    if tid < N:
+        red[tid] = x[tid]
+    fx.barrier()
+    out[tid, 0] = fm.fold(red, N, "sum")
+    out[tid, 1] = fm.fold(red, N, "max")
+    out[tid, 2] = fm.fold(red, N, "min")
+
+
+@pytest.mark.parametrize("n", [1, 5, 16])
+def test_row_reductions_end_with_every_thread_folding_the_partials(n):
+    """A row reduction's shared-memory tree stops at 16 partials, which ``fm.fold``
+    combines in every thread (on the CPU: once per block)."""
+    import numpy as np
+    x = np.random.default_rng(n).standard_normal(16).astype(np.float32)
+    out = np.zeros((16, 3), np.float32)
+    _fold_all[1, 16](x, out, n)
+    want = [x[:n].astype(np.float64).sum(), x[:n].max(), x[:n].min()]
+    np.testing.assert_allclose(out, np.tile(want, (16, 1)), rtol=1e-6)
+    _, source = row_kernels.RowPattern(
+        (("tensor", torch.float32, "full"),),
+        (("reduce", "v0", ("sum", "x0"), torch.float32),), (("v0", torch.float32, "row"),)
+    ).source(2)
+    assert "while s >= 16:" in source and "fm.fold(red0, min(BLOCK, 16), 'sum')" in source
 
 
 def test_row_kernels_with_dynamic_shapes(monkeypatch):

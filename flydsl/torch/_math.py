@@ -53,3 +53,18 @@ def gelu(x, approximate: str = "none"):
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
         return 0.5 * x * (1.0 + tanh(inner))
     return 0.5 * x * (1.0 + erf(x * math.sqrt(0.5)))
+
+
+_FOLD = {"sum": lambda a, b: a + b, "max": fx.max, "min": fx.min}
+
+
+def fold(ref, n: int, how: str):
+    """``how`` ("sum", "max" or "min") of ``ref[0]`` ... ``ref[n - 1]`` (a shared
+    array), combined as a balanced tree written out at trace time: every thread
+    reads the same elements, so on the CPU it is one block value, computed once."""
+    values = [ref[k] for k in range(n)]
+    op = _FOLD[how]
+    while len(values) > 1:
+        values = [op(values[i], values[i + 1]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]

@@ -31,6 +31,8 @@ from .kernels import (_MAX_ELEMENTS, FusedModule, KernelPattern, LaunchPlan,
 from .pointwise import fx_dtype, register_dtype
 
 _MAX_BLOCK = 256
+#: Partials left by a row reduction's shared-memory tree, combined by every thread.
+_FOLDED = 16
 _INIT = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
 _COMBINE = {"sum": "({a} + {b})", "max": "fx.max({a}, {b})", "min": "fx.min({a}, {b})"}
 _NAME = re.compile(r"\b[vx]\d+\b")
@@ -174,7 +176,12 @@ def _kept_in_output(p: RowPattern, full_outs: list, per_element,
 def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
                compute: list, src: str) -> list:
     """Lines reducing ``src`` (computed per column by ``compute``) over the row into
-    ``var``: a strided loop of the threads, then a tree in shared memory ``red``."""
+    ``var``: a strided loop of the threads, then a tree in shared memory ``red`` down
+    to :data:`_FOLDED` partials, which every thread combines (``fm.fold``).
+
+    The last tree steps would leave most threads idle on a GPU and, on the CPU,
+    cost a barrier segment each for a few lanes (through memory: most of a short
+    row's time); the same reads by every thread are one block value there."""
     init = _INIT[how]
     if dtype is torch.float64:
         init = f"fx.cast({init}, fx.Float64)"
@@ -186,12 +193,12 @@ def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
                f"{red}[tid] = {acc}",
                "fx.barrier()",
                "s = BLOCK // 2",
-               "while s > 0:             # unrolled at trace time (BLOCK is a constexpr)",
+               f"while s >= {_FOLDED}:   # unrolled at trace time (BLOCK is a constexpr)",
                "    if tid < s:",
                f"        {red}[tid] = {_COMBINE[how].format(a=f'{red}[tid]', b=f'{red}[tid + s]')}",
                "    fx.barrier()",
                "    s //= 2",
-               f"{var} = {red}[0]"])
+               f"{var} = fm.fold({red}, min(BLOCK, {_FOLDED}), {how!r})"])
 
 
 class RowModule(FusedModule):
