@@ -428,3 +428,11 @@ def test_row_reductions_propagate_nan_and_inf(monkeypatch):
         torch.testing.assert_close(got, want, equal_nan=True)
     d = {k: v - before.get(k, 0) for k, v in _row_stats().items()}
     assert d["fused_groups"] == d["launches"] == 4 and d["eager_fallbacks"] == 0
+
+
+def test_plan_key_is_shapes_then_strides_then_devices_of_the_tensor_arguments():
+    a, b = _rand(4, 3), _rand(3, 4).t()
+    key = kernels.signature_key([0, 2])
+    assert key((a, 2.0, b)) == (a.shape, b.shape, a.stride(), b.stride(), a.device, b.device)
+    assert key((a, 2.0, b)) != key((a, 2.0, b.contiguous()))
+    assert kernels.signature_key([])((1.0,)) == ()

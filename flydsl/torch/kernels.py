@@ -36,12 +36,14 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from ..errors import FlydslError
 from .pointwise import fx_dtype, register_dtype
+
+_empty_strided = torch.empty_strided
 
 log = logging.getLogger("flydsl.torch")
 
@@ -264,7 +266,7 @@ class LaunchPlan:
     launch from :func:`~flydsl.runtime.prepared.prepare_launch`, which only stores the data
     pointers, once the first launch has made one)."""
 
-    outs: tuple          # per output: (shape, strides, dtype)
+    outs: tuple          # per output: (shape, strides, dtype, device) (see out_specs)
     views: tuple         # per tensor operand (inputs, then outputs): (sizes, strides) of
                          # its coalesced view, None if that is the tensor itself
     kernel: Any          # the @flydsl.kernel (None: nothing to launch)
@@ -283,6 +285,21 @@ class LaunchPlan:
     def direct(self) -> bool:
         """Whether no operand needs a view (the launch takes the tensors as they are)."""
         return all(v is None for v in self.views)
+
+
+def out_specs(outs: Sequence[torch.Tensor]) -> tuple:
+    """Per output tensor, what allocates its like: ``(shape, strides, dtype, device)``."""
+    return tuple((tuple(o.shape), o.stride(), o.dtype, o.device) for o in outs)
+
+
+def signature_key(positions: Sequence[int]) -> Callable[[tuple], tuple]:
+    """``key(args)``: the shapes, strides and devices of ``args[p]`` for ``p`` in
+    ``positions``, which key the launch plans. Written out per position list: the
+    generic comprehension cost about twice as much on every call."""
+    get = [f"args[{p}]" for p in positions]
+    items = ([f"{a}.shape" for a in get] + [f"{a}.stride()" for a in get]
+             + [f"{a}.device" for a in get])
+    return eval(f"lambda args: ({''.join(i + ', ' for i in items)})")   # noqa: S307 - ints only
 
 
 def view_specs(tensors: Sequence[torch.Tensor], sizes: Sequence[int],
@@ -311,34 +328,33 @@ class FusedModule(torch.nn.Module):
         # Per output: None (contiguous) or the input whose strides it takes, as in eager.
         self.layouts = list(layouts) if layouts is not None else [None] * len(pattern.outputs)
         self.tensor_pos = [k for k, spec in enumerate(pattern.inputs) if spec[0] == "tensor"]
+        self._key = signature_key(self.tensor_pos)
         self.out_dtypes = [spec[1] for spec in pattern.outputs]
         self.kernels: dict = {}    # rank -> kernel
         self.broken: set = set()   # ranks whose kernel failed to build
         self.plans: dict = {}      # (shape, strides, device) per tensor input -> plan or None
 
     def forward(self, *args: Any) -> tuple:
-        tensors = [args[k] for k in self.tensor_pos]
-        key = tuple([t.shape for t in tensors] + [t.stride() for t in tensors]
-                    + [t.device for t in tensors])
+        key = self._key(args)
         plan = self.plans.get(key, _MISSING)
         if plan is _MISSING:
-            plan = self.plans[key] = self._plan(tensors, args)
+            plan = self.plans[key] = self._plan([args[k] for k in self.tensor_pos], args)
         if plan is None:
             return self._eager(args)
-        device = tensors[0].device
-        outs = tuple([torch.empty_strided(shape, strides, dtype=d, device=device)
-                      for shape, strides, d in plan.outs])
+        outs = tuple([_empty_strided(shape, strides, dtype=d, device=device)
+                      for shape, strides, d, device in plan.outs])
         if not plan.views:           # no elements
             return outs
         if plan.direct:              # every operand is its own view
             kargs = args + outs + plan.extra
         else:
+            tensors = [args[k] for k in self.tensor_pos] + list(outs)
             views = [t if v is None else torch.as_strided(t, *v)
-                     for t, v in zip(tensors + list(outs), plan.views)]
+                     for t, v in zip(tensors, plan.views)]
             kargs = list(args)       # tensor inputs replaced by views, scalars kept
             for k, v in zip(self.tensor_pos, views):
                 kargs[k] = v
-            kargs += views[len(tensors):]
+            kargs += views[len(self.tensor_pos):]
             kargs += plan.extra
         prepared = plan.prepared
         if prepared is None or not prepared(kargs):
@@ -369,9 +385,8 @@ class FusedModule(torch.nn.Module):
         outs = [torch.empty(shape, dtype=d, device=device) if like is None
                 else torch.empty_like(args[like], dtype=d)
                 for d, like in zip(self.out_dtypes, self.layouts)]
-        out_specs = tuple((tuple(o.shape), o.stride(), o.dtype) for o in outs)
         if numel == 0:
-            return LaunchPlan(out_specs, (), None, (), (), ())
+            return LaunchPlan(out_specs(outs), (), None, (), (), ())
         strides = [broadcast_strides(t, shape) for t in tensors + outs]
         # Iterate in the memory order of the first result (a permuted layout
         # such as a transpose then still coalesces to one contiguous dimension).
@@ -388,7 +403,7 @@ class FusedModule(torch.nn.Module):
         grid = (-(-inner // block), min(outer, _MAX_GRID_Y), -(-outer // _MAX_GRID_Y))
         extra = (inner, outer) if rank > 1 else (inner,)
         views = view_specs(tensors + outs, sizes, strides)
-        return LaunchPlan(out_specs, views, kernel, grid, (block, 1, 1), extra)
+        return LaunchPlan(out_specs(outs), views, kernel, grid, (block, 1, 1), extra)
 
     def _kernel(self, rank: int):
         """The kernel at ``rank``, or None when it failed to build (logged once)."""
@@ -410,5 +425,5 @@ class FusedModule(torch.nn.Module):
         return tuple(self.eager(*args))
 
 
-__all__ = ["FusedModule", "FusedPattern", "LaunchPlan", "view_specs", "cache_dir", "coalesce",
-           "kernel_source", "load_kernel", "stats"]
+__all__ = ["FusedModule", "FusedPattern", "LaunchPlan", "cache_dir", "coalesce", "kernel_source",
+           "load_kernel", "out_specs", "signature_key", "stats", "view_specs"]

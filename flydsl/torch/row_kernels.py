@@ -27,7 +27,7 @@ import torch
 
 from .kernels import (_MAX_ELEMENTS, FusedModule, KernelPattern, LaunchPlan,
                       broadcast_shape, broadcast_strides, coalesce, module_header,
-                      view_specs)
+                      out_specs, view_specs)
 from .pointwise import fx_dtype, register_dtype
 
 _MAX_BLOCK = 256
@@ -237,8 +237,7 @@ class RowModule(FusedModule):
         rows, ncols = numel // shape[-1], shape[-1]
         # About two columns per thread (measured best on the CPU), 32 to 256 threads.
         block = min(_MAX_BLOCK, 1 << max(5, (ncols - 1).bit_length() - 1))
-        out_specs = tuple((tuple(o.shape), o.stride(), o.dtype) for o in outs)
-        return LaunchPlan(out_specs, views, kernel, (rows, 1, 1), (block, 1, 1), (ncols, block))
+        return LaunchPlan(out_specs(outs), views, kernel, (rows, 1, 1), (block, 1, 1), (ncols, block))
 
 
 __all__ = ["RowModule", "RowPattern", "row_kernel_source"]
