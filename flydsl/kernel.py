@@ -188,7 +188,9 @@ class KernelFunction:
         return tuple(constexpr_token(args[i]) for i in self._constexpr_pos if i < n)
 
     def _launch_slow(self, args, kwargs, grid3, block3, smem, stream, fast_key,
-                     context: launch_context.LaunchContext) -> None:
+                     context: launch_context.LaunchContext, launch: bool = True) -> None:
+        """Bind, specialize, compile (or find) and launch; then install the warm launch
+        of ``fast_key``. ``launch=False`` (for :meth:`prepare`): install it only."""
         from .runtime.launch import bind_launch
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
@@ -198,7 +200,8 @@ class KernelFunction:
             context.record.append(compiled)
             return None
         bound = bind_launch(compiled, runtime)
-        bound(runtime, grid3, block3, smem, stream)
+        if launch:
+            bound(runtime, grid3, block3, smem, stream)
         if fast_key is not None:
             self._install_fast_path(fast_key, bound, args)
         return None
@@ -223,11 +226,13 @@ class KernelFunction:
         self._remember(key[1], fast)
 
     def prepare(self, args: tuple, grid, block, smem: int = 0, stream=None):
-        """A prepared launch (:func:`~flydsl.runtime.prepared.prepare_launch`) of the specialization a
-        launch of ``args`` took before (in the default launch context), or None when
-        none did or an argument is not a torch tensor or a plain value. Calling it
-        with new torch tensors of the same shapes, strides, dtypes and devices stores
-        only their data pointers and submits (see that module for what it checks)."""
+        """A prepared launch (:func:`~flydsl.runtime.prepared.prepare_launch`) of the
+        specialization a launch of ``args`` takes in the default launch context (found
+        in memory or the cache, or compiled, when no launch of such args did yet), or
+        None in another context or when an argument is not a torch tensor or a plain
+        value. Calling it with new torch tensors of the same shapes, strides, dtypes
+        and devices stores only their data pointers and submits (see that module for
+        what it checks)."""
         from .runtime.prepared import prepare_launch
         if _current_context() is not _DEFAULT:
             return None
@@ -238,6 +243,11 @@ class KernelFunction:
             fast = self._dispatch.get(key)
         except TypeError:
             return None
+        if fast is None:
+            # The launch took the last specialization, whose guards accept more than
+            # its key (an int of another bit length): install these args' own entry.
+            self._launch_slow(args, {}, None, None, smem, stream, key, _DEFAULT, launch=False)
+            fast = self._dispatch.get(key)
         bound = getattr(fast, "flydsl_bound", None)
         if bound is None:
             return None

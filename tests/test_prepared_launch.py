@@ -29,10 +29,9 @@ def _want(args):
     return x * a + y + k
 
 
-def test_prepare_needs_a_launch_first_then_relaunches_new_tensors():
+def test_prepare_relaunches_new_tensors():
     axpy.cache_clear()
     args = _args()
-    assert axpy.prepare(tuple(args), 1, 128) is None      # nothing launched yet
     axpy[1, 128](*args)
     launch = axpy.prepare(tuple(args), 1, 128)
     assert launch is not None and "data_ptr()" in launch.__flydsl_source__
@@ -42,6 +41,32 @@ def test_prepare_needs_a_launch_first_then_relaunches_new_tensors():
     assert launch(tuple(fresh))
     torch.testing.assert_close(fresh[2], _want(fresh))
     assert fresh[2].data_ptr() != args[2].data_ptr()
+
+
+def test_prepare_before_any_launch_binds_the_specialization_and_launches_nothing():
+    axpy.cache_clear()
+    args = _args()
+    launch = axpy.prepare(tuple(args), 1, 128)
+    assert launch is not None and not args[2].any()
+    assert launch(tuple(args))
+    torch.testing.assert_close(args[2], _want(args))
+
+
+def test_prepare_after_a_launch_the_last_specialization_took_under_another_key():
+    """n=100 then n=1000: the second launch passes the first one's guards (any Int32
+    n not divisible by 16), so it leaves no warm entry under its own key (another
+    bit length); prepare still finds its specialization (the torch fused kernels
+    prepared nothing for every shape but the first they ran)."""
+    axpy.cache_clear()
+    small, big = _args(100), _args(1000)
+    axpy[1, 128](*small)
+    axpy[8, 128](*big)
+    launch = axpy.prepare(tuple(big), 8, 128)
+    assert launch is not None
+    fresh = _args(1000, a=2.0)
+    fresh[0] = fresh[0] * 3
+    assert launch(tuple(fresh))
+    torch.testing.assert_close(fresh[2], _want(fresh))
 
 
 def test_changed_scalars_misaligned_pointers_and_env_send_the_call_back(monkeypatch):
