@@ -21,6 +21,17 @@ aten = torch.ops.aten
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
+@pytest.fixture(autouse=True)
+def _one_host_thread(monkeypatch):
+    """The cost rule counts the host threads each side runs on: pin one for torch
+    and flydsl, so what fuses does not depend on the machine's cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "1")
+    yield
+    torch.set_num_threads(threads)
+
+
 def _rand(*shape, dtype=torch.float32, seed=0):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
@@ -54,6 +65,70 @@ def test_cost_rule_fuses_where_it_pays():
     groups = db.partition(_fake_graph(_add_mul, _rand(64), _rand(64)).graph, "cpu")
     assert len(groups) == 1 and not worth_fusing(groups[0])
     torch.testing.assert_close(big(*big_args)[0], _add_mul(*big_args)[0])
+
+
+def test_cost_rule_counts_atens_threads_against_a_kernel_on_one(monkeypatch):
+    """2^19 elements: ATen splits each op over 4 threads, while a kernel this short
+    gets one host thread from the CPU driver; the two-op group no longer pays. Half as
+    many elements fit one ATen chunk: ATen's threads do not help it, and it fuses."""
+    graph = _fake_graph(_add_mul, _rand(1 << 19), _rand(1 << 19))
+    (group,) = db.partition(graph.graph, "cpu")
+    assert worth_fusing(group)
+    torch.set_num_threads(4)
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "4")
+    assert not worth_fusing(group)
+    (small,) = db.partition(_fake_graph(_add_mul, _rand(1 << 15), _rand(1 << 15)).graph, "cpu")
+    assert worth_fusing(small)
+
+
+def _slowed(fn, seconds=2e-3):
+    import time
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return fn(*args, **kwargs)
+    return slow
+
+
+@pytest.mark.parametrize("slow_side", ["kernel", "eager"])
+def test_first_calls_time_the_kernel_against_eager_and_keep_the_faster(monkeypatch, slow_side):
+    """The cost rule fuses the group; its first calls (one untimed launch, then
+    TRIALS timed calls of each side) measure it: a kernel made 2 ms slower runs
+    eagerly from then on, one that beats its (slowed) eager ops is kept. Every
+    call's result is right."""
+    from flydsl.torch import trials
+    args = (_rand(1 << 20), _rand(1 << 20, seed=1))
+    gm = db.fuse_pointwise(_fake_graph(_add_mul, *args), "cpu")
+    (fused,) = _fused_modules(gm)
+    if slow_side == "kernel":
+        monkeypatch.setattr(fused, "_fused", _slowed(fused._fused))
+    else:
+        monkeypatch.setattr(fused.eager, "forward", _slowed(fused.eager.forward))
+    before = dict(kernels.stats)
+    for _ in range(1 + 2 * trials.TRIALS):
+        torch.testing.assert_close(gm(*args)[0], _add_mul(*args)[0])
+    (plan,) = fused.plans.values()
+    won = slow_side == "eager"
+    assert kernels.stats["measured_fused"] - before["measured_fused"] == int(won)
+    assert kernels.stats["measured_eager"] - before["measured_eager"] == int(not won)
+    assert (plan is None) is not won
+    launches = kernels.stats["launches"]
+    gm(*args)
+    assert kernels.stats["launches"] - launches == int(won)
+
+
+def test_trial_alternates_sides_and_decides_by_the_best_call():
+    from flydsl.torch.trials import TRIALS, Trial
+    trial, order = Trial(), []
+    for _ in range(2 * TRIALS - 1):
+        trial.run(lambda: order.append("e"), lambda: order.append("f"))
+        assert trial.verdict is None
+    trial.run(lambda: order.append("e"), lambda: order.append("f"))
+    assert order == ["e", "f"] * TRIALS and trial.verdict is not None
+    trial = Trial()
+    trial.eager, trial.fused = [5.0] * TRIALS, [9.0, 4.0]
+    trial.run(lambda: 0, lambda: 1)
+    assert trial.verdict is True        # 4 < 5: the best calls decide
 
 
 def test_graph_with_nothing_worth_fusing_runs_dynamos_graph():
@@ -136,8 +211,7 @@ def test_matmul_bias_activation_and_residual_fuse_after_the_matmul():
 
     def fn(x, w, b):
         return (x + F.gelu(F.linear(x, w, b), approximate="tanh"),)
-    small = db.fuse_pointwise(_fake_graph(fn, _rand(2, 3, 256), _rand(256, 256), _rand(256)),
-                              "cpu")
+    small = db.fuse_pointwise(_fake_graph(fn, _rand(1, 2, 64), _rand(64, 64), _rand(64)), "cpu")
     assert aten.addmm.default in _targets(small) and not _fused_modules(small)
 
 

@@ -10,10 +10,14 @@ estimated the same way, as memory-bound work plus a fixed cost per call::
 plus, for the math functions whose speed differs (table :data:`COMPUTE_NS`),
 their per-element compute time on each side, plus for row ops a cost per row
 on each side (:data:`ROW_NS`, :data:`ROW_REDUCTION_NS`); and the group is fused
-when ``fused < eager``. A kernel saves the round trips of its intermediate values
+when ``fused < eager``. On the CPU each side's work (all but the call) is divided by
+the host threads it runs on: an ATen call's by ``torch.get_num_threads()`` where
+its tensors are large enough to split (:data:`ATEN_GRAIN`), a flydsl launch's by
+what its driver gives it (:data:`FLYDSL_THREAD_US`), often one: with several torch
+threads fewer groups pay. A kernel saves the round trips of its intermediate values
 through memory and all but one call; it costs a flydsl launch, which is dearer
-than an ATen call. So a chain of two float32 ops fuses from about 6K elements
-up, a longer chain earlier, and a lone op never (nothing is saved). Sizes are
+than an ATen call. So on one thread a chain of two float32 ops fuses from about 4K
+elements up, a longer chain earlier, and a lone op never (nothing is saved). Sizes are
 the shapes' hints when they are symbolic. The constants were measured on one
 core of the development machine (a shared 2-core VM with a large last-level
 cache: they are estimates, good to tell clear wins from losses, not to rank
@@ -30,9 +34,10 @@ from torch.fx import Node
 #: One eager ATen call on a tiny tensor (dispatch and allocation), microseconds.
 ATEN_CALL_US = 1.5
 #: One call of a fused kernel from the compiled graph on tiny tensors (the
-#: FusedModule call: plan lookup, output allocation, a prepared launch): 6.5-7 us
-#: against 1.3 us for torch.add on 256 floats.
-FUSED_CALL_US = 7.0
+#: FusedModule call: plan lookup, output allocation, a prepared launch): 3.1 us
+#: against 1.0 us for torch.add on 256 floats (same process), the ratio kept at
+#: ATEN_CALL_US's scale.
+FUSED_CALL_US = 5.0
 #: Effective bandwidth of one core on the tensors of a model's layer, bytes per
 #: microsecond: ATen ops on 1-4 MB float32 tensors moved 25-38 GB/s here (they stay
 #: in the last-level cache); 25 GB/s, so that fixed costs weigh as they do there.
@@ -47,6 +52,16 @@ COMPUTE_NS = {
     # row kernels: max, exp and sum, scale loops (softmax keeps its exp in the output)
     "_softmax": (0.35, 0.8), "_log_softmax": (0.35, 0.5),
 }
+#: ATen's CPU ops split their elements over ``torch.get_num_threads()`` host threads in
+#: chunks of at least this many (``at::internal::GRAIN_SIZE``): an add of 2^17 float32
+#: took 1.9-2.1x less time on 2 threads than on 1 here, one of 2^15 the same.
+ATEN_GRAIN = 32768
+#: A flydsl CPU launch takes one more host thread per this much single-thread work
+#: (microseconds): its driver hands blocks to a helper thread only for about 4
+#: hand-offs of work each (``drivers.cpu.PAYOFF``), and a hand-off cost 35 us here. So
+#: where torch runs on several threads, a kernel under a few hundred microseconds
+#: runs on one against ATen's several, and must save that much more to pay.
+FLYDSL_THREAD_US = 140.0
 #: Matmul throughput of one core (float32 BLAS), flop per microsecond: the share of
 #: a graph's time that fusion cannot touch.
 MATMUL_FLOP_PER_US = 100_000.0
@@ -119,8 +134,8 @@ def eager_cost_us(nodes: Iterable[Node]) -> float:
             total += given
             continue
         moved = node_bytes(n) + sum(node_bytes(a) for a in n.all_input_nodes)
-        total += ATEN_CALL_US + moved / BYTES_PER_US + _numel(n) * _compute_ns(n)[0] / 1e3 \
-            + _row_us(n, 0)
+        work = moved / BYTES_PER_US + _numel(n) * _compute_ns(n)[0] / 1e3 + _row_us(n, 0)
+        total += ATEN_CALL_US + work / _aten_threads(n)
     return total
 
 
@@ -133,7 +148,33 @@ def fused_cost_us(nodes: list) -> float:
                or not n.users]
     moved = sum(map(node_bytes, inputs)) + sum(map(node_bytes, outputs))
     compute = sum(_numel(n) * _compute_ns(n)[1] for n in nodes) / 1e3
-    return FUSED_CALL_US + moved / BYTES_PER_US + compute + sum(_row_us(n, 1) for n in nodes)
+    work = moved / BYTES_PER_US + compute + sum(_row_us(n, 1) for n in nodes)
+    return FUSED_CALL_US + work / _flydsl_threads(nodes[0], work)
+
+
+def _on_cpu(node: Node) -> bool:
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        val = val[0] if val else None
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu"
+
+
+def _aten_threads(node: Node) -> int:
+    """Host threads an eager ATen call of ``node`` runs on: ATen splits a CPU op
+    into chunks of :data:`ATEN_GRAIN` elements over ``torch.get_num_threads()``."""
+    if not _on_cpu(node):
+        return 1
+    largest = max([_numel(node)] + [_numel(a) for a in node.all_input_nodes])
+    return max(1, min(torch.get_num_threads(), -(-largest // ATEN_GRAIN)))
+
+
+def _flydsl_threads(node: Node, work_us: float) -> int:
+    """Host threads a flydsl CPU launch of ``work_us`` single-thread work runs on: one
+    more per :data:`FLYDSL_THREAD_US` of it (the CPU driver's split policy)."""
+    if not _on_cpu(node):
+        return 1
+    from ..runtime.drivers.cpu import cpu_workers
+    return max(1, min(cpu_workers(), int(work_us // FLYDSL_THREAD_US)))
 
 
 def _row_us(node: Node, side: int) -> float:

@@ -42,13 +42,15 @@ import torch
 
 from ..errors import FlydslError
 from .pointwise import fx_dtype, register_dtype
+from .trials import Trial
 
 _empty_strided = torch.empty_strided
 
 log = logging.getLogger("flydsl.torch")
 
 #: Counters for tests and debugging (per process).
-stats = {"kernels_generated": 0, "kernel_cache_hits": 0, "launches": 0, "eager_fallbacks": 0}
+stats = {"kernels_generated": 0, "kernel_cache_hits": 0, "launches": 0, "eager_fallbacks": 0,
+         "measured_fused": 0, "measured_eager": 0}
 
 _MAX_ELEMENTS = 1 << 31        # kernels index with Int32
 _MAX_GRID_Y = 65535            # CUDA's limit; larger outer extents spill into grid z
@@ -275,6 +277,7 @@ class LaunchPlan:
     extra: tuple         # trailing arguments (Int32 extents, constexprs)
     prepared: Any = None
     tried: bool = False  # whether the first launch tried to prepare one
+    trial: Any = None    # a trials.Trial while the kernel is timed against eager
 
     @functools.cached_property
     def launch(self):
@@ -316,15 +319,18 @@ class FusedModule(torch.nn.Module):
 
     ``eager`` is the group's own FX sub-graph; it runs when an input is on a
     device the kernel cannot use, the tensor is too large for Int32 indexing,
-    or the kernel failed to compile (logged once).
+    or the kernel failed to compile (logged once). With ``measure`` (CPU only),
+    each input signature's first calls time the kernel against ``eager``
+    (:mod:`~flydsl.torch.trials`) and keep the faster.
     """
 
     def __init__(self, pattern: FusedPattern, eager: torch.nn.Module, device_type: str,
-                 layouts: Optional[Sequence[Optional[int]]] = None):
+                 layouts: Optional[Sequence[Optional[int]]] = None, measure: bool = False):
         super().__init__()
         self.pattern = pattern
         self.eager = eager
         self.device_type = device_type
+        self.measure = measure and device_type == "cpu"
         # Per output: None (contiguous) or the input whose strides it takes, as in eager.
         self.layouts = list(layouts) if layouts is not None else [None] * len(pattern.outputs)
         self.tensor_pos = [k for k, spec in enumerate(pattern.inputs) if spec[0] == "tensor"]
@@ -339,8 +345,35 @@ class FusedModule(torch.nn.Module):
         plan = self.plans.get(key, _MISSING)
         if plan is _MISSING:
             plan = self.plans[key] = self._plan([args[k] for k in self.tensor_pos], args)
+            if plan is not None and self.measure and plan.views:
+                plan.trial = Trial()
         if plan is None:
             return self._eager(args)
+        if plan.trial is not None and plan.tried:
+            return self._timed(key, plan, args)
+        return self._fused(key, plan, args)
+
+    # Called from the compiled graph on every run: skip nn.Module's hook dispatch.
+    __call__ = forward
+
+    def _timed(self, key: tuple, plan: LaunchPlan, args: tuple) -> tuple:
+        """One call of the trial of ``plan`` (see :mod:`~flydsl.torch.trials`)."""
+        trial = plan.trial
+        out = trial.run(lambda: tuple(self.eager(*args)), lambda: self._fused(key, plan, args))
+        if trial.verdict is not None and plan.trial is not None:
+            plan.trial = None
+            shape = tuple(args[self.tensor_pos[0]].shape)
+            if trial.verdict:
+                stats["measured_fused"] += 1
+            else:       # eager from now on for this signature
+                stats["measured_eager"] += 1
+                self.plans[key] = None
+            log.info("%s over %s: %s: %s", self.pattern.key, shape, trial.summary(),
+                     "keeps the kernel" if trial.verdict else "runs eagerly")
+        return out
+
+    def _fused(self, key: tuple, plan: LaunchPlan, args: tuple) -> tuple:
+        """Launch ``plan``'s kernel on ``args`` (eager when it fails to build)."""
         outs = tuple([_empty_strided(shape, strides, dtype=d, device=device)
                       for shape, strides, d, device in plan.outs])
         if not plan.views:           # no elements
@@ -370,9 +403,6 @@ class FusedModule(torch.nn.Module):
                 plan.prepared = plan.kernel.prepare(tuple(kargs), plan.grid, plan.block)
         stats["launches"] += 1
         return outs
-
-    # Called from the compiled graph on every run: skip nn.Module's hook dispatch.
-    __call__ = forward
 
     def _plan(self, tensors: list, args: tuple) -> Optional[LaunchPlan]:
         """The launch plan for inputs like ``tensors`` (None: run the group eagerly)."""

@@ -1,0 +1,49 @@
+"""Measured choice between a fused kernel and the eager ops it replaces.
+
+The cost rule (:mod:`~flydsl.torch.fusion_cost`) picks the groups to fuse from
+estimates, which on a CPU shared with other work, or under several torch threads,
+can miss by 2-3x either way. So on the CPU a fused group's first calls for each
+input signature alternate between its kernel and its eager ops, :data:`TRIALS`
+timed calls each after an untimed first launch (which compiles and prepares),
+and the faster by its best call runs from then on: a kernel that loses to eager
+on this machine, with these shapes and threads, is not kept.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+#: Timed calls per side before the choice.
+TRIALS = 3
+
+
+class Trial:
+    """The timed calls of one launch plan: ``run`` alternates the two sides until
+    both have :data:`TRIALS`; then :attr:`verdict` says whether the kernel won."""
+
+    __slots__ = ("eager", "fused", "verdict")
+
+    def __init__(self) -> None:
+        self.eager: list = []
+        self.fused: list = []
+        self.verdict: Optional[bool] = None    # None until decided; True: the kernel won
+
+    def run(self, eager: Callable[[], tuple], fused: Callable[[], tuple]) -> tuple:
+        """Run and time the side with fewer timed calls (eager first); decide once
+        both have :data:`TRIALS`."""
+        side, call = (self.eager, eager) if len(self.eager) <= len(self.fused) \
+            else (self.fused, fused)
+        t0 = time.perf_counter()
+        out = call()
+        side.append(time.perf_counter() - t0)
+        if len(self.fused) >= TRIALS:
+            self.verdict = min(self.fused) < min(self.eager)
+        return out
+
+    def summary(self) -> str:
+        """The best call of each side, for the log."""
+        return (f"fused {min(self.fused) * 1e6:.1f} us, eager {min(self.eager) * 1e6:.1f} us "
+                f"(best of {TRIALS})")
+
+
+__all__ = ["TRIALS", "Trial"]
