@@ -1,7 +1,8 @@
 """Child process for test_cpu_runtime.py: launch a kernel that never ends on its own,
 print "ready" first; the test sends SIGINT. Prints what happened after the interrupt.
 
-Usage: interrupt_worker.py BLOCKS
+Usage: interrupt_worker.py BLOCKS [torch]   (torch: import it first, which loads
+libgomp, so that a parallel launch runs as an OpenMP team)
 """
 import sys
 import time
@@ -28,6 +29,9 @@ def inc(x: fx.Tensor):
 
 def main() -> None:
     blocks = int(sys.argv[1])
+    if sys.argv[2:] == ["torch"]:
+        import torch  # noqa: F401
+    from flydsl.runtime.drivers.openmp import TEAMS
     x = np.zeros(blocks * 64, np.float32)
     spin[1, 64](x, 3)                       # compiled, and ends at once
     print("ready", flush=True)
@@ -39,8 +43,8 @@ def main() -> None:
         still_writing = not np.array_equal(snapshot, x)
         y = np.zeros(64, np.float32)
         inc[1, 64](y)                       # the next launch runs normally
-        print(f"interrupted still_writing={still_writing} next_launch_ok={bool(y.all())}",
-              flush=True)
+        print(f"interrupted still_writing={still_writing} next_launch_ok={bool(y.all())} "
+              f"team={TEAMS.parallel is not None}", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,18 @@ from flydsl.runtime.drivers import cpu as cpu_driver
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.mark.parametrize("blocks", [1, 4096])
-def test_ctrl_c_stops_a_launch_and_no_thread_keeps_writing(blocks, tmp_path):
-    """One block (the launching thread runs it) or many (the pool runs them): SIGINT
-    stops the kernel's endless loop, KeyboardInterrupt is raised once no thread of
-    the launch runs, and the next launch works."""
+@pytest.mark.parametrize("blocks,team", [(1, False), (4096, False), (4096, True)])
+def test_ctrl_c_stops_a_launch_and_no_thread_keeps_writing(blocks, team, tmp_path):
+    """One block (the launching thread runs it) or many (the helper threads, or with
+    torch's libgomp loaded an OpenMP team, run them): SIGINT stops the kernel's
+    endless loop, KeyboardInterrupt is raised once no thread of the launch runs, and
+    the next launch works."""
+    if team:
+        pytest.importorskip("torch")
     env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "cache"), FLYDSL_CPU_THREADS="2")
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "interrupt_worker.py"),
-                             str(blocks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    argv = [str(blocks)] + (["torch"] if team else [])
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "interrupt_worker.py"), *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
         time.sleep(1.0)                     # inside the endless loop by now
@@ -39,7 +42,8 @@ def test_ctrl_c_stops_a_launch_and_no_thread_keeps_writing(blocks, tmp_path):
         proc.kill()
     assert time.monotonic() - sent < 30
     assert proc.returncode == 0, err
-    assert out.strip() == "interrupted still_writing=False next_launch_ok=True"
+    assert out.strip() == ("interrupted still_writing=False next_launch_ok=True "
+                           f"team={team}")
 
 
 def test_loading_a_kernel_installs_the_sigint_handler_in_front_of_pythons():

@@ -104,7 +104,10 @@ def split(monkeypatch):
     """Set the process policy's hand-off cost (ns) for one test, and keep the pool from
     measuring it and launches from changing it. Unless ``quick``, every launch decides
     afresh (no launch takes the rarely-timed path on an estimate made under another
-    setting)."""
+    setting). Parallel launches use the helper threads, not OpenMP teams (another
+    test module loads torch, and with it libgomp: see test_cpu_openmp_teams.py)."""
+    monkeypatch.setenv("FLYDSL_CPU_OPENMP", "0")
+
     def use(handoff_ns: float, quick: bool = False) -> SplitPolicy:
         policy = cpu_driver.SPLIT
         for attr in ("handoff_ns", "worker_ns", "serial_ns"):

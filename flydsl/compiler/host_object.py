@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 
 from ..errors import ToolchainError
-from ..runtime.drivers.cpu import PACKED_PREFIX  # the ABI the CPU launcher calls
+from ..runtime.drivers.cpu import PACKED_PREFIX, TEAM_PREFIX  # what the CPU launcher calls
 from ..runtime.interrupts import (INTERRUPT_POINTER, INTERRUPT_STATE, SIGINT_HANDLER,
                                   SIGINT_PREVIOUS)
 from . import toolchain
@@ -73,7 +73,66 @@ def packed_wrappers(llir: str, names: list[str]) -> str:
         lines.append("  ret i32 %flag")
         lines.append("}")
         out.append("\n".join(lines))
+        out.append(_team_wrapper(name, types))
     return "\n\n".join(out) + "\n"
+
+
+def _team_wrapper(name: str, types: list[str]) -> str:
+    """``void _flydsl_team_<name>(ptr team)``: one member of an OpenMP team running a
+    launch (``GOMP_parallel(fn, team, threads, 0)``, see
+    :mod:`flydsl.runtime.drivers.openmp`). ``team`` is five i64: the packed argument
+    table, the next unclaimed block (shared, atomically advanced), the grid's block
+    count, the blocks per claim, and the interrupt flag seen (OR-ed in). Each member
+    claims chunks until none is left or Ctrl-C raised the flag."""
+    n = len(types)
+    lines = [f"define void @{TEAM_PREFIX}{name}(ptr %team) {{", "entry:",
+             "  %args = load ptr, ptr %team",
+             "  %nextp = getelementptr i64, ptr %team, i64 1",
+             "  %endp = getelementptr i64, ptr %team, i64 2",
+             "  %chunkp = getelementptr i64, ptr %team, i64 3",
+             "  %flagp = getelementptr i64, ptr %team, i64 4",
+             "  %end = load i64, ptr %endp",
+             "  %chunk = load i64, ptr %chunkp"]
+    call_args = []
+    for i, ty in enumerate(types):
+        if i in (n - 3, n - 2):           # begin, end: the claimed chunk's
+            call_args.append(f"i64 {'%b' if i == n - 3 else '%e'}")
+            continue
+        lines.append(f"  %slot{i} = getelementptr ptr, ptr %args, i64 {i}")
+        lines.append(f"  %ptr{i} = load ptr, ptr %slot{i}")
+        lines.append(f"  %arg{i} = load {ty}, ptr %ptr{i}")
+        call_args.append(f"{ty} %arg{i}")
+    lines += [f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
+              "  %running = getelementptr i32, ptr %state, i64 1",
+              "  %r0 = atomicrmw add ptr %running, i32 1 monotonic",
+              "  %idle = icmp eq i32 %r0, 0",
+              "  %next0 = load atomic i64, ptr %nextp monotonic, align 8",
+              "  %first = icmp eq i64 %next0, 0",
+              "  %fresh = and i1 %idle, %first",
+              "  br i1 %fresh, label %reset, label %claim",
+              "reset:",
+              "  store atomic i32 0, ptr %state monotonic, align 4",
+              "  br label %claim",
+              "claim:",
+              "  %b = atomicrmw add ptr %nextp, i64 %chunk monotonic",
+              "  %more = icmp slt i64 %b, %end",
+              "  br i1 %more, label %run, label %done",
+              "run:",
+              "  %e0 = add i64 %b, %chunk",
+              "  %over = icmp sgt i64 %e0, %end",
+              "  %e = select i1 %over, i64 %end, i64 %e0",
+              f"  call void @{name}({', '.join(call_args)})",
+              "  %f = load atomic i32, ptr %state monotonic, align 4",
+              "  %stop = icmp ne i32 %f, 0",
+              "  br i1 %stop, label %done, label %claim",
+              "done:",
+              "  %r1 = atomicrmw sub ptr %running, i32 1 monotonic",
+              "  %flag = load atomic i32, ptr %state monotonic, align 4",
+              "  %flag64 = zext i32 %flag to i64",
+              "  %old = atomicrmw or ptr %flagp, i64 %flag64 monotonic",
+              "  ret void",
+              "}"]
+    return "\n".join(lines)
 
 
 #: Linked into every CPU kernel library (its own LLVM module): the interrupt state

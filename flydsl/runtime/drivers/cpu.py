@@ -40,7 +40,8 @@ grid is cut into guided chunks, big first and small last, handed out on demand
 left it takes back the wake-ups of helpers that have not started yet instead of
 waiting for them. A helper serves one launch at a time: a launch that finds them all
 busy (another Python thread is launching) runs with fewer, down to none, rather than
-queue behind it.
+queue behind it. Where libgomp is already loaded (torch), parallel launches run as
+OpenMP teams instead, on its threads, with its far cheaper hand-off (:mod:`.openmp`).
 """
 from __future__ import annotations
 
@@ -58,8 +59,11 @@ from ..debug_checks import check_oob, flushing_stdout, prints
 from ..packing import BoundLaunch, SlotTable, make_packers, param_layout
 from ..shared_object import load_shared_object
 from .base import Driver
+from .openmp import CLAIMS_PER_THREAD, TEAM_FIELDS, TEAMS
 
 PACKED_PREFIX = "_flydsl_packed_"
+#: The OpenMP team member of each kernel (see :mod:`.openmp`).
+TEAM_PREFIX = "_flydsl_team_"
 #: With no estimate of a launch's work yet, it goes parallel from this many GPU threads.
 _PARALLEL_MIN_THREADS = 1 << 14
 #: Guided chunks: each takes 1/(_GUIDED_SHARE x threads) of the blocks not yet handed
@@ -301,6 +305,22 @@ class HelperPool:
 #: The policy every launch follows, and the helpers its parallel launches use.
 SPLIT = SplitPolicy()
 _POOL = HelperPool(SPLIT)
+#: An OpenMP team's hand-off (ns) assumed until one is measured (1.2-1.9 us here).
+_TEAM_HANDOFF_NS = 2_000.0
+
+
+def expected_workers(work_ns: float) -> int:
+    """Host threads a launch of ``work_ns`` single-thread work would get (for cost
+    models such as :mod:`flydsl.torch.fusion_cost`): the policy's rule, with an OpenMP
+    team's hand-off where libgomp is loaded (:mod:`.openmp`), else the helpers'."""
+    handoff = SPLIT.handoff_ns
+    if TEAMS.find() is not None:
+        low, high = _HANDOFF_BOUNDS_NS
+        handoff = min(high, max(low, TEAMS.handoff_ns or _TEAM_HANDOFF_NS))
+    policy = SplitPolicy(handoff)
+    if work_ns < policy.serial_ns:
+        return 1
+    return max(1, min(cpu_workers(), int(work_ns // policy.worker_ns)))
 
 
 def _forget_helpers_after_fork() -> None:
@@ -355,6 +375,8 @@ class CpuLauncher:
         fn.argtypes = [ctypes.c_void_p]
         fn.restype = ctypes.c_int32      # nonzero: interrupted
         self.fn = fn
+        team = getattr(self.lib, TEAM_PREFIX + kernel_name, None)   # see openmp.py
+        self.team_fn = ctypes.cast(team, ctypes.c_void_p).value if team is not None else None
         self.dims_at = n
         self.nslots = n + 9    # the host ABI's launch values (see the module docstring)
         self._local = threading.local()
@@ -379,6 +401,12 @@ class CpuLauncher:
         # Point the library at the shared interrupt state (before any call into it), and
         # reinstall the SIGINT handler if the program replaced it since.
         interrupts.attach(self.lib)
+        if self.team_fn is not None and TEAMS.handoff_ns is None and TEAMS.find() is not None:
+            # OpenMP teams from now on: the policy decides with their hand-off cost
+            low, high = _HANDOFF_BOUNDS_NS
+            zeros = _Slots(self.nslots)      # what the empty team reads: it runs nothing
+            SPLIT.set_handoff(min(high, max(low, TEAMS.measure_handoff(self.team_fn,
+                                                                       zeros.table_ptr))))
         packers = make_packers(self.layout, self.offsets, samples)
         d = self.dims_at
         fn = self.fn
@@ -453,6 +481,9 @@ class CpuLauncher:
         raised only once none of them runs; a helper's error is re-raised once all
         have stopped.
         """
+        if self.team_fn is not None and TEAMS.find() is not None:
+            self._run_team(first, nblocks, workers, estimate)
+            return
         clock = time.perf_counter_ns
         pool = _POOL
         helpers = pool.claim(workers - 1)     # may measure the hand-off: not timed
@@ -503,6 +534,24 @@ class CpuLauncher:
             estimate.record(own_ns, ran, SPLIT)
             if helpers and joined == len(helpers):     # what using helpers cost
                 SPLIT.observe(clock() - started - own_ns)
+
+
+    def _run_team(self, first: _Slots, nblocks: int, workers: int,
+                  estimate: Optional[WorkEstimate]) -> None:
+        """Run the grid as an OpenMP team of ``workers`` threads (:mod:`.openmp`): each
+        member claims chunks of blocks until none is left (the policy has the team's
+        hand-off cost, measured at :meth:`bind`). The launch's time, times its threads,
+        is the estimate's (the members are not timed apart)."""
+        chunk = max(1, nblocks // (workers * CLAIMS_PER_THREAD))
+        team = (ctypes.c_int64 * TEAM_FIELDS)(first.table_ptr, 0, nblocks, chunk, 0)
+        clock = time.perf_counter_ns
+        t0 = clock()
+        TEAMS.parallel(self.team_fn, ctypes.addressof(team), workers, 0)
+        elapsed = clock() - t0
+        if team[TEAM_FIELDS - 1]:
+            raise interrupts.interrupted(self.display_name)
+        if estimate is not None:
+            estimate.record(elapsed * workers, nblocks, SPLIT)
 
 
 def guided_chunks(nblocks: int, threads: int) -> list[int]:

@@ -1,0 +1,90 @@
+"""Parallel CPU launches as OpenMP teams (flydsl.runtime.drivers.openmp), on the
+libgomp torch loads: every block runs once, the hand-off is measured at bind, and
+FLYDSL_CPU_OPENMP=0 keeps the helper threads."""
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.runtime.drivers import cpu as cpu_driver
+from flydsl.runtime.drivers.openmp import TEAMS
+
+torch = pytest.importorskip("torch")    # brings libgomp into the process
+
+
+@flydsl.kernel
+def add_one(x: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        x[i] = x[i] + 1.0
+
+
+@pytest.fixture
+def teams(monkeypatch):
+    """Every multi-block launch goes parallel (hand-off 1 ns); the list of team
+    launches, one ``(blocks, threads)`` each."""
+    monkeypatch.delenv("FLYDSL_CPU_OPENMP", raising=False)
+    if TEAMS.find() is None:
+        pytest.skip("no libgomp in this process (torch built without OpenMP)")
+    policy = cpu_driver.SPLIT
+    for attr in ("handoff_ns", "worker_ns", "serial_ns"):
+        monkeypatch.setattr(policy, attr, getattr(policy, attr))
+    monkeypatch.setattr(policy, "observe", lambda overhead_ns: None)
+    monkeypatch.setattr(cpu_driver, "QUICK_FRACTION", float("inf"))
+    monkeypatch.setattr(TEAMS, "handoff_ns", TEAMS.handoff_ns or 1.0)   # measured elsewhere
+    policy.set_handoff(1.0)
+    seen = []
+    real = cpu_driver.CpuLauncher._run_team
+
+    def spy(self, first, nblocks, workers, estimate):
+        seen.append((nblocks, workers))
+        return real(self, first, nblocks, workers, estimate)
+    monkeypatch.setattr(cpu_driver.CpuLauncher, "_run_team", spy)
+    return seen
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("n", [1, 255, 257, (1 << 14) + 1, 100_003])
+def test_every_block_of_a_team_launch_runs_once(monkeypatch, teams, n, workers):
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", str(workers))
+    x = np.zeros(n, np.float32)
+    blocks = (n + 255) // 256
+    k = add_one[blocks, 256]
+    for _ in range(3):
+        k(x, n)
+    assert (x == 3).all()
+    if blocks > 1:
+        assert teams and all(t == (blocks, min(workers, blocks)) for t in teams)
+    else:
+        assert teams == []            # one block never goes parallel
+
+
+def test_torch_tensors_and_a_grid_of_uneven_chunks(monkeypatch, teams):
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+    n = 1000 * 64 + 7
+    x = torch.zeros(n)
+    add_one[(n + 63) // 64, 64](x, n)
+    assert teams and bool((x == 1).all())
+
+
+def test_flydsl_cpu_openmp_0_keeps_the_helper_threads(monkeypatch, teams):
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+    monkeypatch.setenv("FLYDSL_CPU_OPENMP", "0")
+    x = np.zeros(1 << 16, np.float32)
+    add_one[256, 256](x, x.size)
+    assert teams == [] and (x == 1).all()
+
+
+def test_the_team_handoff_is_measured_once_when_a_launch_binds(monkeypatch):
+    monkeypatch.delenv("FLYDSL_CPU_OPENMP", raising=False)
+    if TEAMS.find() is None:
+        pytest.skip("no libgomp in this process")
+    monkeypatch.setattr(TEAMS, "handoff_ns", None)
+    policy = cpu_driver.SPLIT
+    for attr in ("handoff_ns", "worker_ns", "serial_ns"):
+        monkeypatch.setattr(policy, attr, getattr(policy, attr))
+    add_one.cache_clear()
+    add_one[1, 64](np.zeros(64, np.float32), 64)
+    low, high = cpu_driver._HANDOFF_BOUNDS_NS
+    assert TEAMS.handoff_ns is not None and TEAMS.handoff_ns > 0
+    assert policy.handoff_ns == min(high, max(low, TEAMS.handoff_ns))
