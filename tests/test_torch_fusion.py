@@ -2,6 +2,7 @@
 only into kernels, matmul epilogues, row reductions and norms (forward and backward,
 half types, strided inputs, dynamic shapes), warm-call overhead and the log."""
 import operator
+import time
 
 import pytest
 
@@ -67,23 +68,32 @@ def test_cost_rule_fuses_where_it_pays():
     torch.testing.assert_close(big(*big_args)[0], _add_mul(*big_args)[0])
 
 
-def test_cost_rule_counts_atens_threads_against_a_kernel_on_one(monkeypatch):
-    """2^19 elements: ATen splits each op over 4 threads, while a kernel this short
-    gets one host thread from the CPU driver; the two-op group no longer pays. Half as
-    many elements fit one ATen chunk: ATen's threads do not help it, and it fuses."""
+def test_cost_rule_counts_each_sides_host_threads(monkeypatch):
+    """2^19 elements, 4 torch threads: ATen splits each op over all 4. A kernel its
+    driver would run on one thread (a 1 ms hand-off, helper threads) no longer pays;
+    one that gets 4 threads too (an OpenMP team, 2 us hand-off) still does. Half as
+    many elements fit one ATen chunk: ATen's threads do not help, and it fuses."""
+    from flydsl.runtime.drivers import cpu
+    from flydsl.runtime.drivers.openmp import TEAMS
     graph = _fake_graph(_add_mul, _rand(1 << 19), _rand(1 << 19))
     (group,) = db.partition(graph.graph, "cpu")
     assert worth_fusing(group)
     torch.set_num_threads(4)
     monkeypatch.setenv("FLYDSL_CPU_THREADS", "4")
+    for attr in ("handoff_ns", "worker_ns", "serial_ns"):
+        monkeypatch.setattr(cpu.SPLIT, attr, getattr(cpu.SPLIT, attr))
+    cpu.SPLIT.set_handoff(1e6)
+    monkeypatch.setenv("FLYDSL_CPU_OPENMP", "0")
     assert not worth_fusing(group)
     (small,) = db.partition(_fake_graph(_add_mul, _rand(1 << 15), _rand(1 << 15)).graph, "cpu")
     assert worth_fusing(small)
+    monkeypatch.delenv("FLYDSL_CPU_OPENMP")
+    if TEAMS.find() is not None:     # torch's libgomp
+        monkeypatch.setattr(TEAMS, "handoff_ns", 2_000.0)
+        assert worth_fusing(group)
 
 
 def _slowed(fn, seconds=2e-3):
-    import time
-
     def slow(*args, **kwargs):
         time.sleep(seconds)
         return fn(*args, **kwargs)
@@ -115,6 +125,61 @@ def test_first_calls_time_the_kernel_against_eager_and_keep_the_faster(monkeypat
     launches = kernels.stats["launches"]
     gm(*args)
     assert kernels.stats["launches"] - launches == int(won)
+
+
+def test_graph_trial_settles_its_groups_then_keeps_the_faster_graph():
+    from flydsl.torch.trials import TRIALS, GraphTrial
+    calls, verdicts, ready = [], [], [False]
+    trial = GraphTrial(lambda x: calls.append("f") or x + 1, lambda x: calls.append("o") or x + 1,
+                       lambda: ready[0], settle=3, on_verdict=verdicts.append)
+    assert [trial(k) for k in range(2)] == [1, 2] and calls == ["f", "f"]
+    ready[0] = True                       # the groups decided: the graphs alternate
+    for _ in range(2 * TRIALS):
+        trial(0)
+    assert calls[2:] == ["o", "f"] * TRIALS and len(verdicts) == 1
+    chosen = "f" if verdicts[0].verdict else "o"
+    trial(0)
+    assert calls[-1] == chosen
+    never = GraphTrial(lambda: calls.append("F"), lambda: calls.append("O"), lambda: False,
+                       settle=2, on_verdict=verdicts.append)
+    for _ in range(3):
+        never()                           # groups never settle: timed after `settle` calls
+    assert calls[-3:] == ["F", "F", "O"]
+
+
+def test_a_fused_graph_slower_than_its_aten_graph_gives_way_to_it(monkeypatch):
+    """Each group wins its own trial (its eager ops are slowed during it), but the
+    kernel is 5 ms slower outside trials: the whole-graph trial sees it and the ATen
+    graph runs from then on, launching nothing; every result is right."""
+    from flydsl.torch import trials
+    monkeypatch.setattr(db, "fuse_pointwise", _spy_modules(db.fuse_pointwise, seen := []))
+    fn = torch.compile(lambda x, y: (x + y) * y, backend="flydsl")
+    args = (_rand(1 << 20), _rand(1 << 20, seed=1))
+    torch.testing.assert_close(fn(*args), (args[0] + args[1]) * args[1])    # compiles
+    (fused,) = seen
+    monkeypatch.setattr(fused.eager, "forward", _slowed(fused.eager.forward))
+    real = fused._fused
+
+    def slow_outside_trials(key, plan, a):
+        if plan.trial is None:
+            time.sleep(5e-3)
+        return real(key, plan, a)
+    monkeypatch.setattr(fused, "_fused", slow_outside_trials)
+    before = dict(db.stats)
+    for _ in range(4 * trials.TRIALS + 4):
+        torch.testing.assert_close(fn(*args), (args[0] + args[1]) * args[1])
+    assert db.stats["graphs_back_to_aten"] - before["graphs_back_to_aten"] == 1
+    launches = kernels.stats["launches"]
+    fn(*args)
+    assert kernels.stats["launches"] == launches
+
+
+def _spy_modules(fuse, seen: list):
+    def spy(*a, **k):
+        gm = fuse(*a, **k)
+        seen.extend(_fused_modules(gm))
+        return gm
+    return spy
 
 
 def test_trial_alternates_sides_and_decides_by_the_best_call():

@@ -48,6 +48,7 @@ from .reductions import reduction_count, row_input
 from .rewrites import inline_decomposition, split_addmm
 from .row_kernels import RowModule
 from .scatter_sums import merge_scatter_sums
+from .trials import TRIALS, GraphTrial
 
 log = logging.getLogger("flydsl.torch")
 
@@ -55,7 +56,8 @@ log = logging.getLogger("flydsl.torch")
 COST_RULE = True
 #: Counters for tests and debugging (per process).
 stats = {"graphs": 0, "eager_graphs": 0, "aten_graphs": 0, "fused_groups": 0, "fused_ops": 0,
-         "rewrites_kept": 0, "rewrites_undone": 0, "not_worth_aot": 0, "scatter_sums": 0}
+         "rewrites_kept": 0, "rewrites_undone": 0, "not_worth_aot": 0, "scatter_sums": 0,
+         "graphs_kept_fused": 0, "graphs_back_to_aten": 0}
 _PREFIX = "flydsl_fused_"
 _OPTIONS = {"min_group_size": int, "cost_rule": bool}
 
@@ -187,11 +189,29 @@ def compile_aten_graph(gm: GraphModule, example_inputs: Sequence[Any], *,
     except Exception:  # noqa: BLE001 - a fusion bug must not break the user's model
         log.warning("fusion failed, running the graph in eager mode", exc_info=True)
         fused = gm
-    compiled = make_boxed_func(fused.forward)
+    run = fused.forward
+    if fused is not gm and cost_rule and device_type == "cpu":
+        run = _graph_trial(fused, gm)
+    compiled = make_boxed_func(run)
     # For the backend's choice between this graph and dynamo's (eager autograd).
     compiled.flydsl_savings_us = getattr(fused, "flydsl_savings_us", 0.0)
     compiled.flydsl_graph_us = graph_cost_us(gm.graph.nodes)
     return compiled
+
+
+def _graph_trial(fused: GraphModule, gm: GraphModule) -> GraphTrial:
+    """``fused`` timed against ``gm`` once its groups have decided (trials.py)."""
+    modules = [m for m in fused.modules() if isinstance(m, kernels.FusedModule)]
+
+    def settled() -> bool:     # every group ran, and its trials (if any) ended
+        return all(m.plans and all(p is None or p.trial is None for p in m.plans.values())
+                   for m in modules)
+
+    def on_verdict(trial) -> None:
+        stats["graphs_kept_fused" if trial.verdict else "graphs_back_to_aten"] += 1
+        log.info("ATen graph with %d fused group(s): %s: %s", len(modules), trial.summary(),
+                 "keeps its kernels" if trial.verdict else "runs the ATen graph")
+    return GraphTrial(fused.forward, gm.forward, settled, 2 * TRIALS + 2, on_verdict)
 
 
 def fuse_pointwise(gm: GraphModule, device_type: str, min_group_size: int = MIN_GROUP_SIZE,

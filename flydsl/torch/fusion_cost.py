@@ -13,8 +13,8 @@ on each side (:data:`ROW_NS`, :data:`ROW_REDUCTION_NS`); and the group is fused
 when ``fused < eager``. On the CPU each side's work (all but the call) is divided by
 the host threads it runs on: an ATen call's by ``torch.get_num_threads()`` where
 its tensors are large enough to split (:data:`ATEN_GRAIN`), a flydsl launch's by
-what its driver gives it (:data:`FLYDSL_THREAD_US`), often one: with several torch
-threads fewer groups pay. A kernel saves the round trips of its intermediate values
+what its driver's split policy would give it (with torch loaded, an OpenMP team
+from about 16 us of work: ``drivers/openmp.py``). A kernel saves the round trips of its intermediate values
 through memory and all but one call; it costs a flydsl launch, which is dearer
 than an ATen call. So on one thread a chain of two float32 ops fuses from about 4K
 elements up, a longer chain earlier, and a lone op never (nothing is saved). Sizes are
@@ -56,12 +56,6 @@ COMPUTE_NS = {
 #: chunks of at least this many (``at::internal::GRAIN_SIZE``): an add of 2^17 float32
 #: took 1.9-2.1x less time on 2 threads than on 1 here, one of 2^15 the same.
 ATEN_GRAIN = 32768
-#: A flydsl CPU launch takes one more host thread per this much single-thread work
-#: (microseconds): its driver hands blocks to a helper thread only for about 4
-#: hand-offs of work each (``drivers.cpu.PAYOFF``), and a hand-off cost 35 us here. So
-#: where torch runs on several threads, a kernel under a few hundred microseconds
-#: runs on one against ATen's several, and must save that much more to pay.
-FLYDSL_THREAD_US = 140.0
 #: Matmul throughput of one core (float32 BLAS), flop per microsecond: the share of
 #: a graph's time that fusion cannot touch.
 MATMUL_FLOP_PER_US = 100_000.0
@@ -169,12 +163,12 @@ def _aten_threads(node: Node) -> int:
 
 
 def _flydsl_threads(node: Node, work_us: float) -> int:
-    """Host threads a flydsl CPU launch of ``work_us`` single-thread work runs on: one
-    more per :data:`FLYDSL_THREAD_US` of it (the CPU driver's split policy)."""
+    """Host threads a flydsl CPU launch of ``work_us`` single-thread work runs on (the
+    CPU driver's split policy: :func:`~flydsl.runtime.drivers.cpu.expected_workers`)."""
     if not _on_cpu(node):
         return 1
-    from ..runtime.drivers.cpu import cpu_workers
-    return max(1, min(cpu_workers(), int(work_us // FLYDSL_THREAD_US)))
+    from ..runtime.drivers.cpu import expected_workers
+    return expected_workers(work_us * 1e3)
 
 
 def _row_us(node: Node, side: int) -> float:

@@ -6,7 +6,8 @@ can miss by 2-3x either way. So on the CPU a fused group's first calls for each
 input signature alternate between its kernel and its eager ops, :data:`TRIALS`
 timed calls each after an untimed first launch (which compiles and prepares),
 and the faster by its best call runs from then on: a kernel that loses to eager
-on this machine, with these shapes and threads, is not kept.
+on this machine, with these shapes and threads, is not kept. Then the fused graph
+as a whole is timed against the ATen graph it came from (:class:`GraphTrial`).
 """
 from __future__ import annotations
 
@@ -46,4 +47,37 @@ class Trial:
                 f"(best of {TRIALS})")
 
 
-__all__ = ["TRIALS", "Trial"]
+class GraphTrial:
+    """A fused ATen graph that proves itself against the graph it came from.
+
+    A group's trial cannot see what its rewrites cost outside it: an ``addmm`` split
+    into ``mm`` and a fused bias add stays split when the group then runs its eager
+    ops, and that is slower than the ``addmm``. So the whole graph is timed too:
+    ``fused`` runs until its groups have decided (or ``settle`` calls), then it and
+    ``original`` alternate (:class:`Trial`) and the faster runs from then on. Both
+    take and return the same values (one is a rewrite of the other)."""
+
+    def __init__(self, fused: Callable, original: Callable, settled: Callable[[], bool],
+                 settle: int, on_verdict: Callable[[Trial], None]):
+        self.fused, self.original = fused, original
+        self.settled, self.settle = settled, settle
+        self.on_verdict = on_verdict
+        self.trial = Trial()
+        self.chosen: Optional[Callable] = None
+
+    def __call__(self, *args):
+        chosen = self.chosen
+        if chosen is not None:
+            return chosen(*args)
+        if self.settle > 0 and not self.settled():
+            self.settle -= 1
+            return self.fused(*args)
+        trial = self.trial
+        out = trial.run(lambda: self.original(*args), lambda: self.fused(*args))
+        if trial.verdict is not None and self.chosen is None:
+            self.chosen = self.fused if trial.verdict else self.original
+            self.on_verdict(trial)
+        return out
+
+
+__all__ = ["GraphTrial", "TRIALS", "Trial"]
