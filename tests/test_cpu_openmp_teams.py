@@ -88,3 +88,37 @@ def test_the_team_handoff_is_measured_once_when_a_launch_binds(monkeypatch):
     low, high = cpu_driver._HANDOFF_BOUNDS_NS
     assert TEAMS.handoff_ns is not None and TEAMS.handoff_ns > 0
     assert policy.handoff_ns == min(high, max(low, TEAMS.handoff_ns))
+
+
+FORK_CHILD = r"""
+import os, sys
+import numpy as np
+import torch
+sys.path.insert(0, {here!r})
+os.environ["FLYDSL_CPU_THREADS"] = "2"
+from flydsl.runtime.drivers import cpu
+from flydsl.runtime.drivers.openmp import TEAMS
+from test_cpu_openmp_teams import add_one
+x = np.zeros(1 << 16, np.float32)
+add_one[256, 256](x, x.size)            # no estimate, 2^16 threads: a team
+assert TEAMS.parallel is not None
+pid = os.fork()
+if pid == 0:                            # libgomp's threads did not survive the fork
+    cpu.SPLIT.set_handoff(1.0); cpu._POOL.measured = True
+    add_one[256, 256](x, x.size)        # parallel on new helper threads, no hang
+    os._exit(0 if (x == 2).all() and TEAMS.find() is None and cpu._POOL.helpers else 1)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_leaves_its_parents_openmp_threads_alone():
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", FORK_CHILD.format(here=here)],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, FLYDSL_COMPILE_BACKEND="cpu"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "child 0"

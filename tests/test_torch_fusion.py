@@ -140,11 +140,15 @@ def test_graph_trial_settles_its_groups_then_keeps_the_faster_graph():
     chosen = "f" if verdicts[0].verdict else "o"
     trial(0)
     assert calls[-1] == chosen
-    never = GraphTrial(lambda: calls.append("F"), lambda: calls.append("O"), lambda: False,
+    never = GraphTrial(lambda x: calls.append("F"), lambda x: calls.append("O"), lambda: False,
                        settle=2, on_verdict=verdicts.append)
     for _ in range(3):
-        never()                           # groups never settle: timed after `settle` calls
+        never(torch.zeros(2))             # groups never settle: timed after `settle` calls
     assert calls[-3:] == ["F", "F", "O"]
+    for n in range(3, 3 + 2 * TRIALS):    # a new size at every call: no verdict
+        never(torch.zeros(n))
+    assert len(verdicts) == 1 and never.chosen is None
+    assert len(never.trial.eager) + len(never.trial.fused) == 1
 
 
 def test_a_fused_graph_slower_than_its_aten_graph_gives_way_to_it(monkeypatch):

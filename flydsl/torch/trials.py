@@ -55,7 +55,9 @@ class GraphTrial:
     ops, and that is slower than the ``addmm``. So the whole graph is timed too:
     ``fused`` runs until its groups have decided (or ``settle`` calls), then it and
     ``original`` alternate (:class:`Trial`) and the faster runs from then on. Both
-    take and return the same values (one is a rewrite of the other)."""
+    take and return the same values (one is a rewrite of the other). A call with
+    other shapes than the trial's so far (a graph with dynamic shapes) starts it
+    again: only calls of equal sizes are compared."""
 
     def __init__(self, fused: Callable, original: Callable, settled: Callable[[], bool],
                  settle: int, on_verdict: Callable[[Trial], None]):
@@ -63,6 +65,7 @@ class GraphTrial:
         self.settled, self.settle = settled, settle
         self.on_verdict = on_verdict
         self.trial = Trial()
+        self.shapes: Optional[tuple] = None     # of the calls the trial times
         self.chosen: Optional[Callable] = None
 
     def __call__(self, *args):
@@ -72,12 +75,19 @@ class GraphTrial:
         if self.settle > 0 and not self.settled():
             self.settle -= 1
             return self.fused(*args)
+        shapes = _shapes(args)
+        if shapes != self.shapes:      # dynamic shapes: compare calls of equal sizes only
+            self.shapes, self.trial = shapes, Trial()
         trial = self.trial
         out = trial.run(lambda: self.original(*args), lambda: self.fused(*args))
         if trial.verdict is not None and self.chosen is None:
             self.chosen = self.fused if trial.verdict else self.original
             self.on_verdict(trial)
         return out
+
+
+def _shapes(args: tuple) -> tuple:
+    return tuple(getattr(a, "shape", None) for a in args)
 
 
 __all__ = ["GraphTrial", "TRIALS", "Trial"]
