@@ -178,6 +178,27 @@ def test_a_fused_graph_slower_than_its_aten_graph_gives_way_to_it(monkeypatch):
     assert kernels.stats["launches"] == launches
 
 
+def test_an_inference_graph_is_timed_against_dynamos_graph_once_its_fusions_decided():
+    """No grad: after the groups' and the fused graph's trials, the AOTAutograd graph
+    is timed against dynamo's captured graph (no wrapper) once; with grad, never
+    (the backward is not in the forward's time). Every result is right."""
+    from flydsl.torch import trials
+    fn = torch.compile(lambda x, y: ((x + y) * y).relu(), backend="flydsl")
+    args = (_rand(1 << 20), _rand(1 << 20, seed=1))
+    want = ((args[0] + args[1]) * args[1]).relu()
+    before = dict(db.stats)
+    with torch.no_grad():
+        for _ in range(8 * trials.TRIALS + 8):
+            torch.testing.assert_close(fn(*args), want)
+    decided = {k: db.stats[k] - before[k] for k in ("graphs_kept_aot", "graphs_back_to_dynamo")}
+    assert sum(decided.values()) == 1, decided
+    x = args[0].clone().requires_grad_()
+    for _ in range(8 * trials.TRIALS + 8):
+        torch.testing.assert_close(fn(x, args[1]), want)
+    assert db.stats["graphs_kept_aot"] + db.stats["graphs_back_to_dynamo"] \
+        == before["graphs_kept_aot"] + before["graphs_back_to_dynamo"] + 1
+
+
 def _spy_modules(fuse, seen: list):
     def spy(*a, **k):
         gm = fuse(*a, **k)

@@ -57,7 +57,8 @@ COST_RULE = True
 #: Counters for tests and debugging (per process).
 stats = {"graphs": 0, "eager_graphs": 0, "aten_graphs": 0, "fused_groups": 0, "fused_ops": 0,
          "rewrites_kept": 0, "rewrites_undone": 0, "not_worth_aot": 0, "scatter_sums": 0,
-         "graphs_kept_fused": 0, "graphs_back_to_aten": 0}
+         "graphs_kept_fused": 0, "graphs_back_to_aten": 0, "graphs_kept_aot": 0,
+         "graphs_back_to_dynamo": 0}
 _PREFIX = "flydsl_fused_"
 _OPTIONS = {"min_group_size": int, "cost_rule": bool}
 
@@ -132,7 +133,23 @@ def flydsl_backend(gm: GraphModule, example_inputs: Sequence[Any], *,
                  record.flydsl_savings_us, record.flydsl_graph_us)
         stats["not_worth_aot"] += 1
         return gm.forward
+    if role == "inference" and cost_rule and device_type == "cpu":
+        return _captured_graph_trial(compiled, gm, getattr(record, "flydsl_trial", None))
     return compiled
+
+
+def _captured_graph_trial(compiled: Callable, gm: GraphModule,
+                          inner: Optional[GraphTrial]) -> GraphTrial:
+    """An inference graph through AOTAutograd (its fused graph, or the ATen graph
+    that beat it: ``inner``) timed against dynamo's graph as captured, which needs
+    no AOTAutograd wrapper: once ``inner`` has chosen, the faster runs from then on.
+    (A training graph's backward is not in its forward's time: it is not timed.)"""
+    def on_verdict(trial) -> None:
+        stats["graphs_kept_aot" if trial.verdict else "graphs_back_to_dynamo"] += 1
+        log.info("inference graph: %s: %s", trial.summary("AOTAutograd", "as captured"),
+                 "keeps it" if trial.verdict else "runs as dynamo captured it")
+    settled = (lambda: inner.chosen is not None) if inner is not None else (lambda: True)
+    return GraphTrial(compiled, gm.forward, settled, 6 * TRIALS + 6, on_verdict)
 
 
 def target_device_type() -> Optional[str]:
@@ -193,6 +210,7 @@ def compile_aten_graph(gm: GraphModule, example_inputs: Sequence[Any], *,
     if fused is not gm and cost_rule and device_type == "cpu":
         run = _graph_trial(fused, gm)
     compiled = make_boxed_func(run)
+    compiled.flydsl_trial = run if isinstance(run, GraphTrial) else None
     # For the backend's choice between this graph and dynamo's (eager autograd).
     compiled.flydsl_savings_us = getattr(fused, "flydsl_savings_us", 0.0)
     compiled.flydsl_graph_us = graph_cost_us(gm.graph.nodes)
@@ -209,7 +227,8 @@ def _graph_trial(fused: GraphModule, gm: GraphModule) -> GraphTrial:
 
     def on_verdict(trial) -> None:
         stats["graphs_kept_fused" if trial.verdict else "graphs_back_to_aten"] += 1
-        log.info("ATen graph with %d fused group(s): %s: %s", len(modules), trial.summary(),
+        log.info("ATen graph with %d fused group(s): %s: %s", len(modules),
+                 trial.summary("fused", "ATen"),
                  "keeps its kernels" if trial.verdict else "runs the ATen graph")
     return GraphTrial(fused.forward, gm.forward, settled, 2 * TRIALS + 2, on_verdict)
 

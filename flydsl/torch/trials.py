@@ -41,10 +41,10 @@ class Trial:
             self.verdict = min(self.fused) < min(self.eager)
         return out
 
-    def summary(self) -> str:
-        """The best call of each side, for the log."""
-        return (f"fused {min(self.fused) * 1e6:.1f} us, eager {min(self.eager) * 1e6:.1f} us "
-                f"(best of {TRIALS})")
+    def summary(self, fused: str = "fused", eager: str = "eager") -> str:
+        """The best call of each side (named ``fused`` and ``eager``), for the log."""
+        return (f"{fused} {min(self.fused) * 1e6:.1f} us, {eager} {min(self.eager) * 1e6:.1f} "
+                f"us (best of {TRIALS})")
 
 
 class GraphTrial:
