@@ -4,19 +4,11 @@ FLYDSL_CPU_OPENMP=0 keeps the helper threads."""
 import numpy as np
 import pytest
 
-import flydsl
-import flydsl.expr as fx
 from flydsl.runtime.drivers import cpu as cpu_driver
 from flydsl.runtime.drivers.openmp import TEAMS
+from test_cpu_work_split import add_one
 
 torch = pytest.importorskip("torch")    # brings libgomp into the process
-
-
-@flydsl.kernel
-def add_one(x: fx.Tensor, n: fx.Int32):
-    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
-    if i < n:
-        x[i] = x[i] + 1.0
 
 
 @pytest.fixture
@@ -98,7 +90,7 @@ sys.path.insert(0, {here!r})
 os.environ["FLYDSL_CPU_THREADS"] = "2"
 from flydsl.runtime.drivers import cpu
 from flydsl.runtime.drivers.openmp import TEAMS
-from test_cpu_openmp_teams import add_one
+from test_cpu_work_split import add_one
 x = np.zeros(1 << 16, np.float32)
 add_one[256, 256](x, x.size)            # no estimate, 2^16 threads: a team
 assert TEAMS.parallel is not None
