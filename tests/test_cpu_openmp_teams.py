@@ -114,3 +114,37 @@ def test_a_forked_child_leaves_its_parents_openmp_threads_alone():
                           env=dict(os.environ, FLYDSL_COMPILE_BACKEND="cpu"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "child 0"
+
+
+def test_python_threads_launching_teams_at_once(monkeypatch, teams):
+    """Four Python threads each run 30 team launches at the same time (libgomp gives
+    each calling thread its own team): every result is right, nothing deadlocks."""
+    from conftest import run_in_threads
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+
+    def loop(_):
+        y = np.zeros(64 * 256, np.float32)
+        for _ in range(30):
+            add_one[64, 256](y, y.size)
+        assert (y == 30).all()
+    assert run_in_threads(loop, range(4)) == []
+    assert len(teams) == 4 * 30
+
+
+def test_debug_mode_reports_the_first_out_of_bounds_store_of_a_team_launch(monkeypatch, teams):
+    """FLYDSL_DEBUG=1 over 1000 blocks on an OpenMP team: the stores past the end are
+    skipped and counted, and the report names the first (lowest block and thread),
+    whichever member ran it."""
+    from flydsl.runtime.debug_checks import OutOfBoundsError
+    from test_debug_mode import fill_all
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+    n = 1000 * 64 - 50
+    base = np.full(n + 64, -7.0, np.float32)
+    out = base[:n]
+    with pytest.raises(OutOfBoundsError) as info:
+        fill_all[1000, 64](out, 1.0)
+    assert teams and (out == 1.0).all()
+    assert (base[n:] == -7.0).all()           # no store past the end
+    e = info.value
+    assert e.block == (999, 0, 0) and e.thread == (14, 0, 0) and e.count == 50
