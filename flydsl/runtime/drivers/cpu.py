@@ -535,7 +535,6 @@ class CpuLauncher:
             if helpers and joined == len(helpers):     # what using helpers cost
                 SPLIT.observe(clock() - started - own_ns)
 
-
     def _run_team(self, first: _Slots, nblocks: int, workers: int,
                   estimate: Optional[WorkEstimate]) -> None:
         """Run the grid as an OpenMP team of ``workers`` threads (:mod:`.openmp`): each
