@@ -4,13 +4,19 @@ print "ready" first; the test sends SIGINT. Prints what happened after the inter
 Usage: interrupt_worker.py BLOCKS [torch]   (torch: import it first, which loads
 libgomp, so that a parallel launch runs as an OpenMP team)
 """
+import signal
 import sys
 import time
 
-import numpy as np
+# Ctrl-C as in an interactive program, whatever this process inherited: a test run
+# started in the background of a shell inherits SIGINT ignored, and a signal that
+# came before the kernel ran would then be lost.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
-import flydsl
-import flydsl.expr as fx
+import numpy as np  # noqa: E402
+
+import flydsl  # noqa: E402
+import flydsl.expr as fx  # noqa: E402
 
 
 @flydsl.kernel
