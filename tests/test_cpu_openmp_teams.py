@@ -148,3 +148,21 @@ def test_debug_mode_reports_the_first_out_of_bounds_store_of_a_team_launch(monke
     assert (base[n:] == -7.0).all()           # no store past the end
     e = info.value
     assert e.block == (999, 0, 0) and e.thread == (14, 0, 0) and e.count == 50
+
+
+def test_teams_follow_torch_set_num_threads_unless_flydsl_cpu_threads_is_set(monkeypatch,
+                                                                              teams):
+    monkeypatch.delenv("FLYDSL_CPU_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    x = np.zeros(64 * 256, np.float32)
+    try:
+        torch.set_num_threads(1)
+        assert cpu_driver.cpu_workers() == 1
+        add_one[64, 256](x, x.size)
+        assert teams == []                  # one thread: never parallel
+        monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+        add_one[64, 256](x, x.size)
+        assert teams == [(64, 2)]
+    finally:
+        torch.set_num_threads(threads)
+    assert (x == 2).all()

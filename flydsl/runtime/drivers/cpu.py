@@ -89,11 +89,16 @@ UNTIMED_LAUNCHES = 63
 
 def cpu_workers() -> int:
     """Host threads a launch may use: ``FLYDSL_CPU_THREADS``, else the CPUs this process
-    may run on (its affinity mask, not the machine's count)."""
+    may run on (its affinity mask, not the machine's count), at most the OpenMP
+    threads of the calling thread where launches run as OpenMP teams (what
+    ``torch.set_num_threads`` set: flydsl's kernels then use as many as torch's ops)."""
     env = os.environ.get("FLYDSL_CPU_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return usable_cpus()
+    cpus = usable_cpus()
+    if TEAMS.find() is not None:
+        return max(1, min(cpus, TEAMS.max_threads()))
+    return cpus
 
 
 def usable_cpus() -> int:

@@ -10,8 +10,9 @@ OpenMP team, every member running the kernel's team entry
 (:func:`flydsl.compiler.host_object.packed_wrappers`: it claims chunks of blocks
 with an atomic counter until none is left), on the same threads as ATen's ops.
 
-flydsl never loads libgomp itself: a process without it (numpy only) keeps the
-helper threads. ``FLYDSL_CPU_OPENMP=0`` turns the team path off; a child forked
+A team has at most ``omp_get_max_threads()`` members (what ``torch.set_num_threads``
+set) unless ``FLYDSL_CPU_THREADS`` says otherwise. flydsl never loads libgomp
+itself: a process without it (numpy only) keeps the helper threads. ``FLYDSL_CPU_OPENMP=0`` turns the team path off; a child forked
 after its parent ran a team does not use it (libgomp's threads do not survive a
 fork).
 """
@@ -37,7 +38,8 @@ class OpenMPTeams:
     """``GOMP_parallel`` of the libgomp in this process, found on first use."""
 
     def __init__(self) -> None:
-        self.parallel = None           # the ctypes function, once found
+        self.parallel = None           # GOMP_parallel, once found
+        self._max_threads = None       # omp_get_max_threads
         self.path: Optional[str] = None
         self.handoff_ns: Optional[float] = None   # measured round trip of an empty team
         self._modules_seen = -1        # sys.modules size at the last fruitless look
@@ -55,13 +57,20 @@ class OpenMPTeams:
         if path is None:
             return None
         try:
-            fn = ctypes.CDLL(path).GOMP_parallel
+            lib = ctypes.CDLL(path)
+            fn, max_threads = lib.GOMP_parallel, lib.omp_get_max_threads
         except (OSError, AttributeError):
             return None
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
         fn.restype = None
-        self.path, self.parallel = path, fn
+        max_threads.argtypes, max_threads.restype = [], ctypes.c_int
+        self.path, self._max_threads, self.parallel = path, max_threads, fn
         return fn
+
+    def max_threads(self) -> int:
+        """``omp_get_max_threads()`` of the calling thread (torch.set_num_threads sets
+        it); call only once :meth:`find` found the library."""
+        return self._max_threads()
 
     def measure_handoff(self, team_fn: int, table: int, samples: int = 15) -> float:
         """The median round trip (ns) of a two-thread team of ``team_fn`` on the argument
