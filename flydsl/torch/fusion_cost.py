@@ -10,18 +10,19 @@ estimated the same way, as memory-bound work plus a fixed cost per call::
 plus, for the math functions whose speed differs (table :data:`COMPUTE_NS`),
 their per-element compute time on each side, plus for row ops a cost per row
 on each side (:data:`ROW_NS`, :data:`ROW_REDUCTION_NS`); and the group is fused
-when ``fused < eager``. On the CPU each side's work (all but the call) is divided by
-the host threads it runs on: an ATen call's by ``torch.get_num_threads()`` where
-its tensors are large enough to split (:data:`ATEN_GRAIN`), a flydsl launch's by
-what its driver's split policy would give it (with torch loaded, an OpenMP team
-from about 16 us of work: ``drivers/openmp.py``). A kernel saves the round trips of its intermediate values
-through memory and all but one call; it costs a flydsl launch, which is dearer
-than an ATen call. So on one thread a chain of two float32 ops fuses from about 4K
-elements up, a longer chain earlier, and a lone op never (nothing is saved). Sizes are
-the shapes' hints when they are symbolic. The constants were measured on one
-core of the development machine (a shared 2-core VM with a large last-level
-cache: they are estimates, good to tell clear wins from losses, not to rank
-close calls).
+when ``fused < eager``. On the CPU each side's work (all but the call) is divided
+by the host threads it runs on: an ATen call's by ``torch.get_num_threads()``
+where its tensors are large enough to split (:data:`ATEN_GRAIN`), a flydsl
+launch's by what its driver's split policy would give it (with torch loaded, an
+OpenMP team from about 16 us of work: ``drivers/openmp.py``). A kernel saves the
+round trips of its intermediate values through memory and all but one call; it
+costs a flydsl launch, which is dearer than an ATen call. So on one thread a chain
+of two float32 ops fuses from about 4K elements up, a longer chain earlier, and a
+lone op never (nothing is saved). Sizes are the shapes' hints when they are
+symbolic. The constants were measured on one core of the development machine (a
+shared 2-core VM with a large last-level cache): they are estimates, good to tell
+clear wins from losses, not to rank close calls, which on the CPU the first calls
+measure (:mod:`~flydsl.torch.trials`).
 """
 from __future__ import annotations
 

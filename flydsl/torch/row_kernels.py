@@ -237,7 +237,8 @@ class RowModule(FusedModule):
         rows, ncols = numel // shape[-1], shape[-1]
         # About two columns per thread (measured best on the CPU), 32 to 256 threads.
         block = min(_MAX_BLOCK, 1 << max(5, (ncols - 1).bit_length() - 1))
-        return LaunchPlan(out_specs(outs), views, kernel, (rows, 1, 1), (block, 1, 1), (ncols, block))
+        return LaunchPlan(out_specs(outs), views, kernel, (rows, 1, 1), (block, 1, 1),
+                          (ncols, block))
 
 
 __all__ = ["RowModule", "RowPattern", "row_kernel_source"]

@@ -12,9 +12,10 @@ with an atomic counter until none is left), on the same threads as ATen's ops.
 
 A team has at most ``omp_get_max_threads()`` members (what ``torch.set_num_threads``
 set) unless ``FLYDSL_CPU_THREADS`` says otherwise. flydsl never loads libgomp
-itself: a process without it (numpy only) keeps the helper threads. ``FLYDSL_CPU_OPENMP=0`` turns the team path off; a child forked
-after its parent ran a team does not use it (libgomp's threads do not survive a
-fork).
+itself: a process without it (numpy only) keeps the helper threads.
+``FLYDSL_CPU_OPENMP=0`` turns the team path off; a child forked after its parent
+found libgomp does not use it (libgomp's threads do not survive a fork: its next
+team would hang).
 """
 from __future__ import annotations
 
