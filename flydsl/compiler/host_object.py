@@ -47,34 +47,51 @@ def packed_wrappers(llir: str, names: list[str]) -> str:
         if name not in found:
             raise ValueError(f"kernel function {name!r} not found in the LLVM IR")
         types = [p.split()[0] for p in found[name]]
-        lines = [f"define i32 @{PACKED_PREFIX}{name}(ptr %args) {{",
-                 "entry:"]
-        call_args = []
-        for i, ty in enumerate(types):
-            lines.append(f"  %slot{i} = getelementptr ptr, ptr %args, i64 {i}")
-            lines.append(f"  %ptr{i} = load ptr, ptr %slot{i}")
-            lines.append(f"  %arg{i} = load {ty}, ptr %ptr{i}")
-            call_args.append(f"{ty} %arg{i}")
+        loads, call_args = _load_args(types)
         begin = f"%arg{len(types) - 3}"     # (..., begin, end, dynamic shared bytes)
-        lines += [f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
-                  "  %running = getelementptr i32, ptr %state, i64 1",
-                  "  %r0 = atomicrmw add ptr %running, i32 1 monotonic",
-                  "  %idle = icmp eq i32 %r0, 0",
-                  f"  %first = icmp eq i64 {begin}, 0",
-                  "  %fresh = and i1 %idle, %first",
-                  "  br i1 %fresh, label %reset, label %run",
-                  "reset:",
-                  "  store atomic i32 0, ptr %state monotonic, align 4",
-                  "  br label %run",
-                  "run:"]
-        lines.append(f"  call void @{name}({', '.join(call_args)})")
-        lines.append("  %r1 = atomicrmw sub ptr %running, i32 1 monotonic")
-        lines.append("  %flag = load atomic i32, ptr %state monotonic, align 4")
-        lines.append("  ret i32 %flag")
-        lines.append("}")
+        lines = [f"define i32 @{PACKED_PREFIX}{name}(ptr %args) {{", "entry:", *loads,
+                 *_enter_running([f"  %first = icmp eq i64 {begin}, 0"], "run"),
+                 "run:",
+                 f"  call void @{name}({', '.join(call_args)})",
+                 "  %r1 = atomicrmw sub ptr %running, i32 1 monotonic",
+                 "  %flag = load atomic i32, ptr %state monotonic, align 4",
+                 "  ret i32 %flag",
+                 "}"]
         out.append("\n".join(lines))
         out.append(_team_wrapper(name, types))
     return "\n\n".join(out) + "\n"
+
+
+def _load_args(types: list[str], chunk: tuple = ()) -> tuple[list[str], list[str]]:
+    """(lines loading each parameter's value from the packed table ``%args``, the call's
+    typed arguments). ``chunk``: the values passed as (begin, end) instead of the
+    table's (a team member's claimed blocks)."""
+    n, lines, call_args = len(types), [], []
+    for i, ty in enumerate(types):
+        if chunk and i in (n - 3, n - 2):      # (..., begin, end, dynamic shared bytes)
+            call_args.append(f"i64 {chunk[i - (n - 3)]}")
+            continue
+        lines.append(f"  %slot{i} = getelementptr ptr, ptr %args, i64 {i}")
+        lines.append(f"  %ptr{i} = load ptr, ptr %slot{i}")
+        lines.append(f"  %arg{i} = load {ty}, ptr %ptr{i}")
+        call_args.append(f"{ty} %arg{i}")
+    return lines, call_args
+
+
+def _enter_running(first: list[str], then: str) -> list[str]:
+    """Lines counting this entry as running (``%state``, ``%running``) and clearing a
+    leftover interrupt flag when it is a fresh launch: no kernel running and ``first``
+    (lines defining ``%first``) true. Continues at label ``then``."""
+    return [f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
+            "  %running = getelementptr i32, ptr %state, i64 1",
+            "  %r0 = atomicrmw add ptr %running, i32 1 monotonic",
+            "  %idle = icmp eq i32 %r0, 0",
+            *first,
+            "  %fresh = and i1 %idle, %first",
+            f"  br i1 %fresh, label %reset, label %{then}",
+            "reset:",
+            "  store atomic i32 0, ptr %state monotonic, align 4",
+            f"  br label %{then}"]
 
 
 def _team_wrapper(name: str, types: list[str]) -> str:
@@ -84,7 +101,7 @@ def _team_wrapper(name: str, types: list[str]) -> str:
     table, the next unclaimed block (shared, atomically advanced), the grid's block
     count, the blocks per claim, and the interrupt flag seen (OR-ed in). Each member
     claims chunks until none is left or Ctrl-C raised the flag."""
-    n = len(types)
+    loads, call_args = _load_args(types, chunk=("%b", "%e"))
     lines = [f"define void @{TEAM_PREFIX}{name}(ptr %team) {{", "entry:",
              "  %args = load ptr, ptr %team",
              "  %nextp = getelementptr i64, ptr %team, i64 1",
@@ -92,46 +109,29 @@ def _team_wrapper(name: str, types: list[str]) -> str:
              "  %chunkp = getelementptr i64, ptr %team, i64 3",
              "  %flagp = getelementptr i64, ptr %team, i64 4",
              "  %end = load i64, ptr %endp",
-             "  %chunk = load i64, ptr %chunkp"]
-    call_args = []
-    for i, ty in enumerate(types):
-        if i in (n - 3, n - 2):           # begin, end: the claimed chunk's
-            call_args.append(f"i64 {'%b' if i == n - 3 else '%e'}")
-            continue
-        lines.append(f"  %slot{i} = getelementptr ptr, ptr %args, i64 {i}")
-        lines.append(f"  %ptr{i} = load ptr, ptr %slot{i}")
-        lines.append(f"  %arg{i} = load {ty}, ptr %ptr{i}")
-        call_args.append(f"{ty} %arg{i}")
-    lines += [f"  %state = load ptr, ptr @{INTERRUPT_POINTER}",
-              "  %running = getelementptr i32, ptr %state, i64 1",
-              "  %r0 = atomicrmw add ptr %running, i32 1 monotonic",
-              "  %idle = icmp eq i32 %r0, 0",
-              "  %next0 = load atomic i64, ptr %nextp monotonic, align 8",
-              "  %first = icmp eq i64 %next0, 0",
-              "  %fresh = and i1 %idle, %first",
-              "  br i1 %fresh, label %reset, label %claim",
-              "reset:",
-              "  store atomic i32 0, ptr %state monotonic, align 4",
-              "  br label %claim",
-              "claim:",
-              "  %b = atomicrmw add ptr %nextp, i64 %chunk monotonic",
-              "  %more = icmp slt i64 %b, %end",
-              "  br i1 %more, label %run, label %done",
-              "run:",
-              "  %e0 = add i64 %b, %chunk",
-              "  %over = icmp sgt i64 %e0, %end",
-              "  %e = select i1 %over, i64 %end, i64 %e0",
-              f"  call void @{name}({', '.join(call_args)})",
-              "  %f = load atomic i32, ptr %state monotonic, align 4",
-              "  %stop = icmp ne i32 %f, 0",
-              "  br i1 %stop, label %done, label %claim",
-              "done:",
-              "  %r1 = atomicrmw sub ptr %running, i32 1 monotonic",
-              "  %flag = load atomic i32, ptr %state monotonic, align 4",
-              "  %flag64 = zext i32 %flag to i64",
-              "  %old = atomicrmw or ptr %flagp, i64 %flag64 monotonic",
-              "  ret void",
-              "}"]
+             "  %chunk = load i64, ptr %chunkp",
+             *loads,
+             *_enter_running(["  %next0 = load atomic i64, ptr %nextp monotonic, align 8",
+                              "  %first = icmp eq i64 %next0, 0"], "claim"),
+             "claim:",
+             "  %b = atomicrmw add ptr %nextp, i64 %chunk monotonic",
+             "  %more = icmp slt i64 %b, %end",
+             "  br i1 %more, label %run, label %done",
+             "run:",
+             "  %e0 = add i64 %b, %chunk",
+             "  %over = icmp sgt i64 %e0, %end",
+             "  %e = select i1 %over, i64 %end, i64 %e0",
+             f"  call void @{name}({', '.join(call_args)})",
+             "  %f = load atomic i32, ptr %state monotonic, align 4",
+             "  %stop = icmp ne i32 %f, 0",
+             "  br i1 %stop, label %done, label %claim",
+             "done:",
+             "  %r1 = atomicrmw sub ptr %running, i32 1 monotonic",
+             "  %flag = load atomic i32, ptr %state monotonic, align 4",
+             "  %flag64 = zext i32 %flag to i64",
+             "  %old = atomicrmw or ptr %flagp, i64 %flag64 monotonic",
+             "  ret void",
+             "}"]
     return "\n".join(lines)
 
 

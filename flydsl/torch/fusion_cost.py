@@ -92,10 +92,16 @@ def _compute_ns(node: Node) -> tuple:
     return COMPUTE_NS.get(name, (0.0, 0.0))
 
 
-def _numel(node: Node) -> int:
+def _value(node: Node):
+    """The value ``node`` produces (its ``meta["val"]``), the first of several."""
     val = node.meta.get("val")
     if isinstance(val, (tuple, list)):
         val = val[0] if val else None
+    return val
+
+
+def _numel(node: Node) -> int:
+    val = _value(node)
     return tensor_bytes(val) // val.element_size() if isinstance(val, torch.Tensor) else 0
 
 
@@ -148,9 +154,7 @@ def fused_cost_us(nodes: list) -> float:
 
 
 def _on_cpu(node: Node) -> bool:
-    val = node.meta.get("val")
-    if isinstance(val, (tuple, list)):
-        val = val[0] if val else None
+    val = _value(node)
     return isinstance(val, torch.Tensor) and val.device.type == "cpu"
 
 

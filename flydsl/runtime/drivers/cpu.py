@@ -109,6 +109,13 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def bounded_handoff(ns: float) -> float:
+    """A measured hand-off cost (ns) within :data:`_HANDOFF_BOUNDS_NS`: a measurement on
+    a loaded machine can be wild."""
+    low, high = _HANDOFF_BOUNDS_NS
+    return min(high, max(low, ns))
+
+
 class WorkEstimate:
     """One bound launch's single-thread time per block of its kernel.
 
@@ -158,8 +165,7 @@ class SplitPolicy:
         chunks). Machine load comes and goes (a busy second core makes helpers late),
         so the cost keeps following the launches; a moving average, bounded, so that
         one preempted launch moves it little."""
-        low, high = _HANDOFF_BOUNDS_NS
-        bounded = min(high, max(low, overhead_ns))
+        bounded = bounded_handoff(overhead_ns)
         self.set_handoff((1 - _OBSERVED_WEIGHT) * self.handoff_ns + _OBSERVED_WEIGHT * bounded)
 
     def workers(self, block_ns: float, nblocks: int, threads: int, available: int) -> int:
@@ -302,8 +308,7 @@ class HelperPool:
             samples.append(clock() - t0)
             if stop:                     # Ctrl-C while measuring: the caller's to handle
                 raise KeyboardInterrupt
-        low, high = _HANDOFF_BOUNDS_NS
-        self.policy.set_handoff(min(high, max(low, statistics.median(samples))))
+        self.policy.set_handoff(bounded_handoff(statistics.median(samples)))
         self.measured = True
 
 
@@ -320,12 +325,9 @@ def expected_workers(work_ns: float) -> int:
     team's hand-off where libgomp is loaded (:mod:`.openmp`), else the helpers'."""
     handoff = SPLIT.handoff_ns
     if TEAMS.find() is not None:
-        low, high = _HANDOFF_BOUNDS_NS
-        handoff = min(high, max(low, TEAMS.handoff_ns or _TEAM_HANDOFF_NS))
-    policy = SplitPolicy(handoff)
-    if work_ns < policy.serial_ns:
-        return 1
-    return max(1, min(cpu_workers(), int(work_ns // policy.worker_ns)))
+        handoff = bounded_handoff(TEAMS.handoff_ns or _TEAM_HANDOFF_NS)
+    # under serial_ns (two workers' worth) this is 1, as the launch path's shortcut
+    return max(1, min(cpu_workers(), int(work_ns // SplitPolicy(handoff).worker_ns)))
 
 
 def _forget_helpers_after_fork() -> None:
@@ -408,10 +410,9 @@ class CpuLauncher:
         interrupts.attach(self.lib)
         if self.team_fn is not None and TEAMS.handoff_ns is None and TEAMS.find() is not None:
             # OpenMP teams from now on: the policy decides with their hand-off cost
-            low, high = _HANDOFF_BOUNDS_NS
             zeros = _Slots(self.nslots)      # what the empty team reads: it runs nothing
-            SPLIT.set_handoff(min(high, max(low, TEAMS.measure_handoff(self.team_fn,
-                                                                       zeros.table_ptr))))
+            SPLIT.set_handoff(bounded_handoff(TEAMS.measure_handoff(self.team_fn,
+                                                                    zeros.table_ptr)))
         packers = make_packers(self.layout, self.offsets, samples)
         d = self.dims_at
         fn = self.fn
