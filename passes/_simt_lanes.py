@@ -23,12 +23,13 @@ rewritten here:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mlir.ir as ir
 from mlir.dialects import arith, scf
 
-from ._simt_ir import SYNC_OPS, dimension_of, is_pure
+from ._simt_ir import SYNC_OPS, dimension_of, is_pure, may_trap
 from .ir import ancestor_in_block, block_ops, defining_op, op_of, terminator, walk
 
 #: Marks an ``scf.for`` the thread loops go inside of, like a loop holding a barrier.
@@ -208,12 +209,45 @@ _SWAPPED = {"slt": "sgt", "sle": "sge", "ult": "ugt", "ule": "uge", "eq": "eq",
             "sgt": "slt", "sge": "sle", "ugt": "ult", "uge": "ule"}
 
 
-def lane_guard(ops: list, is_uniform: Callable) -> Optional[tuple]:
-    """``(if_op, predicate, t_offset, bound)`` when the segment ``ops`` is an ``scf.if``
-    without results or else branch whose condition compares ``tid_x + t_offset`` with a
-    uniform ``bound`` (``tid_x < bound``, ``<=``, ``==``), preceded only by pure ops
-    that nothing outside the segment uses; else None. ``t_offset`` (None: 0) is
-    uniform or :func:`x_invariant`."""
+@dataclass(eq=False)
+class LaneGuard:
+    """A segment's closing ``scf.if`` whose condition bounds the x thread id.
+
+    ``terms``: the conjuncts ``tid_x + offset <pred> bound`` (``offset`` None: 0), each
+    giving a range of x thread ids; ``rest``: the conjuncts the same for every thread of
+    one x loop (``row < m`` in a 2D kernel), which the ``scf.if`` keeps testing."""
+
+    op: ir.Operation
+    terms: list
+    rest: list
+    ands: list      # the short-circuit ``and``s the condition goes through
+
+    @property
+    def offsets(self) -> list:
+        return [offset for _, offset, _ in self.terms]
+
+    def strip(self) -> None:
+        """Once the x loop runs over :func:`lane_range`: inline the guarded ops, or
+        leave the ``scf.if`` testing ``rest`` only (loop-invariant: LLVM hoists it)."""
+        for op in self.ands:   # in program order: an operand's before its user
+            _speculate_and(op)
+        if not self.rest:
+            inline_regions(self.op)
+            return
+        with ir.InsertionPoint(self.op), self.op.location:
+            cond = self.rest[0]
+            for other in self.rest[1:]:
+                cond = arith.andi(cond, other)
+        self.op.operands[0] = cond
+
+
+def lane_guard(ops: list, is_uniform: Callable) -> Optional[LaneGuard]:
+    """The segment ``ops`` as a :class:`LaneGuard`: an ``scf.if`` without results or
+    else branch, last in the segment, whose condition is a conjunction (``arith.andi``)
+    of compares of ``tid_x + offset`` with a uniform bound (``<``, ``<=``, ``==``,
+    ``>``, ``>=``; at least one) and of x-invariant values; the ops before it are pure
+    (or the thread ids, or ``llvm.intr.assume``) and used only inside the segment.
+    ``offset`` is uniform or :func:`x_invariant`. Else None."""
     if not ops:
         return None
     guard = ops[-1]
@@ -221,13 +255,79 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[tuple]:
         return None
     members = set(ops)
     for op in ops[:-1]:
-        if not is_pure(op):
+        # also the thread id (pure, but not a block value), the front end's
+        # llvm.intr.assume (a fact that stays true for the threads that pass) and its
+        # short-circuit `and` (an scf.if yielding a pure condition or false)
+        if not (is_pure(op) or thread_dim(op) is not None or op.name == "llvm.intr.assume"
+                or _short_circuit_and(op)):
             return None
         for r in op.results:
             for use in r.uses:
                 if ancestor_in_block(op_of(use.owner), guard.block) not in members:
                     return None
-    cmp = defining_op(guard.operands[0])
+    terms, rest = [], []
+    for cond in _conjuncts(guard.operands[0]):
+        if x_invariant(cond, is_uniform):
+            rest.append(cond)
+            continue
+        term = _lane_compare(cond, is_uniform)
+        if term is None:
+            return None
+        terms.append(term)
+    if not terms:
+        return None
+    ands = [op for op in ops[:-1] if op.name == "scf.if"]
+    return LaneGuard(guard, terms, rest, ands)
+
+
+def _conjuncts(cond) -> list:
+    """``cond``'s conjuncts, through ``arith.andi`` and short-circuit ``and``s."""
+    op = defining_op(cond)
+    if op is not None and op.name == "arith.andi":
+        return _conjuncts(op.operands[0]) + _conjuncts(op.operands[1])
+    if op is not None and _short_circuit_and(op):
+        then_yield = terminator(op.regions[0].blocks[0])
+        return _conjuncts(op.operands[0]) + _conjuncts(then_yield.operands[0])
+    return [cond]
+
+
+def _short_circuit_and(op) -> bool:
+    """``op`` is ``scf.if %a -> (i1) { pure ops; yield %b } else { yield false }``
+    (``a and b`` as the front end spells it) whose ops cannot trap."""
+    if op.name != "scf.if" or len(op.results) != 1 or len(op.regions[1].blocks) == 0:
+        return False
+    if str(op.results[0].type) != "i1":
+        return False
+    then_ops = block_ops(op.regions[0].blocks[0])
+    if not all((is_pure(o) and not may_trap(o)) or _short_circuit_and(o) for o in then_ops):
+        return False   # a and (b and c) nests in the then branch
+    else_ops = block_ops(op.regions[1].blocks[0])
+    no = terminator(op.regions[1].blocks[0]).operands[0]
+    const = defining_op(no)
+    if const is None or const.name != "arith.constant" or len(else_ops) > 1 \
+            or (else_ops and else_ops[0] != const):
+        return False
+    return ir.IntegerAttr(const.attributes["value"]).value == 0
+
+
+def _speculate_and(op) -> None:
+    """A :func:`_short_circuit_and` becomes ``arith.andi``: its ops run before it."""
+    body = op.regions[0].blocks[0]
+    for inner in block_ops(body):
+        if inner.name == "scf.if":
+            _speculate_and(inner)
+    yielded = terminator(body).operands[0]
+    for inner in block_ops(body):
+        inner.move_before(op)
+    with ir.InsertionPoint(op), op.location:
+        both = arith.andi(op.operands[0], yielded)
+    op.results[0].replace_all_uses_with(both)
+    op.erase()
+
+
+def _lane_compare(cond, is_uniform: Callable) -> Optional[tuple]:
+    """``(pred, offset, bound)`` for ``tid_x + offset <pred> bound``, else None."""
+    cmp = defining_op(cond)
     if cmp is None or cmp.name != "arith.cmpi":
         return None
     pred = _PREDICATES[ir.IntegerAttr(cmp.attributes["predicate"]).value]
@@ -239,17 +339,25 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[tuple]:
         if side is None or not is_uniform(lhs):
             return None
         pred, rhs = _SWAPPED.get(pred), lhs
-    if pred not in ("slt", "sle", "ult", "ule", "eq"):
+    if pred not in _RANGES:
         return None
     if pred.startswith("u") and side[1] is not None:
         return None    # tid + u compared unsigned: wraps differently
-    return guard, pred, side[1], rhs
+    return pred, side[1], rhs
 
 
-def lane_range(guard: tuple, bdim_x, const: Callable) -> tuple:
-    """``(lo, hi)``: the x thread ids in ``[0, bdim_x)`` passing ``guard`` (from
-    :func:`lane_guard`), built at the current insertion point as index values."""
-    _, pred, offset, bound = guard
+#: pred -> the passing x thread ids as (lo, hi) offsets from ``limit`` (None: 0 or the
+#: block size), for ``tid <pred> limit`` with ``limit = bound - offset``.
+_RANGES = {"slt": (None, 0), "ult": (None, 0), "sle": (None, 1), "ule": (None, 1),
+           "eq": (0, 1), "sgt": (1, None), "ugt": (1, None), "sge": (0, None),
+           "uge": (0, None)}
+
+
+def lane_range(guard: LaneGuard, bdim_x, const: Callable, offsets: Optional[list] = None
+               ) -> tuple:
+    """``(lo, hi)``: the x thread ids in ``[0, bdim_x)`` passing every term of
+    ``guard``, built at the current insertion point as index values. ``offsets``
+    replaces the terms' offsets (rebuilt per y loop step)."""
     idx = ir.IndexType.get()
 
     def to_index(v, unsigned=False):
@@ -257,19 +365,19 @@ def lane_range(guard: tuple, bdim_x, const: Callable) -> tuple:
             return v
         return (arith.index_castui if unsigned else arith.index_cast)(idx, v)
 
-    limit = to_index(bound, unsigned=pred.startswith("u"))
-    if offset is not None:
-        limit = arith.subi(limit, to_index(offset))
-    c0, c1 = const(0), const(1)
-
-    def clamp(v):
-        return arith.minsi(arith.maxsi(v, c0), bdim_x)
-
-    if pred in ("slt", "ult"):
-        return c0, clamp(limit)
-    if pred in ("sle", "ule"):
-        return c0, clamp(arith.addi(limit, c1))
-    return clamp(limit), clamp(arith.addi(limit, c1))   # eq: one thread (or none)
+    c0 = const(0)
+    lo, hi = c0, bdim_x
+    for (pred, _, bound), offset in zip(guard.terms, offsets or guard.offsets):
+        limit = to_index(bound, unsigned=pred.startswith("u"))
+        if offset is not None:
+            limit = arith.subi(limit, to_index(offset))
+        start, stop = _RANGES[pred]
+        if start is not None:
+            lo = arith.maxsi(lo, limit if start == 0 else arith.addi(limit, const(start)))
+        if stop is not None:
+            hi = arith.minsi(hi, limit if stop == 0 else arith.addi(limit, const(stop)))
+    # an empty range may have lo > hi: the scf.for then runs no iteration
+    return arith.minsi(lo, bdim_x), arith.maxsi(hi, c0)
 
 
 def inline_regions(op) -> None:

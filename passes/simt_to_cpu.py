@@ -792,8 +792,8 @@ class _KernelLowering:
         # `if tid < s:` (tree reductions), `if tid == 0:`: loop over those threads only
         lanes = None if preds else lane_guard(ops, self.uni.is_uniform)
         # an offset from the y/z thread ids (a linear-id guard): x range per y loop step
-        per_row = lanes is not None and lanes[2] is not None \
-            and not self.uni.is_uniform(lanes[2])
+        per_row = lanes is not None and any(
+            off is not None and not self.uni.is_uniform(off) for off in lanes.offsets)
         if lanes is not None and not per_row:
             with ir.InsertionPoint(before), ops[0].location:
                 bounds["x"] = lane_range(lanes, self.bdim["x"], self.const)
@@ -808,9 +808,9 @@ class _KernelLowering:
                 continue
             if i == 0 and per_row:
                 with ip, ops[0].location:
-                    offset = self._rebuild_offset(lanes[2], ivs)
-                    bounds["x"] = lane_range(lanes[:2] + (offset, lanes[3]), self.bdim["x"],
-                                             self.const)
+                    offsets = [off if off is None else self._rebuild_offset(off, ivs)
+                               for off in lanes.offsets]
+                    bounds["x"] = lane_range(lanes, self.bdim["x"], self.const, offsets)
             with ip, ops[0].location:
                 loop = op_of(scf.ForOp(*bounds[d], c1))
             loop_body = loop.regions[0].blocks[0]
@@ -833,7 +833,7 @@ class _KernelLowering:
         for op in ops:
             op.move_before(seg_end)
         if lanes is not None:
-            inline_regions(lanes[0])
+            lanes.strip()
             ops = block_ops(seg_block) or [seg_end]   # an empty guarded body: just the yield
         tl = _ThreadLoop(outer=outer, inner=inner, ivs=ivs, anchor=anchor or ops[0],
                          seg_block=seg_block)
