@@ -366,18 +366,32 @@ def lane_range(guard: LaneGuard, bdim_x, const: Callable, offsets: Optional[list
         return (arith.index_castui if unsigned else arith.index_cast)(idx, v)
 
     c0 = const(0)
-    lo, hi = c0, bdim_x
+    los, his = [], []
     for (pred, _, bound), offset in zip(guard.terms, offsets or guard.offsets):
         limit = to_index(bound, unsigned=pred.startswith("u"))
         if offset is not None:
             limit = arith.subi(limit, to_index(offset))
         start, stop = _RANGES[pred]
         if start is not None:
-            lo = arith.maxsi(lo, limit if start == 0 else arith.addi(limit, const(start)))
+            los.append(limit if start == 0 else arith.addi(limit, const(start)))
         if stop is not None:
-            hi = arith.minsi(hi, limit if stop == 0 else arith.addi(limit, const(stop)))
-    # an empty range may have lo > hi: the scf.for then runs no iteration
-    return arith.minsi(lo, bdim_x), arith.maxsi(hi, c0)
+            his.append(limit if stop == 0 else arith.addi(limit, const(stop)))
+
+    def clamp(v):
+        return arith.minsi(arith.maxsi(v, c0), bdim_x)
+
+    # Bounds that need no clamp stay the constant 0 and the block size (LLVM vectorizes
+    # best from a known start); an empty range may have lo > hi: no iteration runs.
+    lo = clamp(_fold(arith.maxsi, los)) if los else c0
+    hi = clamp(_fold(arith.minsi, his)) if his else bdim_x
+    return lo, hi
+
+
+def _fold(op: Callable, values: list):
+    out = values[0]
+    for v in values[1:]:
+        out = op(out, v)
+    return out
 
 
 def inline_regions(op) -> None:
