@@ -26,10 +26,13 @@ def softmax_kernel(x: fx.Tensor, y: fx.Tensor, ncols: fx.Int32, BLOCK: fx.Conste
     row_max = red[0]
     fx.barrier()
 
-    # sum of exponentials
+    # sum of exponentials; each thread keeps its exponentials in y (it reads back only
+    # its own elements below, so no barrier is needed between the two loops)
     total = 0.0
     for j in range(tid, ncols, BLOCK):
-        total += fx.exp(x[row, j] - row_max)
+        e = fx.exp(x[row, j] - row_max)
+        y[row, j] = e
+        total += e
     red[tid] = total
     fx.barrier()
     s = BLOCK // 2
@@ -41,7 +44,7 @@ def softmax_kernel(x: fx.Tensor, y: fx.Tensor, ncols: fx.Int32, BLOCK: fx.Conste
     inv = 1.0 / red[0]
 
     for j in range(tid, ncols, BLOCK):
-        y[row, j] = fx.exp(x[row, j] - row_max) * inv
+        y[row, j] = y[row, j] * inv
 
 
 @flydsl.jit
