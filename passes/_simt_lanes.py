@@ -38,26 +38,34 @@ LEVEL_ATTR = "flydsl.thread_level"
 _CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui")
 
 
-def is_thread_x(value) -> bool:
-    """``value`` is the x thread id, possibly cast to another integer type."""
+def strip_casts(value):
+    """``value`` without the integer casts (index_cast, extsi, ...) it was made by."""
     op = defining_op(value)
     while op is not None and op.name in _CASTS:
-        op = defining_op(op.operands[0])
-    return thread_dim(op) == "x"
+        value = op.operands[0]
+        op = defining_op(value)
+    return value
 
 
-def split_thread_x(value, is_uniform: Callable) -> Optional[tuple]:
-    """``(t, u)`` when ``value`` is ``t + u`` with ``t`` the x thread id (maybe cast) and
-    ``u`` block-uniform (None when there is no ``u``), else None."""
-    if is_thread_x(value):
+def is_thread_x(value) -> bool:
+    """``value`` is the x thread id, possibly cast to another integer type."""
+    return thread_dim(defining_op(strip_casts(value))) == "x"
+
+
+def split_thread_x(value, is_uniform: Callable, is_x: Callable = is_thread_x
+                   ) -> Optional[tuple]:
+    """``(t, u)`` when ``value`` is ``t + u`` with ``t`` the x thread id (maybe cast;
+    ``is_x`` says what is one) and ``u`` block-uniform (None when there is no ``u``),
+    else None."""
+    if is_x(value):
         return value, None
     op = defining_op(value)
     if op is None or op.name != "arith.addi":
         return None
     a, b = op.operands
-    if is_thread_x(a) and is_uniform(b):
+    if is_x(a) and is_uniform(b):
         return a, b
-    if is_thread_x(b) and is_uniform(a):
+    if is_x(b) and is_uniform(a):
         return b, a
     return None
 
@@ -230,9 +238,9 @@ class LaneGuard:
         """Once the x loop runs over :func:`lane_range`: inline the guarded ops, or
         leave the ``scf.if`` testing ``rest`` only (loop-invariant: LLVM hoists it)."""
         for op in self.ands:   # in program order: an operand's before its user
-            _speculate_and(op)
+            speculate_and(op)
         if not self.rest:
-            inline_regions(self.op)
+            take_branch(self.op, 0)
             return
         with ir.InsertionPoint(self.op), self.op.location:
             cond = self.rest[0]
@@ -259,18 +267,18 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[LaneGuard]:
         # llvm.intr.assume (a fact that stays true for the threads that pass) and its
         # short-circuit `and` (an scf.if yielding a pure condition or false)
         if not (is_pure(op) or thread_dim(op) is not None or op.name == "llvm.intr.assume"
-                or _short_circuit_and(op)):
+                or short_circuit_and(op)):
             return None
         for r in op.results:
             for use in r.uses:
                 if ancestor_in_block(op_of(use.owner), guard.block) not in members:
                     return None
     terms, rest = [], []
-    for cond in _conjuncts(guard.operands[0]):
+    for cond in conjuncts(guard.operands[0]):
         if x_invariant(cond, is_uniform):
             rest.append(cond)
             continue
-        term = _lane_compare(cond, is_uniform)
+        term = lane_compare(cond, is_uniform, lambda v: x_invariant(v, is_uniform))
         if term is None:
             return None
         terms.append(term)
@@ -280,18 +288,18 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[LaneGuard]:
     return LaneGuard(guard, terms, rest, ands)
 
 
-def _conjuncts(cond) -> list:
+def conjuncts(cond) -> list:
     """``cond``'s conjuncts, through ``arith.andi`` and short-circuit ``and``s."""
     op = defining_op(cond)
     if op is not None and op.name == "arith.andi":
-        return _conjuncts(op.operands[0]) + _conjuncts(op.operands[1])
-    if op is not None and _short_circuit_and(op):
+        return conjuncts(op.operands[0]) + conjuncts(op.operands[1])
+    if op is not None and short_circuit_and(op):
         then_yield = terminator(op.regions[0].blocks[0])
-        return _conjuncts(op.operands[0]) + _conjuncts(then_yield.operands[0])
+        return conjuncts(op.operands[0]) + conjuncts(then_yield.operands[0])
     return [cond]
 
 
-def _short_circuit_and(op) -> bool:
+def short_circuit_and(op) -> bool:
     """``op`` is ``scf.if %a -> (i1) { pure ops; yield %b } else { yield false }``
     (``a and b`` as the front end spells it) whose ops cannot trap."""
     if op.name != "scf.if" or len(op.results) != 1 or len(op.regions[1].blocks) == 0:
@@ -299,7 +307,7 @@ def _short_circuit_and(op) -> bool:
     if str(op.results[0].type) != "i1":
         return False
     then_ops = block_ops(op.regions[0].blocks[0])
-    if not all((is_pure(o) and not may_trap(o)) or _short_circuit_and(o) for o in then_ops):
+    if not all((is_pure(o) and not may_trap(o)) or short_circuit_and(o) for o in then_ops):
         return False   # a and (b and c) nests in the then branch
     else_ops = block_ops(op.regions[1].blocks[0])
     no = terminator(op.regions[1].blocks[0]).operands[0]
@@ -310,12 +318,12 @@ def _short_circuit_and(op) -> bool:
     return ir.IntegerAttr(const.attributes["value"]).value == 0
 
 
-def _speculate_and(op) -> None:
-    """A :func:`_short_circuit_and` becomes ``arith.andi``: its ops run before it."""
+def speculate_and(op) -> None:
+    """A :func:`short_circuit_and` becomes ``arith.andi``: its ops run before it."""
     body = op.regions[0].blocks[0]
     for inner in block_ops(body):
         if inner.name == "scf.if":
-            _speculate_and(inner)
+            speculate_and(inner)
     yielded = terminator(body).operands[0]
     for inner in block_ops(body):
         inner.move_before(op)
@@ -325,17 +333,18 @@ def _speculate_and(op) -> None:
     op.erase()
 
 
-def _lane_compare(cond, is_uniform: Callable) -> Optional[tuple]:
-    """``(pred, offset, bound)`` for ``tid_x + offset <pred> bound``, else None."""
+def lane_compare(cond, is_uniform: Callable, offset_ok: Callable,
+                 is_x: Callable = is_thread_x) -> Optional[tuple]:
+    """``(pred, offset, bound)`` for ``tid_x + offset <pred> bound`` (``bound`` uniform,
+    ``offset`` passing ``offset_ok``), else None."""
     cmp = defining_op(cond)
     if cmp is None or cmp.name != "arith.cmpi":
         return None
     pred = _PREDICATES[ir.IntegerAttr(cmp.attributes["predicate"]).value]
     lhs, rhs = cmp.operands
-    offset_ok = lambda v: x_invariant(v, is_uniform)   # noqa: E731
-    side = split_thread_x(lhs, offset_ok)
+    side = split_thread_x(lhs, offset_ok, is_x)
     if side is None or not is_uniform(rhs):
-        side = split_thread_x(rhs, offset_ok)
+        side = split_thread_x(rhs, offset_ok, is_x)
         if side is None or not is_uniform(lhs):
             return None
         pred, rhs = _SWAPPED.get(pred), lhs
@@ -353,11 +362,11 @@ _RANGES = {"slt": (None, 0), "ult": (None, 0), "sle": (None, 1), "ule": (None, 1
            "uge": (0, None)}
 
 
-def lane_range(guard: LaneGuard, bdim_x, const: Callable, offsets: Optional[list] = None
-               ) -> tuple:
-    """``(lo, hi)``: the x thread ids in ``[0, bdim_x)`` passing every term of
-    ``guard``, built at the current insertion point as index values. ``offsets``
-    replaces the terms' offsets (rebuilt per y loop step)."""
+def lane_range(guard: LaneGuard, bdim_x, const: Callable, offsets: Optional[list] = None,
+               start=None) -> tuple:
+    """``(lo, hi)``: the x thread ids in ``[start, bdim_x)`` (``start`` None: 0) passing
+    every term of ``guard``, built at the current insertion point as index values.
+    ``offsets`` replaces the terms' offsets (rebuilt per y loop step)."""
     idx = ir.IndexType.get()
 
     def to_index(v, unsigned=False):
@@ -365,7 +374,7 @@ def lane_range(guard: LaneGuard, bdim_x, const: Callable, offsets: Optional[list
             return v
         return (arith.index_castui if unsigned else arith.index_cast)(idx, v)
 
-    c0 = const(0)
+    c0 = const(0) if start is None else start
     los, his = [], []
     for (pred, _, bound), offset in zip(guard.terms, offsets or guard.offsets):
         limit = to_index(bound, unsigned=pred.startswith("u"))
@@ -392,6 +401,20 @@ def _fold(op: Callable, values: list):
     for v in values[1:]:
         out = op(out, v)
     return out
+
+
+def take_branch(op, k: int) -> None:
+    """Replace the ``scf.if`` ``op`` by its then (``k`` 0) or else (1) branch: its ops
+    run in its place and its results are what that branch yields."""
+    region = op.regions[k]
+    if len(region.blocks):
+        blk = region.blocks[0]
+        yielded = list(terminator(blk).operands)
+        for inner in block_ops(blk):
+            inner.move_before(op)
+        for result, value in zip(op.results, yielded):
+            result.replace_all_uses_with(value)
+    op.erase()
 
 
 def inline_regions(op) -> None:

@@ -61,6 +61,7 @@ from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
 from ._simt_printf import PrintfLowering
 from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard,
                           lane_range, thread_dim)
+from ._simt_split import split_thread_loops
 from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
                        strip_memory_space)
 from ._simt_uniformity import Uniformity
@@ -452,6 +453,8 @@ class _KernelLowering:
             self.checks.guard_kernel(self.func, self.name, self._report_ids,
                                      skip=self.internal, labels=self.mem_labels)
         self._replace_thread_ids()
+        if self.checks is None:   # debug mode guards every access: left unsplit
+            split_thread_loops(self.loops, self.const)
         self._strip_memory_spaces()
         for op in walk(self.func, lambda o: LEVEL_ATTR in o.attributes):
             del op.attributes[LEVEL_ATTR]

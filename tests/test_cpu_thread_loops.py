@@ -201,8 +201,11 @@ def test_tree_reduction_guards_shrink_the_thread_loop(monkeypatch, tmp_path):
     # of the thread id against the stride is left
     assert not re.search(r"arith\.cmpi slt, %\w+, %c\d+_i32 : i32\n\s*scf\.if", text)
     body = text.split("func.func")[1].split("atomic")[0]
-    after_input_load = re.split(r"memref\.load %(?:arg0|assume_align)\b", body, maxsplit=1)[1]
-    assert "scf.if" not in after_input_load, "a lane guard is still tested per thread"
+    after_input_load = re.split(r"memref\.load %(?:arg0|assume_align)\b", body)[-1]
+    # (the one test of the launch's x extent, picking split or unsplit loops, aside)
+    tested = [c for c in re.findall(r"scf\.if (%\w+)", after_input_load)
+              if not re.search(re.escape(c) + r" = arith\.cmpi sge, %\w+, %c64\b", body)]
+    assert not tested, "a lane guard is still tested per thread"
 
 
 
@@ -343,6 +346,117 @@ def test_vector_add_has_no_masked_accesses():
     asm = prog.backend.assembly(prog.asm)
     assert re.search(r"\bvaddps\b", asm), "no vector add at all"
     assert not re.search(r"\{%k\d\}|\bv(p)?maskmov", asm), "masked accesses are left"
+
+
+# -- split thread loops: `v = x[i] if i < n else 0.0` -----------------------------------
+
+def _select_kernel():
+    @flydsl.kernel
+    def select_tail(x: fx.Tensor, y: fx.Tensor, count: fx.Tensor, n: fx.Int32,
+                    lo: fx.Int32, hi: fx.Int32):
+        i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+        y[i, 0] = x[i] if i < n else -1.0              # an upper bound
+        y[i, 1] = x[i] * 2.0 if i > lo else -2.0       # a lower bound
+        if i >= lo and i < hi:                         # both, an else branch and a count
+            y[i, 2] = x[i] * 3.0
+        else:
+            fx.atomic_add(count, 0, 1)
+        y[i, 3] = x[i] if i == lo else -4.0            # one thread
+    return select_tail
+
+
+SELECT = _select_kernel()
+
+
+@pytest.mark.parametrize("block", [32, 128])            # below and above the split width
+@pytest.mark.parametrize("n,lo,hi", [(300, 13, 200), (1, -5, 400), (256, 100, 90),
+                                     (0, 0, 0), (257, 383, 384), (130, -1, 129)])
+def test_split_thread_loops_run_each_branch_once_per_thread(block, n, lo, hi):
+    """Each thread runs the branch its condition picks, exactly once: the else counts
+    (an atomic add per thread) must match, also when no thread passes (lo > hi)."""
+    size = 384
+    x = rng.standard_normal(size).astype(np.float32)
+    y = np.zeros((size, 4), np.float32)
+    count = np.zeros(1, np.int32)
+    SELECT[(size // block,), (block,)](x, y, count, n, lo, hi)
+    i = np.arange(size)
+    inside = (i >= lo) & (i < hi)
+    want = np.stack([np.where(i < n, x, -1.0), np.where(i > lo, x * 2, -2.0),
+                     np.where(inside, x * 3, 0.0), np.where(i == lo, x, -4.0)], 1)
+    np.testing.assert_array_equal(y, want.astype(np.float32))
+    assert count[0] == size - inside.sum()
+
+
+@flydsl.kernel
+def window_count(y: fx.Tensor, count: fx.Tensor, lo: fx.Int32, hi: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i >= lo and i < hi:
+        y[i] = 1.0
+    else:
+        fx.atomic_add(count, 0, 1)
+
+
+@pytest.mark.parametrize("lo,hi", [(100, 90), (10, 120), (-3, 50), (0, 0), (127, 128)])
+def test_an_empty_window_leaves_every_thread_to_the_else_branch_once(lo, hi):
+    """``lo > hi``: no thread passes; the pieces before and after the (empty) middle
+    must not overlap, or threads between hi and lo would count twice."""
+    y = np.zeros(128, np.float32)
+    count = np.zeros(1, np.int32)
+    window_count[(1,), (128,)](y, count, lo, hi)
+    i = np.arange(128)
+    inside = (i >= lo) & (i < hi)
+    np.testing.assert_array_equal(y, inside.astype(np.float32))
+    assert count[0] == 128 - inside.sum()
+
+
+def test_wide_thread_loops_split_at_the_condition(monkeypatch, tmp_path):
+    """In the launch's wide version (x extent >= 64: the first branch of the version
+    test), no load of x stays under an ``scf.if``: the x loop is cut where ``i < n``
+    changes, each piece running one branch."""
+    import mlir.ir as ir
+    x = rng.standard_normal(256).astype(np.float32)
+    y = np.zeros((256, 4), np.float32)
+    count = np.zeros(1, np.int32)
+    text = simt_ir(monkeypatch, tmp_path,
+                   lambda: _select_kernel()[(2,), (128,)](x, y, count, 200, 13, 150))
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(text.split("\n// -----")[0])
+        loads = []
+
+        def visit(op):
+            if op.operation.name == "memref.load" \
+                    and re.search(r"load %(arg0|assume_align)\[", str(op.operation)):
+                loads.append(op.operation)
+            return ir.WalkResult.ADVANCE
+        module.operation.walk(visit)
+
+        def guarded(op):
+            """Under an scf.if other than the version test (which holds loops)."""
+            p = op.parent
+            while p.name != "func.func":
+                if p.name == "scf.if" and not _holds_loops(p):
+                    return True
+                p = p.parent
+            return False
+        assert any(not guarded(op) for op in loads)
+        wide = [op for op in loads if not guarded(op)]
+        assert len(wide) >= 4, text       # the four conditional loads, in split loops
+
+
+def _holds_loops(if_op) -> bool:
+    return any(o.operation.name == "scf.for" for o in if_op.regions[0].blocks[0].operations)
+
+
+def test_block_sum_loads_its_tail_with_a_split_loop():
+    """examples/block_sum.py: ``x[i] if i < n else 0.0`` (3x faster split, see
+    docs/cpu-performance.md), on sizes that end inside a block."""
+    from block_sum import block_sum
+    for n in (1, 255, 256, 257, 1000, 4097):
+        x = rng.random(n, dtype=np.float32)
+        out = np.zeros(1, np.float32)
+        block_sum(x, out)
+        assert out[0] == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-5)
 
 # -- uniform loads of shared memory --------------------------------------------------------
 
