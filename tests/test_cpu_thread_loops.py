@@ -5,7 +5,6 @@ thread loop instead of testing every thread. Results must not change; the IR aft
 from __future__ import annotations
 
 import glob
-import os
 import platform
 import re
 
