@@ -14,12 +14,16 @@ rewritten here:
   thread does the same work in the same order; only the interleaving of threads
   changes, which no race-free kernel can observe (threads of a block between two
   barriers may run in any order on a GPU too).
-* **Lane guards** (``if tid < s:`` in a tree reduction, ``if tid == 0:``): a thread
-  loop whose segment is such an ``scf.if`` runs only over the threads that pass it
-  (:func:`lane_range`), instead of testing every thread. The guard may also test the
-  linear thread id ``x + block_dim.x * (y + block_dim.y * z)`` (``fx.block_reduce``):
-  its part beyond ``x`` does not change along the x loop, so the x range is computed
-  in the y loop, from that loop's thread ids.
+* **Lane guards** (``if tid < s:`` in a tree reduction, ``if tid == 0:``, the bounds
+  guard ``if block_idx.x * block_dim.x + tid < n:``): a thread loop whose segment ends
+  in such an ``scf.if`` runs only over the threads that pass it (:func:`lane_range`),
+  instead of testing every thread. The condition may be a conjunction (``arith.andi``
+  or the front end's short-circuit ``and``) of bounds on ``tid + offset`` and of tests
+  the same along the x loop (``row < m``), which the ``scf.if`` keeps. The guard may
+  also test the linear thread id ``x + block_dim.x * (y + block_dim.y * z)``
+  (``fx.block_reduce``): its part beyond ``x`` does not change along the x loop, so the
+  x range is computed in the y loop, from that loop's thread ids. Conditions that do
+  not end their segment split the loop instead (:mod:`._simt_split`).
 """
 from __future__ import annotations
 
@@ -228,7 +232,7 @@ class LaneGuard:
     op: ir.Operation
     terms: list
     rest: list
-    ands: list      # the short-circuit ``and``s the condition goes through
+    ands: list      # the short-circuit ``and``s of its block the condition goes through
 
     @property
     def offsets(self) -> list:
@@ -243,19 +247,19 @@ class LaneGuard:
             take_branch(self.op, 0)
             return
         with ir.InsertionPoint(self.op), self.op.location:
-            cond = self.rest[0]
-            for other in self.rest[1:]:
-                cond = arith.andi(cond, other)
-        self.op.operands[0] = cond
+            self.op.operands[0] = all_of(self.rest)
 
 
-def lane_guard(ops: list, is_uniform: Callable) -> Optional[LaneGuard]:
+def lane_guard(ops: list, is_uniform: Callable, offsets: bool = True) -> Optional[LaneGuard]:
     """The segment ``ops`` as a :class:`LaneGuard`: an ``scf.if`` without results or
     else branch, last in the segment, whose condition is a conjunction (``arith.andi``)
     of compares of ``tid_x + offset`` with a uniform bound (``<``, ``<=``, ``==``,
     ``>``, ``>=``; at least one) and of x-invariant values; the ops before it are pure
     (or the thread ids, or ``llvm.intr.assume``) and used only inside the segment.
-    ``offset`` is uniform or :func:`x_invariant`. Else None."""
+    ``offset`` is uniform or :func:`x_invariant`; with ``offsets`` False (debug mode,
+    where every thread must test what it tests on a GPU, wrapped index included) there
+    is none. Short-circuit ``and``s of the segment are speculated by
+    :meth:`LaneGuard.strip` when their ops cannot trap. Else None."""
     if not ops:
         return None
     guard = ops[-1]
@@ -273,30 +277,60 @@ def lane_guard(ops: list, is_uniform: Callable) -> Optional[LaneGuard]:
             for use in r.uses:
                 if ancestor_in_block(op_of(use.owner), guard.block) not in members:
                     return None
-    terms, rest = [], []
-    for cond in conjuncts(guard.operands[0]):
-        if x_invariant(cond, is_uniform):
+
+    def holder(op):   # the segment's op holding ``op``
+        top = ancestor_in_block(op, guard.block)
+        return top if top in members else None
+
+    def compare(cond):
+        term = lane_compare(cond, is_uniform, lambda v: x_invariant(v, is_uniform))
+        return None if term is None or (term[1] is not None and not offsets) else term
+    return guard_on_lanes(guard, holder, lambda v: x_invariant(v, is_uniform), compare)
+
+
+def guard_on_lanes(op, holder: Callable, invariant: Callable, compare: Callable
+                   ) -> Optional[LaneGuard]:
+    """``op`` (an ``scf.if``) as a :class:`LaneGuard` when each conjunct of its
+    condition (:func:`conjuncts` with ``holder``) is ``invariant`` along the x loop or
+    a term that ``compare`` makes of it, and at least one is a term; else None."""
+    terms, rest, ands = [], [], []
+    for cond in conjuncts(op.operands[0], holder, ands):
+        if invariant(cond):
             rest.append(cond)
             continue
-        term = lane_compare(cond, is_uniform, lambda v: x_invariant(v, is_uniform))
+        term = compare(cond)
         if term is None:
             return None
         terms.append(term)
-    if not terms:
-        return None
-    ands = [op for op in ops[:-1] if op.name == "scf.if"]
-    return LaneGuard(guard, terms, rest, ands)
+    return LaneGuard(op, terms, rest, ands) if terms else None
 
 
-def conjuncts(cond) -> list:
-    """``cond``'s conjuncts, through ``arith.andi`` and short-circuit ``and``s."""
+def conjuncts(cond, holder: Callable, expanded: Optional[list] = None) -> list:
+    """``cond``'s conjuncts, left to right, through ``arith.andi`` and the short-circuit
+    ``and``s that a rewrite will speculate: those ``holder(op)`` finds a top-level op
+    for (the op itself, or the ``and`` it is nested in). Any other, hoisted or computed
+    before a barrier, is one conjunct. ``expanded`` collects the top-level ones."""
     op = defining_op(cond)
     if op is not None and op.name == "arith.andi":
-        return conjuncts(op.operands[0]) + conjuncts(op.operands[1])
-    if op is not None and short_circuit_and(op):
+        return conjuncts(op.operands[0], holder, expanded) \
+            + conjuncts(op.operands[1], holder, expanded)
+    if op is not None and short_circuit_and(op) and holder(op) is not None:
+        if expanded is not None and holder(op) == op:
+            expanded.append(op)
         then_yield = terminator(op.regions[0].blocks[0])
-        return conjuncts(op.operands[0]) + conjuncts(then_yield.operands[0])
+        return conjuncts(op.operands[0], holder, expanded) \
+            + conjuncts(then_yield.operands[0], holder, expanded)
     return [cond]
+
+
+def all_of(conds: list):
+    """``c0 and c1 and ...`` at the current insertion point, as ``arith.select`` so
+    that a later conjunct speculated where an earlier one is false (a shift by too
+    much: poison) does not make the whole condition poison."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = arith.select(out, c, arith.ConstantOp(out.type, 0).result)
+    return out
 
 
 def short_circuit_and(op) -> bool:
@@ -319,7 +353,8 @@ def short_circuit_and(op) -> bool:
 
 
 def speculate_and(op) -> None:
-    """A :func:`short_circuit_and` becomes ``arith.andi``: its ops run before it."""
+    """A :func:`short_circuit_and` becomes :func:`all_of` its two conditions: its ops
+    run before it."""
     body = op.regions[0].blocks[0]
     for inner in block_ops(body):
         if inner.name == "scf.if":
@@ -328,7 +363,7 @@ def speculate_and(op) -> None:
     for inner in block_ops(body):
         inner.move_before(op)
     with ir.InsertionPoint(op), op.location:
-        both = arith.andi(op.operands[0], yielded)
+        both = all_of([op.operands[0], yielded])
     op.results[0].replace_all_uses_with(both)
     op.erase()
 
@@ -362,38 +397,74 @@ _RANGES = {"slt": (None, 0), "ult": (None, 0), "sle": (None, 1), "ule": (None, 1
            "uge": (0, None)}
 
 
-def lane_range(guard: LaneGuard, bdim_x, const: Callable, offsets: Optional[list] = None,
+def lane_range(guard: LaneGuard, stop, const: Callable, offsets: Optional[list] = None,
                start=None) -> tuple:
-    """``(lo, hi)``: the x thread ids in ``[start, bdim_x)`` (``start`` None: 0) passing
-    every term of ``guard``, built at the current insertion point as index values.
-    ``offsets`` replaces the terms' offsets (rebuilt per y loop step)."""
+    """``(lo, hi)``: the x thread ids in ``[start, stop)`` (``start`` None: 0) passing
+    every term of ``guard``, built at the current insertion point as index values;
+    ``lo`` is ``start`` and ``hi`` is ``stop`` themselves where nothing bounds that side.
+    ``offsets`` replaces the terms' offsets (rebuilt per y loop step).
+
+    Exact for any bound: a difference that would overflow 64 bits saturates, and a
+    64-bit unsigned bound past 2^63 is above every thread id. Threads whose
+    ``tid + offset`` would wrap past the compare type's maximum are left out: on a GPU
+    they test a wrapped, negative index, which they would then access out of bounds
+    (debug mode keeps such guards per thread, see :func:`lane_guard`)."""
     idx = ir.IndexType.get()
+    lt = arith.CmpIPredicate.slt
 
     def to_index(v, unsigned=False):
         if isinstance(v.type, ir.IndexType):
             return v
         return (arith.index_castui if unsigned else arith.index_cast)(idx, v)
 
-    c0 = const(0) if start is None else start
+    def plus_one(v):   # v + 1 clamped to stop + 1: no overflow at the 64-bit maximum
+        return arith.addi(arith.minsi(v, stop), const(1))
+
+    start = const(0) if start is None else start
     los, his = [], []
     for (pred, _, bound), offset in zip(guard.terms, offsets or guard.offsets):
+        bits = _bits(bound.type)
         limit = to_index(bound, unsigned=pred.startswith("u"))
+        if pred.startswith("u") and bits >= 64:
+            limit = arith.select(arith.cmpi(lt, limit, const(0)), const(_MAX64), limit)
         if offset is not None:
-            limit = arith.subi(limit, to_index(offset))
-        start, stop = _RANGES[pred]
-        if start is not None:
-            los.append(limit if start == 0 else arith.addi(limit, const(start)))
-        if stop is not None:
-            his.append(limit if stop == 0 else arith.addi(limit, const(stop)))
+            off = to_index(offset)
+            limit = _saturating_sub(limit, off, const) if bits >= 64 else arith.subi(limit, off)
+            # tid + off wraps from tid = max - off + 1 on (off > 0)
+            wraps_at = arith.addi(arith.subi(const(2 ** (bits - 1) - 1), off), const(1))
+            his.append(arith.select(arith.cmpi(arith.CmpIPredicate.sgt, off, const(0)),
+                                    wraps_at, stop))
+        first, last = _RANGES[pred]
+        if first is not None:
+            los.append(limit if first == 0 else plus_one(limit))
+        if last is not None:
+            his.append(limit if last == 0 else plus_one(limit))
 
     def clamp(v):
-        return arith.minsi(arith.maxsi(v, c0), bdim_x)
+        return arith.minsi(arith.maxsi(v, start), stop)
 
     # Bounds that need no clamp stay the constant 0 and the block size (LLVM vectorizes
     # best from a known start); an empty range may have lo > hi: no iteration runs.
-    lo = clamp(_fold(arith.maxsi, los)) if los else c0
-    hi = clamp(_fold(arith.minsi, his)) if his else bdim_x
+    lo = clamp(_fold(arith.maxsi, los)) if los else start
+    hi = clamp(_fold(arith.minsi, his)) if his else stop
     return lo, hi
+
+
+_MAX64 = 2 ** 63 - 1
+
+
+def _bits(t: ir.Type) -> int:
+    return 64 if isinstance(t, ir.IndexType) else ir.IntegerType(t).width
+
+
+def _saturating_sub(a, b, const: Callable):
+    """``a - b`` in index, saturating at the 64-bit limits instead of wrapping."""
+    lt = arith.CmpIPredicate.slt
+    d = arith.subi(a, b)
+    # overflow: a and b differ in sign, and so do a and d
+    wrapped = arith.cmpi(lt, arith.andi(arith.xori(a, b), arith.xori(a, d)), const(0))
+    limit = arith.select(arith.cmpi(lt, a, const(0)), const(-_MAX64 - 1), const(_MAX64))
+    return arith.select(wrapped, limit, d)
 
 
 def _fold(op: Callable, values: list):

@@ -24,8 +24,8 @@ from typing import Callable, Optional
 import mlir.ir as ir
 from mlir.dialects import arith, scf
 
-from ._simt_lanes import (LaneGuard, conjuncts, lane_compare, lane_range, short_circuit_and,
-                          strip_casts, take_branch)
+from ._simt_lanes import (LaneGuard, guard_on_lanes, lane_compare, lane_range,
+                          short_circuit_and, strip_casts, take_branch)
 from ._simt_ir import is_pure
 from .ir import block_ops, defining_op, walk
 
@@ -43,14 +43,15 @@ def split_thread_loops(loops: list, const: Callable) -> None:
     are already the loop ivs) at its first splittable ``scf.if``."""
     for tl in loops:
         loop = tl.inner
-        if len(walk(loop)) > MAX_BODY_OPS or _split_point(loop) is None:
+        found = None if len(walk(loop)) > MAX_BODY_OPS else _split_point(loop)
+        if found is None:
             continue
         _only_when_wide(tl.outer, loop, const)
         for _ in range(MAX_SPLITS):   # the middle loop may hold the next such scf.if
+            _split(loop, *found, const)
             found = _split_point(loop)
             if found is None:
                 break
-            _split(loop, *found, const)
 
 
 def _only_when_wide(nest, loop, const: Callable) -> None:
@@ -73,11 +74,21 @@ def _only_when_wide(nest, loop, const: Callable) -> None:
     nest.move_before(branches[0])
 
 
+def _in_body(op, loop):
+    """The op directly in ``loop``'s body that is or holds ``op``, else None."""
+    while op is not None and op.name != "func.func":
+        parent = op.parent
+        if parent == loop:
+            return op
+        op = parent
+    return None
+
+
 def _inside(value, loop) -> bool:
     """``value`` is defined in ``loop`` (an op or block of its body, at any depth)."""
     op = defining_op(value)
     p = op if op is not None else value.owner.owner
-    while p is not None:
+    while p is not None and p.name != "func.func":
         if p == loop:
             return True
         p = p.parent
@@ -100,26 +111,15 @@ def _split_point(loop) -> Optional[tuple]:
         if before(v):
             return True
         op = defining_op(v)
-        return op is not None and is_pure(op) and op.name != "scf.if" \
-            and all(invariant(o) for o in op.operands)
+        return op is not None and is_pure(op) and all(invariant(o) for o in op.operands)
 
     for k, op in enumerate(block_ops(loop.regions[0].blocks[0])):
         if op.name != "scf.if" or short_circuit_and(op):
             continue   # (an `and` is split on as part of the condition it feeds)
-        terms, rest = [], []
-        for cond in conjuncts(op.operands[0]):
-            if invariant(cond):
-                rest.append(cond)
-                continue
-            term = lane_compare(cond, before, before, is_iv)
-            if term is None:
-                break
-            terms.append(term)
-        else:
-            if terms:
-                ands = [o for o in block_ops(loop.regions[0].blocks[0])[:k]
-                        if short_circuit_and(o)]
-                return k, LaneGuard(op, terms, rest, ands)
+        guard = guard_on_lanes(op, lambda o: _in_body(o, loop), invariant,
+                               lambda cond: lane_compare(cond, before, before, is_iv))
+        if guard is not None:
+            return k, guard
     return None
 
 
@@ -127,8 +127,7 @@ def _split(loop, k: int, guard: LaneGuard, const: Callable) -> None:
     start, stop = loop.operands[0], loop.operands[1]
     with ir.InsertionPoint(loop), loop.location:
         lo, hi = lane_range(guard, stop, const, start=start)
-    lower = any(pred in ("eq", "sgt", "ugt", "sge", "uge") for pred, _, _ in guard.terms)
-    upper = any(pred not in ("sgt", "ugt", "sge", "uge") for pred, _, _ in guard.terms)
+    lower, upper = lo != start, hi != stop   # (lane_range's bounds that bound nothing)
     if lower and upper:   # no thread passes when lo > hi: the three ranges still tile
         with ir.InsertionPoint(loop), loop.location:
             hi = arith.maxsi(hi, lo)

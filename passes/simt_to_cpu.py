@@ -793,7 +793,8 @@ class _KernelLowering:
         c1 = self.const(1)
         bounds = {d: (c0, self.bdim[d]) for d in _DIMS}
         # `if tid < s:` (tree reductions), `if tid == 0:`: loop over those threads only
-        lanes = None if preds else lane_guard(ops, self.uni.is_uniform)
+        lanes = None if preds else lane_guard(ops, self.uni.is_uniform,
+                                              offsets=self.checks is None)
         # an offset from the y/z thread ids (a linear-id guard): x range per y loop step
         per_row = lanes is not None and any(
             off is not None and not self.uni.is_uniform(off) for off in lanes.offsets)

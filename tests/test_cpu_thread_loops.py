@@ -457,6 +457,88 @@ def test_block_sum_loads_its_tail_with_a_split_loop():
         block_sum(x, out)
         assert out[0] == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-5)
 
+
+# -- conditions the rewrites must take apart carefully --------------------------------
+
+@flydsl.kernel
+def outside_ands(x: fx.Tensor, y: fx.Tensor, n: fx.Int32, m: fx.Int32, k: fx.Int32):
+    """Short-circuit ``and``s computed outside the guard's segment: uniform (hoisted),
+    and before a barrier; one as a guard that closes its segment, one in a select."""
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    ok = n > 0 and m > 0
+    mine = i < n and k > 0
+    y[i, 0] = x[i] if ((m > 0 and k > 0) and i < n) else -1.0
+    y[i, 1] = x[i] if (i < n and ok) else -1.0
+    fx.barrier()
+    if mine:
+        y[i, 2] = x[i]
+    fx.barrier()
+    if i < n and ok:
+        y[i, 3] = x[i]
+
+
+@pytest.mark.parametrize("block", [32, 128])
+@pytest.mark.parametrize("n,m,k", [(100, 5, 3), (100, -1, 3), (300, 5, -2), (0, 1, 1)])
+def test_ands_from_outside_the_segment_stay_whole(block, n, m, k):
+    """They used to be taken apart like the segment's own (crashing the compiler, or
+    IR whose values did not dominate their uses)."""
+    x = rng.standard_normal(256).astype(np.float32)
+    y = np.zeros((256, 4), np.float32)
+    outside_ands[(256 // block,), (block,)](x, y, n, m, k)
+    i = np.arange(256)
+    below = i < n
+    want = np.stack([np.where((m > 0) & (k > 0) & below, x, -1.0),
+                     np.where(below & (n > 0) & (m > 0), x, -1.0),
+                     np.where(below & (k > 0), x, 0.0),
+                     np.where(below & (n > 0) & (m > 0), x, 0.0)], 1)
+    np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+@flydsl.kernel
+def wide_bounds(y: fx.Tensor, s: fx.Int64, u: fx.UInt64, off: fx.Int64):
+    t = fx.thread_idx.x
+    if t <= s:                                       # s = 2^63 - 1: s + 1 overflows
+        y[t, 0] = 1.0
+    fx.barrier()
+    y[t, 1] = 1.0 if t > s else 2.0
+    fx.barrier()
+    if fx.cast(t, fx.UInt64) < u:                    # u >= 2^63: negative as an index
+        y[t, 2] = 1.0
+    fx.barrier()
+    y[t, 3] = 1.0 if fx.cast(t, fx.UInt64) >= u else 2.0
+    fx.barrier()
+    if fx.cast(t, fx.Int64) + off < s:               # s - off overflows
+        y[t, 4] = 1.0
+
+
+@pytest.mark.parametrize("s,u,off", [(2 ** 63 - 1, 2 ** 63, -10), (5, 2 ** 64 - 1, 0),
+                                     (-2 ** 63 + 5, 7, 10), (40, 2 ** 63 + 3, -2 ** 63)])
+def test_64_bit_bounds_do_not_overflow_the_thread_range(s, u, off):
+    y = np.zeros((128, 5), np.float32)
+    wide_bounds[(1,), (128,)](y, s, u, off)
+    t = np.arange(128).astype(object)          # exact integers
+    want = np.stack([t <= s, np.where(t > s, 1, 2), t < u, np.where(t >= u, 1, 2),
+                     (t + off) < s], 1).astype(np.float32)
+    np.testing.assert_array_equal(y, want)
+
+
+@flydsl.kernel
+def wrapping_index(y: fx.Tensor, off: fx.Int32, k: fx.Int32):
+    t = fx.thread_idx.x
+    i = t + off                                      # Int32: wraps past 2^31 - 1
+    if i > k:
+        y[t] = 1.0
+
+
+def test_threads_whose_index_wraps_do_not_pass_a_lower_bound():
+    """``i = t + off`` wraps to a negative value for the last threads: a GPU skips them
+    (not > k); they must not run on the CPU either (they would write out of bounds in
+    a real kernel)."""
+    y = np.zeros(128, np.float32)
+    wrapping_index[(1,), (128,)](y, 2 ** 31 - 100, 0)
+    t = np.arange(128)
+    np.testing.assert_array_equal(y, (t < 100).astype(np.float32))
+
 # -- uniform loads of shared memory --------------------------------------------------------
 
 def _packed_divisions(asm: str) -> int:
