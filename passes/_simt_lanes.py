@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mlir.ir as ir
-from mlir.dialects import arith, scf
+from mlir.dialects import arith, llvm, scf
 
 from ._simt_ir import SYNC_OPS, dimension_of, is_pure, may_trap
 from .ir import ancestor_in_block, block_ops, defining_op, op_of, terminator, walk
@@ -241,7 +241,7 @@ class LaneGuard:
     def strip(self) -> None:
         """Once the x loop runs over :func:`lane_range`: inline the guarded ops, or
         leave the ``scf.if`` testing ``rest`` only (loop-invariant: LLVM hoists it)."""
-        for op in self.ands:   # in program order: an operand's before its user
+        for op in self.ands:   # each in place, so any order will do
             speculate_and(op)
         if not self.rest:
             take_branch(self.op, 0)
@@ -314,13 +314,22 @@ def conjuncts(cond, holder: Callable, expanded: Optional[list] = None) -> list:
     if op is not None and op.name == "arith.andi":
         return conjuncts(op.operands[0], holder, expanded) \
             + conjuncts(op.operands[1], holder, expanded)
+    if op is not None and op.name == "arith.select" and _is_false(op.operands[2]):
+        return conjuncts(op.operands[0], holder, expanded) \
+            + conjuncts(op.operands[1], holder, expanded)   # all_of's select(a, b, false)
     if op is not None and short_circuit_and(op) and holder(op) is not None:
-        if expanded is not None and holder(op) == op:
-            expanded.append(op)
+        if expanded is not None and holder(op) == op and op not in expanded:
+            expanded.append(op)   # (once: a condition may use it twice)
         then_yield = terminator(op.regions[0].blocks[0])
         return conjuncts(op.operands[0], holder, expanded) \
             + conjuncts(then_yield.operands[0], holder, expanded)
     return [cond]
+
+
+def _is_false(value) -> bool:
+    op = defining_op(value)
+    return op is not None and op.name == "arith.constant" and str(value.type) == "i1" \
+        and ir.IntegerAttr(op.attributes["value"]).value == 0
 
 
 def all_of(conds: list):
@@ -402,7 +411,8 @@ def lane_range(guard: LaneGuard, stop, const: Callable, offsets: Optional[list] 
     """``(lo, hi)``: the x thread ids in ``[start, stop)`` (``start`` None: 0) passing
     every term of ``guard``, built at the current insertion point as index values;
     ``lo`` is ``start`` and ``hi`` is ``stop`` themselves where nothing bounds that side.
-    ``offsets`` replaces the terms' offsets (rebuilt per y loop step).
+    ``offsets`` replaces the terms' offsets (rebuilt per y loop step); a term with an
+    offset always bounds ``hi`` (at the first thread whose index would wrap).
 
     Exact for any bound: a difference that would overflow 64 bits saturates, and a
     64-bit unsigned bound past 2^63 is above every thread id. Threads whose
@@ -415,6 +425,9 @@ def lane_range(guard: LaneGuard, stop, const: Callable, offsets: Optional[list] 
     def to_index(v, unsigned=False):
         if isinstance(v.type, ir.IndexType):
             return v
+        # frozen: a bound or offset speculated past the test that guarded it (a shift
+        # by too much) may be poison, and a loop bound must not be
+        v = llvm.freeze(v)
         return (arith.index_castui if unsigned else arith.index_cast)(idx, v)
 
     def plus_one(v):   # v + 1 clamped to stop + 1: no overflow at the 64-bit maximum

@@ -495,6 +495,28 @@ def test_ands_from_outside_the_segment_stay_whole(block, n, m, k):
 
 
 @flydsl.kernel
+def shared_mask(y: fx.Tensor, n: fx.Int32, k: fx.Int32, m: fx.Int32):
+    """One short-circuit ``and`` used twice in a condition, closing and splitting."""
+    t = fx.thread_idx.x
+    inb = t < n and k > 0
+    if (inb and m > 0) and (inb and m > 1):
+        y[t, 0] = 1.0
+    fx.barrier()
+    y[t, 1] = 1.0 if (inb and inb) else 2.0
+
+
+@pytest.mark.parametrize("n,k,m", [(50, 1, 2), (50, 0, 2), (200, 1, 1)])
+def test_an_and_used_twice_is_speculated_once(n, k, m):
+    """It was collected twice and speculated twice (the second time an erased op:
+    an internal error in simt-to-cpu)."""
+    y = np.zeros((128, 2), np.float32)
+    shared_mask[(1,), (128,)](y, n, k, m)
+    inb = (np.arange(128) < n) & (k > 0)
+    want = np.stack([inb & (m > 1), np.where(inb, 1, 2)], 1).astype(np.float32)
+    np.testing.assert_array_equal(y, want)
+
+
+@flydsl.kernel
 def wide_bounds(y: fx.Tensor, s: fx.Int64, u: fx.UInt64, off: fx.Int64):
     t = fx.thread_idx.x
     if t <= s:                                       # s = 2^63 - 1: s + 1 overflows
