@@ -354,11 +354,7 @@ def short_circuit_and(op) -> bool:
         return False   # a and (b and c) nests in the then branch
     else_ops = block_ops(op.regions[1].blocks[0])
     no = terminator(op.regions[1].blocks[0]).operands[0]
-    const = defining_op(no)
-    if const is None or const.name != "arith.constant" or len(else_ops) > 1 \
-            or (else_ops and else_ops[0] != const):
-        return False
-    return ir.IntegerAttr(const.attributes["value"]).value == 0
+    return _is_false(no) and all(o == defining_op(no) for o in else_ops)
 
 
 def speculate_and(op) -> None:

@@ -27,7 +27,7 @@ from mlir.dialects import arith, scf
 from ._simt_lanes import (LaneGuard, guard_on_lanes, lane_compare, lane_range,
                           short_circuit_and, strip_casts, take_branch)
 from ._simt_ir import is_pure
-from .ir import block_ops, defining_op, walk
+from .ir import ancestor_in_block, block_ops, defining_op, walk
 
 #: Loops with more ops than this are left alone (each split copies the body).
 MAX_BODY_OPS = 400
@@ -37,6 +37,7 @@ MAX_SPLITS = 3
 #: was): measured, 16-thread rows of a tiled matmul ran 5-7% slower split, 256-thread
 #: blocks of a block sum 3x faster.
 MIN_LANES = 64
+
 
 def split_thread_loops(loops: list, const: Callable) -> None:
     """Split each inner (x) thread loop of ``loops`` (``_ThreadLoop``s whose thread ids
@@ -76,23 +77,13 @@ def _only_when_wide(nest, loop, const: Callable) -> None:
 
 def _in_body(op, loop):
     """The op directly in ``loop``'s body that is or holds ``op``, else None."""
-    while op is not None and op.name != "func.func":
-        parent = op.parent
-        if parent == loop:
-            return op
-        op = parent
-    return None
+    return ancestor_in_block(op, loop.regions[0].blocks[0])
 
 
 def _inside(value, loop) -> bool:
     """``value`` is defined in ``loop`` (an op or block of its body, at any depth)."""
-    op = defining_op(value)
-    p = op if op is not None else value.owner.owner
-    while p is not None and p.name != "func.func":
-        if p == loop:
-            return True
-        p = p.parent
-    return False
+    holder = defining_op(value) or value.owner.owner
+    return holder == loop or _in_body(holder, loop) is not None
 
 
 def _split_point(loop) -> Optional[tuple]:

@@ -55,11 +55,11 @@ def walk(op, pred=None) -> list:
 
 def ancestor_in_block(op, block):
     """``op`` or its ancestor that lies directly in ``block`` (None if none)."""
-    p = op
-    while p is not None:
+    p = op_of(op)
+    while p.parent is not None:   # (the module lies in no block)
         if p.block == block:
             return p
-        p = p.parent
+        p = op_of(p.parent)
     return None
 
 

@@ -325,13 +325,7 @@ def test_a_trapping_conjunct_stays_behind_the_test_before_it(monkeypatch, tmp_pa
     with ir.Context() as ctx:
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(text.split("\n// -----")[0])
-        divisions = []
-
-        def visit(op):
-            if op.operation.name == "arith.floordivsi":
-                divisions.append(op.operation)
-            return ir.WalkResult.ADVANCE
-        module.operation.walk(visit)
+        divisions = _ops_where(module, lambda op: op.name == "arith.floordivsi")
         assert divisions and all(op.parent.name == "scf.if" for op in divisions), text
 
 
@@ -421,14 +415,8 @@ def test_wide_thread_loops_split_at_the_condition(monkeypatch, tmp_path):
     with ir.Context() as ctx:
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(text.split("\n// -----")[0])
-        loads = []
-
-        def visit(op):
-            if op.operation.name == "memref.load" \
-                    and re.search(r"load %(arg0|assume_align)\[", str(op.operation)):
-                loads.append(op.operation)
-            return ir.WalkResult.ADVANCE
-        module.operation.walk(visit)
+        loads = _ops_where(module, lambda op: op.name == "memref.load" and re.search(
+            r"load %(arg0|assume_align)\[", str(op)))
 
         def guarded(op):
             """Under an scf.if other than the version test (which holds loops)."""
@@ -441,6 +429,19 @@ def test_wide_thread_loops_split_at_the_condition(monkeypatch, tmp_path):
         assert any(not guarded(op) for op in loads)
         wide = [op for op in loads if not guarded(op)]
         assert len(wide) >= 4, text       # the four conditional loads, in split loops
+
+
+def _ops_where(module, pred) -> list:
+    """The ops of a parsed ``module`` for which ``pred(op)`` holds, in walk order."""
+    import mlir.ir as ir
+    found = []
+
+    def visit(op):
+        if pred(op.operation):
+            found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+    module.operation.walk(visit)
+    return found
 
 
 def _holds_loops(if_op) -> bool:
