@@ -463,3 +463,17 @@ def test_an_untrusted_cache_folder_is_not_used(tmp_path, problem):
     result, stderr = run_worker(WORKER, folder)
     assert reason in stderr and "stay in memory" in stderr
     assert result["stats"]["compiles"] == 1 and result["stats"]["disk_hits"] == 0
+
+
+def test_a_symlink_planted_as_a_lock_file_leaves_its_target_alone(tmp_path):
+    store = disk_cache.DiskCache(str(tmp_path / "cache"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    locks = tmp_path / "cache" / "locks"
+    locks.mkdir(parents=True, mode=0o700)
+    os.chmod(tmp_path / "cache", 0o700)
+    os.symlink(victim, locks / ("k" * 64 + ".lock"))
+    with pytest.warns(RuntimeWarning, match="cannot create lock files"):
+        with store.lock("k" * 64, "kernel 'x'") as held:
+            assert held is False
+    assert victim.read_text() == "precious"

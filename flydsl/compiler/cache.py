@@ -346,7 +346,9 @@ class DiskCache:
         delay, stopped_since = 0.001, None
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                # O_NOFOLLOW: a symlink planted as the lock file must not have its
+                # target truncated and overwritten with our pid.
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             except OSError as e:
                 warn_once(f"lock:{self.dir}", f"flydsl cache at {self.dir}: cannot create "
                           f"lock files ({e}); compiling without them")
