@@ -328,10 +328,11 @@ def _store():
 
 def _remote():
     from .compiler.remote import active_tier, store_spec
+    from .compiler.resp import mask_url
     tier = active_tier()
     if tier is None and store_spec():
-        raise OSError(f"the cache store FLYDSL_CACHE_STORE={store_spec()} cannot be used "
-                      "(see the warning above)")
+        raise OSError(f"the cache store FLYDSL_CACHE_STORE={mask_url(store_spec())} cannot "
+                      "be used (see the warning above)")
     return tier
 
 
@@ -349,8 +350,10 @@ def _cmd_cache_info(args) -> int:
     remote = _remote()
     if remote is not None:
         info = remote.info()
+        others = info["other_secret_entries"]
         print(f"store:     {remote.description}: {info['entries']} entries, "
-              f"{info['records']} records, {info['bytes']} bytes")
+              + (f"{others} more signed with other secrets, " if others else "")
+              + f"{info['records']} records, {info['bytes']} bytes")
     return 0
 
 
@@ -366,12 +369,10 @@ def _cmd_cache_list(args) -> int:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime))
         print(f"{os.path.basename(path)[:16]}  {size:>9}  {stamp}  {what}")
     remote = _remote()
-    if remote is not None:
-        for name in remote.entry_names():
-            key = name.partition(":")[2]
-            found = remote.get_entry(key)
-            what = _describe(found[0].meta) if found is not None else "(rejected)"
-            size = len(found[1]) if found is not None else 0
+    if remote is not None:     # read only: nothing is deleted, whatever its secret
+        for kid, key in remote.stored_entries():
+            entry, size, problem = remote.inspect_entry(kid, key)
+            what = _describe(entry.meta) if entry is not None else f"({problem})"
             print(f"{key[:16]}  {size:>9}  {'(store)':>16}  {what}")
     return 0
 

@@ -113,13 +113,37 @@ def test_a_poisoned_remote_entry_is_rejected_and_rebuilt(server, tmp_path):
     assert third["ok"] and third["compiled"] == [] and third["remote"]["remote_hits"] == 2
 
 
-def test_an_entry_signed_with_another_secret_is_never_loaded(server, tmp_path):
-    first = child(tmp_path / "a", server.url, "add", FLYDSL_CACHE_STORE_SECRET="attacker")
-    assert first["compiled"]
+def test_workers_with_different_secrets_live_side_by_side(server, tmp_path):
+    """good, bad (wrong secret), bad (no secret), good: the bad ones miss, warn once
+    and delete nothing; the last good one loads everything the first one wrote."""
+    kernels = ("add", "scale2")
+    good = child(tmp_path / "g1", server.url, *kernels, FLYDSL_CACHE_STORE_SECRET="fleet")
+    assert len(good["compiled"]) == 2
+    for i, secret in enumerate(["wrong", ""]):
+        bad = child(tmp_path / f"b{i}", server.url, *kernels, FLYDSL_CACHE_STORE_SECRET=secret)
+        assert bad["ok"] and sorted(bad["compiled"]) == sorted(good["compiled"])
+        assert bad["remote"]["remote_rejected"] == 0 and bad["remote"]["remote_hits"] == 0
+        told = [w for w in bad["warnings"] if "another FLYDSL_CACHE_STORE_SECRET" in w]
+        assert len(told) == 1 and len(bad["warnings"]) == 1, bad["warnings"]
+    again = child(tmp_path / "g2", server.url, *kernels, FLYDSL_CACHE_STORE_SECRET="fleet")
+    assert again["compiled"] == [] and again["remote"]["remote_hits"] == 2
+    assert again["remote"]["remote_rejected"] == 0 and again["warnings"] == []
+    assert len(redis_keys(server, "flydsl:*entry:*")) == 2 * 3     # three secrets
+
+
+def test_a_value_forged_under_the_fleets_key_id_is_rejected_and_rebuilt(server, tmp_path):
+    from flydsl.compiler.resp import RespClient
+    child(tmp_path / "a", server.url, "add", FLYDSL_CACHE_STORE_SECRET="attacker")
+    fleet, attacker = remote.key_id(b"fleet"), remote.key_id(b"attacker")
+    [name] = redis_keys(server, f"flydsl:{attacker}/entry:*")
+    client = RespClient(server.url, 2.0)
+    forged = client.get(name).replace(attacker.encode(), fleet.encode(), 1)
+    client.set(name.replace(attacker, fleet), forged)
     second = child(tmp_path / "b", server.url, "add", FLYDSL_CACHE_STORE_SECRET="fleet")
-    assert second["ok"] and second["compiled"] == first["compiled"]
-    assert second["remote"]["remote_rejected"] >= 1 and second["remote"]["remote_hits"] == 0
-    assert any("bad signature" in w for w in second["warnings"])
+    assert second["ok"] and len(second["compiled"]) == 1
+    assert second["remote"]["remote_rejected"] == 1 and second["remote"]["remote_hits"] == 0
+    assert any("failed verification" in w and "bad signature" in w
+               for w in second["warnings"])
     third = child(tmp_path / "c", server.url, "add", FLYDSL_CACHE_STORE_SECRET="fleet")
     assert third["compiled"] == [] and third["remote"]["remote_hits"] == 1
 
@@ -359,3 +383,40 @@ def test_cache_cli_understands_the_store(server, tmp_path):
     assert "(store)" in listed and "add_kernel cpu/" in listed
     assert "removed 1 entries from" in cli("clear")
     assert redis_keys(server, "flydsl:*") == []
+
+
+def cache_cli(*args, ok=True, **env) -> str:
+    p = subprocess.run([sys.executable, "-m", "flydsl.cli", "cache", *args],
+                       env=dict(os.environ, **env), capture_output=True, text=True, timeout=60)
+    assert (p.returncode == 0) == ok, p.stderr
+    return p.stdout + p.stderr
+
+
+def test_listing_the_store_without_the_fleets_secret_deletes_nothing(server, tmp_path):
+    fleet = child(tmp_path / "a", server.url, "add", "scale2", FLYDSL_CACHE_STORE_SECRET="fleet")
+    before = sorted(redis_keys(server, "flydsl:*"))
+    env = {"FLYDSL_CACHE_DIR": str(tmp_path / "b"), "FLYDSL_CACHE_STORE": server.url,
+           "FLYDSL_CACHE_STORE_SECRET": ""}
+    listed = cache_cli("list", **env)
+    assert listed.count("(signed with another secret") == 2, listed
+    assert "0 entries, 2 more signed with other secrets" in cache_cli("info", **env)
+    assert sorted(redis_keys(server, "flydsl:*")) == before
+    mine = cache_cli("list", **dict(env, FLYDSL_CACHE_STORE_SECRET="fleet"))
+    assert "add_kernel cpu/" in mine and "another secret" not in mine
+    again = child(tmp_path / "c", server.url, "add", "scale2", FLYDSL_CACHE_STORE_SECRET="fleet")
+    assert again["compiled"] == [] and len(fleet["compiled"]) == 2
+
+
+def test_the_store_password_is_never_shown(server, tmp_path):
+    from flydsl.compiler.resp import RespClient
+    RespClient(server.url, 2.0).command("ACL", "SETUSER", "fleet", "on", ">s3cret-pw",
+                                        "~*", "+@all")
+    url = server.url.replace("redis://", "redis://fleet:s3cret-pw@")
+    child(tmp_path / "a", url, "add")
+    env = {"FLYDSL_CACHE_DIR": str(tmp_path / "b"), "FLYDSL_CACHE_STORE": url}
+    info = cache_cli("info", **env)
+    assert "redis://fleet:***@127.0.0.1" in info and "1 entries" in info
+    bad = cache_cli("info", ok=False, **dict(env, FLYDSL_CACHE_STORE=url[:-1] + "x"))
+    assert "redis://fleet:***@127.0.0.1" in bad
+    for out in (info, bad, cache_cli("list", **env)):
+        assert "s3cret-pw" not in out

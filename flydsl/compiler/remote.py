@@ -7,13 +7,19 @@
 What this module guarantees, whatever the store does:
 
 * **Nothing unverified is used.** Every value is an envelope
-  ``MAGIC | HMAC-SHA256(secret, name, payload) | payload`` and the payload is the
-  same checksummed, key-bound encoding as a local cache file: a corrupt, truncated
-  or misplaced value (an entry copied under another key) is rejected, deleted and
-  recompiled. ``FLYDSL_CACHE_STORE_SECRET`` makes the MAC a real signature: only
-  processes that know the secret can write values the others accept. Without it the
-  MAC only proves integrity, and anyone who can write to the store can feed the
-  fleet code: set a secret (or restrict the store's access) when that matters.
+  ``MAGIC | key id | HMAC-SHA256(secret, key id, name, payload) | payload`` and the
+  payload is the same checksummed, key-bound encoding as a local cache file.
+  ``FLYDSL_CACHE_STORE_SECRET`` makes the MAC a real signature: only processes that
+  know the secret can write values the others accept. Without it the MAC only
+  proves integrity, and anyone who can write to the store can feed the fleet code:
+  set a secret (or restrict the store's access) when that matters.
+* **Secrets live side by side.** The key id (:func:`key_id`: a hash of the secret,
+  empty without one) scopes every name, so processes with different secrets (a
+  misconfigured worker, a rotation) share one server without touching each
+  other's values. A value signed with another secret is a miss, with one warning
+  naming the cause, and is never deleted; only a value of this process's key id
+  that fails verification (corrupt, truncated, forged, copied under another key) is
+  deleted and recompiled. Reading (``flydsl cache list``/``info``) never deletes.
 * **The store never fails a launch.** Reads wait at most
   ``FLYDSL_CACHE_STORE_TIMEOUT`` seconds (default 1); writes happen on a background
   thread (flushed at exit, for at most a few timeouts); an error or a timeout warns
@@ -41,9 +47,12 @@ from typing import Callable, Iterator, Optional
 
 from . import cache as disk_cache
 from .cache import CacheCorrupt, CacheEntry, record_binding
+from .resp import mask_url
 
-ENVELOPE = b"FLYR1"
+ENVELOPE = b"FLYR2"
 _MAC_SIZE = 32
+#: The set of key ids that have written to the store (names are scoped by key id).
+KEY_IDS = "key-ids"
 #: After a failure, the store is left alone for this long (seconds).
 RETRY_AFTER_S = 30.0
 #: Manifests keep this many variants in the store too.
@@ -51,7 +60,35 @@ MAX_VARIANTS = disk_cache.MAX_VARIANTS
 
 #: Counters for tests and benchmarks (per process).
 stats = {"remote_hits": 0, "remote_misses": 0, "remote_writes": 0, "remote_rejected": 0,
-         "remote_errors": 0, "remote_lock_waits": 0}
+         "remote_other_secret": 0, "remote_errors": 0, "remote_lock_waits": 0}
+
+
+class SignedElsewhere(Exception):
+    """A value signed with another secret than this process's (not corrupt: a miss)."""
+
+    def __init__(self, kid: str):
+        super().__init__(f"signed with another secret (key id {kid or 'none: unsigned'})")
+        self.kid = kid
+
+
+def key_id(secret: bytes) -> str:
+    """The public id of a store secret: 16 hex digits of a hash of it, ``""`` without
+    one. It tells secrets apart without revealing them (a guess at a weak secret
+    checks no faster against it than against any stored MAC)."""
+    if not secret:
+        return ""
+    return hashlib.sha256(b"flydsl store key id\0" + secret).hexdigest()[:16]
+
+
+def scoped(kid: str, name: str) -> str:
+    """The stored name of ``name`` for the key id ``kid`` (unsigned values: unscoped)."""
+    return f"{kid}/{name}" if kid else name
+
+
+def split_scope(stored: str) -> tuple:
+    """``(key id, name)`` of a stored name: the inverse of :func:`scoped`."""
+    kid, sep, name = stored.partition("/")
+    return (kid, name) if sep else ("", stored)
 
 
 class RemoteStore(ABC):
@@ -81,6 +118,10 @@ class RemoteStore(ABC):
     @abstractmethod
     def names(self, prefix: str = "") -> Iterator[str]:
         """Every stored name starting with ``prefix`` (locks included)."""
+
+    def exists(self, name: str) -> bool:
+        """Whether ``name`` holds a value."""
+        return self.get(name) is not None
 
     def size(self, name: str) -> int:
         """Bytes stored under ``name`` (0 if absent)."""
@@ -121,7 +162,7 @@ class RedisStore(RemoteStore):
 
     def __init__(self, url: str, timeout_s: float):
         from .resp import RespClient
-        self.description = url
+        self.description = mask_url(url)
         self.client = RespClient(url, timeout_s)
 
     def _k(self, name: str) -> str:
@@ -135,6 +176,9 @@ class RedisStore(RemoteStore):
 
     def delete(self, name: str) -> None:
         self.client.delete(self._k(name))
+
+    def exists(self, name: str) -> bool:
+        return bool(self.client.command("EXISTS", self._k(name)))
 
     def names(self, prefix: str = "") -> Iterator[str]:
         for key in self.client.scan_iter(match=self._k(prefix) + "*"):
@@ -188,11 +232,12 @@ def make_store(spec: str, timeout: float) -> RemoteStore:
         return RedisStore(spec, timeout)
     module, sep, cls_name = spec.partition(":")
     if not sep or not module or not cls_name.isidentifier():
-        raise ValueError(f"FLYDSL_CACHE_STORE={spec!r}: expected 'local', a redis:// or "
+        raise ValueError(f"FLYDSL_CACHE_STORE={mask_url(spec)!r}: expected 'local', a redis:// or "
                          "unix:// URL, or 'package.module:Class'")
     cls = getattr(importlib.import_module(module), cls_name)
     if not (isinstance(cls, type) and issubclass(cls, RemoteStore)):
-        raise TypeError(f"FLYDSL_CACHE_STORE={spec!r} is not a flydsl RemoteStore subclass")
+        raise TypeError(f"FLYDSL_CACHE_STORE={mask_url(spec)!r} is not a flydsl "
+                        "RemoteStore subclass")
     return cls()
 
 
@@ -213,8 +258,9 @@ def active_tier() -> Optional["RemoteTier"]:
             try:
                 store = make_store(spec, config[2])
             except Exception as e:  # noqa: BLE001 - a bad setting degrades to local
-                disk_cache.warn_once(f"store:{spec}", f"flydsl: cache store {spec!r} cannot be "
-                                     f"used ({type(e).__name__}: {e}); using the local cache only")
+                disk_cache.warn_once(f"store:{spec}", (
+                    f"flydsl: cache store {mask_url(spec)!r} cannot be used "
+                    f"({type(e).__name__}: {e}); using the local cache only"))
                 return None
             tier = _tiers[config] = RemoteTier(store, secret.encode())
         return tier
@@ -222,43 +268,74 @@ def active_tier() -> Optional["RemoteTier"]:
 
 # -- verification and fault tolerance -------------------------------------------------
 class RemoteTier:
-    """A :class:`RemoteStore` seen through verification, timeouts and a write thread."""
+    """A :class:`RemoteStore` seen through verification, timeouts and a write thread.
+
+    Every name it reads or writes is scoped by the key id of its secret."""
 
     def __init__(self, store: RemoteStore, secret: bytes):
         self.store = store
+        self.key_id = key_id(secret)
         self._secret = secret or b"flydsl-unsigned"
         self._down_until = 0.0
         self._queue: "queue.Queue[Optional[Callable]]" = queue.Queue()
         self._writer: Optional[threading.Thread] = None
         self._writer_lock = threading.Lock()
         self._owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._announced = False             # our key id is in KEY_IDS
+        self._other_kids: Optional[list] = None
+        self._told_other_secret = False
 
     @property
     def description(self) -> str:
         return self.store.description
 
+    def _name(self, name: str) -> str:
+        return scoped(self.key_id, name)
+
     # -- envelopes -------------------------------------------------------------------
+    def _mac(self, kid: bytes, name: str, payload: bytes) -> bytes:
+        return hmac.new(self._secret, kid + b"\0" + name.encode() + b"\0" + payload,
+                        hashlib.sha256).digest()
+
     def seal(self, name: str, payload: bytes) -> bytes:
-        mac = hmac.new(self._secret, name.encode() + b"\0" + payload, hashlib.sha256).digest()
-        return ENVELOPE + mac + payload
+        kid = self.key_id.encode()
+        return ENVELOPE + bytes([len(kid)]) + kid + self._mac(kid, name, payload) + payload
 
     def unseal(self, name: str, data) -> bytes:
-        """The payload of a value read under ``name``; CacheCorrupt if not verified."""
+        """The payload of a value read under ``name``: :class:`SignedElsewhere` if
+        another secret signed it, CacheCorrupt if it fails verification."""
         if not isinstance(data, (bytes, bytearray)) or not data.startswith(ENVELOPE) \
-                or len(data) < len(ENVELOPE) + _MAC_SIZE:
+                or len(data) < len(ENVELOPE) + 1:
             raise CacheCorrupt("not a flydsl value")
         data = bytes(data)
-        mac, payload = data[len(ENVELOPE):len(ENVELOPE) + _MAC_SIZE], data[len(ENVELOPE) + _MAC_SIZE:]
-        want = hmac.new(self._secret, name.encode() + b"\0" + payload, hashlib.sha256).digest()
-        if not hmac.compare_digest(mac, want):
-            raise CacheCorrupt("bad signature (another secret, or altered)")
+        start = len(ENVELOPE) + 1 + data[len(ENVELOPE)]
+        kid = data[len(ENVELOPE) + 1:start]
+        if len(data) < start + _MAC_SIZE:
+            raise CacheCorrupt("truncated")
+        if kid != self.key_id.encode():
+            raise SignedElsewhere(kid.decode(errors="replace"))
+        mac, payload = data[start:start + _MAC_SIZE], data[start + _MAC_SIZE:]
+        if not hmac.compare_digest(mac, self._mac(kid, name, payload)):
+            raise CacheCorrupt("bad signature (altered, or forged)")
         return payload
 
     def _reject(self, name: str, why: str) -> None:
         stats["remote_rejected"] += 1
         disk_cache.warn_once(f"reject:{name}", f"flydsl: shared cache value {name} in "
-                             f"{self.description} {why}; ignoring it and recompiling")
+                             f"{self.description} {why}; deleting it and recompiling")
         self._call(lambda: self.store.delete(name), None)
+
+    def _signed_elsewhere(self, name: str, kid: str) -> None:
+        """Tell (once) that ``name`` exists signed with the secret of key id ``kid``."""
+        stats["remote_other_secret"] += 1
+        self._told_other_secret = True
+        mine = self.key_id or "none: unsigned"
+        disk_cache.warn_once(f"other-secret:{self.description}:{self.key_id}", (
+            f"flydsl: shared cache {self.description} holds {name} signed with another "
+            f"FLYDSL_CACHE_STORE_SECRET (key id {kid or 'none: unsigned'}; this process's: "
+            f"{mine}); values of other secrets are neither used nor deleted, so this "
+            "process compiles and shares its own. Give it the fleet's secret to use the "
+            "fleet's kernels"))
 
     # -- calls -----------------------------------------------------------------------
     def available(self) -> bool:
@@ -309,22 +386,48 @@ class RemoteTier:
         return True
 
     def _verified(self, name: str, data, binding: str) -> Optional[tuple]:
-        """``(CacheEntry, payload)`` of the value ``data`` read under ``name``, checked
-        (signature, checksum, bound to ``binding``); None after rejecting it."""
+        """``(CacheEntry, payload)`` of the value ``data`` read under the stored name
+        ``name``, checked (signature, checksum, bound to ``binding``); None when
+        another secret signed it (left alone) or after rejecting it."""
         try:
             payload = self.unseal(name, data)
             return CacheEntry.decode(payload, binding), payload
+        except SignedElsewhere as e:
+            self._signed_elsewhere(name, e.kid)
+            return None
         except Exception as e:  # noqa: BLE001 - whatever is wrong with it, it is not used
             self._reject(name, f"failed verification ({type(e).__name__}: {e})")
             return None
 
+    def _announce(self) -> None:
+        """Add our key id to the store's :data:`KEY_IDS` (once, before our first write)."""
+        if not self._announced:
+            self._announced = True
+            kid = self.key_id.encode()
+            self._later(lambda: self.store.add_member(KEY_IDS, kid, 64))
+
+    def _probe_other_secrets(self, name: str) -> None:
+        """After a miss on ``name``: if another secret's scope holds it, say so once
+        (a misconfigured secret otherwise just recompiles everything in silence)."""
+        if self._told_other_secret:
+            return
+        if self._other_kids is None:
+            kids = self._call(lambda: self.store.members(KEY_IDS), [])
+            self._other_kids = [k.decode(errors="replace") for k in kids
+                                if k != self.key_id.encode()][:8]
+        for kid in self._other_kids:
+            if self._call(lambda: self.store.exists(scoped(kid, name)), False):
+                self._signed_elsewhere(scoped(kid, name), kid)
+                return
+
     # -- entries ---------------------------------------------------------------------
     def get_entry(self, key: str) -> Optional[tuple]:
         """``(CacheEntry, encoded bytes)`` for ``key``, verified, or None."""
-        name = f"entry:{key}"
+        name = self._name(f"entry:{key}")
         data = self._call(lambda: self.store.get(name), None)
         if data is None:
             stats["remote_misses"] += 1
+            self._probe_other_secrets(f"entry:{key}")
             return None
         found = self._verified(name, data, key)
         if found is not None:
@@ -332,25 +435,29 @@ class RemoteTier:
         return found
 
     def put_entry(self, key: str, data: bytes) -> None:
-        name = f"entry:{key}"
+        name = self._name(f"entry:{key}")
         sealed = self.seal(name, data)
 
         def write():
             self.store.put(name, sealed)
             stats["remote_writes"] += 1
+        self._announce()
         self._later(write)
 
     def remove_entry(self, key: str) -> None:
-        name = f"entry:{key}"
+        name = self._name(f"entry:{key}")
         self._later(lambda: self.store.delete(name))
 
     # -- manifests -------------------------------------------------------------------
     def variants(self, base: str) -> list:
-        name = f"manifest:{base}"
+        name = self._name(f"manifest:{base}")
         out = []
         for member in self._call(lambda: self.store.members(name), []):
             try:
                 variant = json.loads(self.unseal(name, member))
+            except SignedElsewhere:
+                stats["remote_other_secret"] += 1
+                continue
             except Exception:  # noqa: BLE001 - an unverified variant is skipped
                 stats["remote_rejected"] += 1
                 continue
@@ -359,13 +466,13 @@ class RemoteTier:
         return out
 
     def add_variant(self, base: str, variant: list) -> None:
-        name = f"manifest:{base}"
+        name = self._name(f"manifest:{base}")
         member = self.seal(name, json.dumps(variant, sort_keys=True).encode())
         self._later(lambda: self.store.add_member(name, member, MAX_VARIANTS))
 
     # -- records ---------------------------------------------------------------------
     def get_record(self, kind: str, key: str) -> Optional[dict]:
-        name = f"record:{kind}:{key}"
+        name = self._name(f"record:{kind}:{key}")
         data = self._call(lambda: self.store.get(name), None)
         if data is None:
             return None
@@ -373,8 +480,9 @@ class RemoteTier:
         return found[0].meta if found is not None else None
 
     def put_record(self, kind: str, key: str, record: dict) -> None:
-        name = f"record:{kind}:{key}"
+        name = self._name(f"record:{kind}:{key}")
         sealed = self.seal(name, CacheEntry(dict(record), {}).encode(record_binding(kind, key)))
+        self._announce()
         self._later(lambda: self.store.put(name, sealed))
 
     # -- the compile lock ------------------------------------------------------------
@@ -383,7 +491,7 @@ class RemoteTier:
         """Hold the store's lock on ``base`` while compiling it; waits while another
         process holds it (its result is then in the store). Yields False when the
         store is down or the wait timed out: compiling anyway is always correct."""
-        name = f"lock:{base}"
+        name = self._name(f"lock:{base}")
         limit = disk_cache.lock_timeout()
         start = time.monotonic()
         delay, waited = 0.005, False
@@ -412,20 +520,42 @@ class RemoteTier:
             # After the writes queued inside the lock: waiters then find the result.
             self._later(lambda: self.store.release(name, self._owner))
 
-    # -- maintenance (CLI) -------------------------------------------------------------
-    def entry_names(self) -> list:
-        return sorted(self.store.names("entry:"))
+    # -- maintenance (CLI): reading never deletes ----------------------------------------
+    def stored_entries(self) -> list:
+        """``(key id, cache key)`` of every entry in the store, whatever its secret."""
+        out = []
+        for stored in self.store.names(""):
+            kid, name = split_scope(stored)
+            if name.startswith("entry:"):
+                out.append((kid, name.partition(":")[2]))
+        return sorted(out)
+
+    def inspect_entry(self, kid: str, key: str) -> tuple:
+        """``(CacheEntry or None, size, problem)`` of a stored entry, read only: a value
+        of another secret, or one failing verification, is described, not deleted."""
+        name = scoped(kid, f"entry:{key}")
+        data = self.store.get(name)
+        if data is None:
+            return None, 0, "gone"
+        try:
+            return CacheEntry.decode(self.unseal(name, data), key), len(data), ""
+        except SignedElsewhere as e:
+            return None, len(data), str(e)
+        except Exception as e:  # noqa: BLE001 - described, not used
+            return None, len(data), f"fails verification ({type(e).__name__}: {e})"
 
     def info(self) -> dict:
         names = list(self.store.names(""))
-        entries = [n for n in names if n.startswith("entry:")]
-        return {"entries": len(entries),
-                "records": sum(n.startswith("record:") for n in names),
+        entries = [split_scope(n) for n in names if split_scope(n)[1].startswith("entry:")]
+        return {"entries": sum(kid == self.key_id for kid, _ in entries),
+                "other_secret_entries": sum(kid != self.key_id for kid, _ in entries),
+                "records": sum(split_scope(n)[1].startswith("record:") for n in names),
                 "bytes": sum(self.store.size(n) for n in names)}
 
     def clear(self) -> int:
+        """Delete everything flydsl keeps in the store, whatever its secret."""
         count = 0
         for name in list(self.store.names("")):
             self.store.delete(name)
-            count += name.startswith("entry:")
+            count += split_scope(name)[1].startswith("entry:")
         return count
