@@ -4,7 +4,9 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import flydsl
 import flydsl.expr as fx
 from flydsl.compiler import bundle as bundles
 from flydsl.compiler import kernel_compiler
-from flydsl.compiler.cache import DiskCache
+from flydsl.compiler.cache import DiskCache, entry_relpath
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "shared_cache_child.py")
@@ -105,6 +107,70 @@ def test_load_bundle_in_process(tmp_path, monkeypatch):
     offset_kernel[1, 64](a, c, 64, d)
     assert np.array_equal(c, a + d)
     assert len(kernel_compiler.compiled_keys) == before
+
+
+def offset_bundle(tmp_path, monkeypatch, name: str) -> tuple:
+    """A bundle ``name`` of offset_kernel with a fresh constant; a fresh, empty local
+    cache for what follows. Returns (path, cache key, constant)."""
+    d = time.time_ns() % 100000 + 7
+    a = np.arange(64, dtype=np.float32)
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "build"))
+    [k] = flydsl.compile(offset_kernel, a, np.zeros_like(a), 64, d).kernels
+    path = str(tmp_path / name)
+    bundles.write_bundle(path, DiskCache(), [(k.base_key, k.cache_key)])
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(bundles, "_loaded", [])
+    offset_kernel.cache_clear()
+    return path, k.cache_key, d
+
+
+def launch_offset(d: int) -> list:
+    """Launch offset_kernel; the warnings it gave."""
+    a = np.arange(64, dtype=np.float32)
+    c = np.zeros_like(a)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        offset_kernel[1, 64](a, c, 64, d)
+    assert np.array_equal(c, a + d)
+    return [str(w.message) for w in caught]
+
+
+def test_a_truncated_archive_is_skipped_with_one_warning(tmp_path, monkeypatch):
+    path, _, d = offset_bundle(tmp_path, monkeypatch, "b.tar.gz")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    monkeypatch.setenv("FLYDSL_CACHE_BUNDLE", path)
+    before = len(kernel_compiler.compiled_keys)
+    messages = launch_offset(d)
+    assert len(kernel_compiler.compiled_keys) == before + 1
+    assert len(messages) == 1 and "damaged archive" in messages[0], messages
+    with pytest.raises(ValueError, match="damaged archive"):
+        flydsl.load_bundle(path)
+
+
+def test_a_bundle_file_over_the_size_cap_is_not_read(tmp_path, monkeypatch):
+    path, key, d = offset_bundle(tmp_path, monkeypatch, "b.tar.gz")
+    monkeypatch.setattr(bundles, "MAX_FILE_BYTES", 200)
+    loaded = flydsl.load_bundle(path)
+    before = len(kernel_compiler.compiled_keys)
+    messages = launch_offset(d)
+    assert len(kernel_compiler.compiled_keys) == before + 1     # compiled instead
+    assert any("over the 200-byte limit" in m for m in messages), messages
+    monkeypatch.setattr(bundles, "MAX_FILE_BYTES", 1 << 20)
+    assert loaded.get(key) is not None
+
+
+def test_a_bundle_member_bigger_than_the_cap_is_never_read(tmp_path):
+    key = "ab" * 32
+    member = tarfile.TarInfo(entry_relpath(key))
+    member.size = bundles.MAX_FILE_BYTES + 1
+    path = tmp_path / "huge.tar"
+    with open(path, "wb") as f:
+        f.write(member.tobuf())
+        f.truncate(512 + -(-member.size // 512) * 512 + 1024)   # sparse: nothing written
+    loaded = flydsl.load_bundle(str(path))
+    with pytest.warns(RuntimeWarning, match="over the [0-9]+-byte limit"):
+        assert loaded.get(key) is None
 
 
 def test_bundle_errors(tmp_path):

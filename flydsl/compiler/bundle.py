@@ -6,8 +6,11 @@ A bundle is a folder laid out like the cache (``entries/``, ``manifests/``,
 a process read it after its local cache and before any shared store: a launch
 whose kernels are all in a bundle compiles nothing and never imports MLIR or
 llvmlite. Bundles are read-only and verified file by file like the cache (checksum
-and key binding); a bad file is skipped with a warning. They are trusted because
-you point at them, so keep them where only the deployment can write.
+and key binding); a bad file is skipped with a warning, and so is a damaged
+archive (truncated, not a tar) as a whole. Files are read when a lookup needs
+them, never more than :data:`MAX_FILE_BYTES` each (an archive's index is read at
+once). They are trusted because you point at them, so keep them where only the
+deployment can write.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import zlib
 from typing import Iterable, Optional
 
 from . import cache as disk_cache
@@ -23,6 +27,11 @@ from .cache import CacheEntry, entry_relpath, manifest_relpath, record_binding, 
 
 _ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _BUNDLE_DIRS = ("entries", "manifests", "records")
+#: The largest file a bundle may hand over (bytes); a bigger one is skipped with a
+#: warning, unread (a kernel's entry is far smaller).
+MAX_FILE_BYTES = 256 << 20
+#: What reading a damaged archive raises (gzip: EOFError, zlib.error).
+_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
 
 
 class Bundle:
@@ -30,29 +39,70 @@ class Bundle:
 
     def __init__(self, path: str):
         self.path = os.path.abspath(os.path.expanduser(path))
-        self._files: Optional[dict] = None     # an archive, read whole once
-        if os.path.isdir(self.path):
+        self._tar: Optional[tarfile.TarFile] = None
+        self._members: dict = {}               # an archive's index: name -> TarInfo
+        self._tar_lock = threading.Lock()      # one reader at a time in the archive
+        self._is_dir = os.path.isdir(self.path)
+        if self._is_dir:
             return
         if not os.path.isfile(self.path) or not tarfile.is_tarfile(self.path):
             raise ValueError(f"flydsl bundle {path!r} is neither a folder nor a tar archive")
-        self._files = {}
-        with tarfile.open(self.path) as tar:
-            for member in tar.getmembers():
+        try:
+            self._tar = tarfile.open(self.path)
+            for member in self._tar:           # headers only: contents are read on demand
                 name = os.path.normpath(member.name)
                 if member.isfile() and not name.startswith(("..", "/")):
-                    self._files[name] = tar.extractfile(member).read()
+                    self._members[name] = member
+        except _ARCHIVE_ERRORS as e:
+            self.close()
+            raise ValueError(f"flydsl bundle {path!r} is a damaged archive "
+                             f"({type(e).__name__}: {e})") from e
 
     def __repr__(self) -> str:
         return f"<flydsl bundle {self.path}>"
 
+    def close(self) -> None:
+        """Close an archive's file (lookups then find nothing in it)."""
+        tar, self._tar, self._members = self._tar, None, {}
+        if tar is not None:
+            tar.close()
+
+    def __del__(self):
+        if getattr(self, "_tar", None) is not None:
+            self.close()
+
     def _data(self, rel: str) -> Optional[bytes]:
-        if self._files is not None:
-            return self._files.get(os.path.normpath(rel))
+        """The file ``rel`` of the bundle, or None (absent, too big, or unreadable)."""
+        try:
+            return self._read_file(rel) if self._is_dir else self._read_member(rel)
+        except (*_ARCHIVE_ERRORS, ValueError) as e:
+            disk_cache.warn_once(f"bundle:{self.path}:{rel}", f"flydsl bundle {self.path}: "
+                                 f"{rel} cannot be read ({type(e).__name__}: {e}); ignoring it")
+            return None
+
+    def _read_file(self, rel: str) -> Optional[bytes]:
         try:
             with open(os.path.join(self.path, rel), "rb") as f:
-                return f.read()
+                self._check_size(rel, os.fstat(f.fileno()).st_size)
+                return f.read(MAX_FILE_BYTES + 1)
         except (FileNotFoundError, NotADirectoryError):
             return None
+
+    def _read_member(self, rel: str) -> Optional[bytes]:
+        member = self._members.get(os.path.normpath(rel))
+        if member is None:
+            return None
+        self._check_size(rel, member.size)
+        with self._tar_lock:
+            if self._tar is None:
+                return None
+            return self._tar.extractfile(member).read(MAX_FILE_BYTES + 1)
+
+    @staticmethod
+    def _check_size(rel: str, size: int) -> None:
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"{size} bytes, over the {MAX_FILE_BYTES}-byte limit "
+                             "(flydsl.compiler.bundle.MAX_FILE_BYTES)")
 
     def _decode(self, rel: str, binding: str) -> Optional[CacheEntry]:
         data = self._data(rel)
@@ -104,7 +154,7 @@ def active_bundles() -> tuple:
             if path not in _from_env:
                 try:
                     _from_env[path] = Bundle(path)
-                except (OSError, ValueError, tarfile.TarError) as e:
+                except (*_ARCHIVE_ERRORS, ValueError) as e:
                     _from_env[path] = None
                     disk_cache.warn_once(f"bundle:{path}", f"flydsl: FLYDSL_CACHE_BUNDLE "
                                          f"{path!r} cannot be read ({e}); ignoring it")
