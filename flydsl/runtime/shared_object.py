@@ -6,8 +6,16 @@ as soon as it is loaded (in TMPDIR, else in the cache folder, for a full, read-o
 or ``noexec`` TMPDIR), or, where neither works, an anonymous memory file
 (``memfd_create``) whose ``/proc/self/fd/N`` stays open while the library is
 loaded. A library is unloaded (``dlclose``) when nothing refers to it any more:
-ctypes function pointers keep their library alive, so no code is unmapped while a
-launcher can still call it.
+the entry functions launchers call refer to their library, so no code is unmapped
+while a launcher can still call it.
+
+Each loaded library costs the process ~5 memory mappings, and a process may have
+only ``vm.max_map_count`` (65,530 by default): a program that specializes a kernel
+tens of thousands of times would run out ("failed to map segment"). So launchers
+hold their library through a :class:`ReloadableLibrary`: at most
+``FLYDSL_CPU_LIVE_LIBRARIES`` (default 1024) of those are loaded at once; loading
+one more unloads the least recently launched idle one (a clock sweep), which loads
+again, from the bytes it keeps, on its next launch.
 """
 from __future__ import annotations
 
@@ -15,8 +23,12 @@ import contextlib
 import ctypes
 import os
 import tempfile
+import threading
 import uuid
 import weakref
+from collections import OrderedDict
+from functools import partial
+from typing import Callable, Optional
 
 from ..errors import FlydslRuntimeError
 from ..private_files import scratch_folders
@@ -80,3 +92,158 @@ def _unload(handle: int, fd) -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
     live["count"] -= 1
+
+
+
+def symbol_address(lib: ctypes.CDLL, name: str) -> Optional[int]:
+    """The address of ``name`` in ``lib``, or None.
+
+    ``lib[name]`` and ``getattr(lib, name)`` make function objects that refer to
+    themselves (and ``ctypes.cast`` ties its result to its argument): such a
+    reference cycle keeps the library mapped until the garbage collector runs. So
+    the symbol is looked up directly, and a caller keeps ``lib`` alive itself while
+    it uses the address.
+    """
+    import _ctypes
+    try:
+        return _ctypes.dlsym(lib._handle, name)
+    except OSError:
+        return None
+
+
+#: Reloadable libraries loaded at once, at most, unless ``FLYDSL_CPU_LIVE_LIBRARIES`` says.
+DEFAULT_LIVE_LIBRARIES = 1024
+
+
+def live_library_limit() -> int:
+    """How many :class:`ReloadableLibrary` may be loaded at once
+    (``FLYDSL_CPU_LIVE_LIBRARIES``, default :data:`DEFAULT_LIVE_LIBRARIES`, at least 1)."""
+    text = os.environ.get("FLYDSL_CPU_LIVE_LIBRARIES", "").strip()
+    return max(1, int(text)) if text.isdigit() else DEFAULT_LIVE_LIBRARIES
+
+
+class ReloadableLibrary:
+    """A library held in memory as bytes, loaded while in use: unloaded when it is the
+    idlest of more than :func:`live_library_limit` loaded ones, loaded again on demand.
+
+    ``call(*args)`` calls its entry point ``entry`` (a function of ctypes type
+    ``prototype``), loading the library first when needed: the warm path of a launch
+    is that one attribute read and call. :meth:`acquire` gives ``(library, entry
+    function, extra)`` for callers that need more (``extra``: what ``setup(lib)``
+    returned; ``setup`` runs after each load). Callers keep what they got in locals
+    while they use it: the library and the entry function (which refers to it) keep
+    it mapped, so an unload that happens meanwhile takes effect when the last of
+    them is gone, never while a launch runs code in it.
+
+    Idleness is seen with no cost to launches: a library is loaded with ``call`` set
+    to a probe that swaps the entry function in on the next call; the sweep unloads
+    the first library whose probe is still in place, and puts the probe back on
+    those that have been called since it last passed them (a clock's second
+    chance). A specialization launched once is thus unloaded before those launched
+    again and again.
+    ``pinned``: never unloaded (its globals hold state between calls).
+    """
+
+    __slots__ = ("_data", "tag", "_entry", "_prototype", "_setup", "pinned", "_state",
+                 "call", "_reload", "_probe", "loads", "__weakref__")
+
+    def __init__(self, data: bytes, tag: str, entry: str, prototype,
+                 setup: Callable[[ctypes.CDLL], object] = lambda lib: None,
+                 pinned: bool = False):
+        self._data, self.tag, self._entry = data, tag, entry
+        self._prototype, self._setup, self.pinned = prototype, setup, pinned
+        self._state: Optional[tuple] = None       # (library, entry function, extra)
+        ref = weakref.ref(self)    # no cycle: an unused library goes with its launcher
+        self._reload = partial(_reload_call, ref)
+        self._probe = partial(_probe_call, ref)
+        self.call = self._reload
+        #: How often it was loaded (for tests and diagnostics).
+        self.loads = 0
+
+    @property
+    def loaded(self) -> bool:
+        """Whether it is loaded now."""
+        return self._state is not None
+
+    def acquire(self, used: bool = False) -> tuple:
+        """``(library, entry function, extra)``, loaded; ``used``: count it as a launch
+        (``call`` counts its own)."""
+        state = self._state or _LIVE.load(self)
+        if used:
+            self.call = state[1]
+        return state
+
+    def _load(self) -> tuple:
+        lib = load_shared_object(self._data, self.tag)
+        fn = self._prototype(symbol_address(lib, self._entry))
+        fn.library = lib     # mapped while fn is in use
+        self._state = (lib, fn, self._setup(lib))
+        self.call = fn if self.pinned else self._probe   # used once it is called again
+        self.loads += 1
+        return self._state
+
+    def _unload(self) -> None:
+        self._state = None
+        self.call = self._reload
+
+
+def _reload_call(ref, *args):
+    return ref().acquire()[1](*args)     # called once since loaded: not yet "used"
+
+
+def _probe_call(ref, *args):
+    library = ref()
+    state = library.acquire(used=True)
+    return state[1](*args)
+
+
+class _LivePool:
+    """The loaded unpinned :class:`ReloadableLibrary` objects, in sweep order, at most
+    :func:`live_library_limit` of them."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._loaded: "OrderedDict[int, weakref.ref]" = OrderedDict()
+
+    def load(self, library: ReloadableLibrary) -> tuple:
+        """Load ``library`` (unless another thread just did) and unload idle ones."""
+        with self._lock:
+            state = library._state
+            if state is not None:
+                return state
+            state = library._load()
+            if not library.pinned:
+                key = id(library)
+                self._loaded[key] = weakref.ref(library, partial(self._forget, key))
+                self._sweep(live_library_limit())
+            return state
+
+    def _forget(self, key: int, _ref) -> None:
+        self._loaded.pop(key, None)     # collected: its library unloads with it
+
+    def _sweep(self, limit: int) -> None:
+        """Unload the first libraries not called since the sweep last passed them."""
+        loaded = self._loaded
+        while len(loaded) > limit:
+            key, ref = loaded.popitem(last=False)
+            library = ref()
+            if library is None:
+                continue
+            if library.call is not library._probe:
+                library.call = library._probe    # called since: a second chance
+                loaded[key] = ref
+                continue
+            library._unload()
+
+    def count(self) -> int:
+        """How many are loaded now."""
+        return len(self._loaded)
+
+
+_LIVE = _LivePool()
+
+
+def live_reloadable() -> int:
+    """How many unpinned :class:`ReloadableLibrary` are loaded now (at most
+    :func:`live_library_limit`)."""
+    return _LIVE.count()

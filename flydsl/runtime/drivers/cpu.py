@@ -57,7 +57,7 @@ from typing import Callable, Optional, Sequence
 from .. import interrupts
 from ..debug_checks import check_oob, flushing_stdout, prints
 from ..packing import BoundLaunch, SlotTable, make_packers, param_layout
-from ..shared_object import load_shared_object
+from ..shared_object import ReloadableLibrary, symbol_address
 from .base import Driver
 from .openmp import CLAIMS_PER_THREAD, TEAM_FIELDS, TEAMS
 
@@ -340,6 +340,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_helpers_after_fork)
 
 
+#: The packed entry's ctypes type: ``int32 entry(void **args)``, nonzero when interrupted.
+_PACKED_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+
+
+def _attach(team_symbol: str, lib: ctypes.CDLL) -> Optional[int]:
+    """After each load of a kernel library: point it at the shared interrupt state
+    (before any call into it); the address of its OpenMP team member, if any."""
+    interrupts.attach(lib)
+    return symbol_address(lib, team_symbol)      # see openmp.py
+
+
 class CpuDriver(Driver):
     """Kernels compiled for this host, on numpy arrays and CPU tensors. Launches are
     synchronous, so there is nothing to wait for and ``stream=`` is ignored."""
@@ -372,21 +383,29 @@ class CpuLauncher:
 
     def __init__(self, compiled):
         kernel_name = compiled.name
-        self.lib = load_shared_object(compiled.binary, kernel_name)
         self.kernel_name = kernel_name
         self.display_name = compiled.kernel_name
         self.debug_sites = compiled.asm.get("debug_sites", "")
         names, self.layout, self.offsets, n = param_layout(compiled.specs)
         self.arg_names = tuple(names)
-        fn = getattr(self.lib, PACKED_PREFIX + kernel_name)
-        fn.argtypes = [ctypes.c_void_p]
-        fn.restype = ctypes.c_int32      # nonzero: interrupted
-        self.fn = fn
-        team = getattr(self.lib, TEAM_PREFIX + kernel_name, None)   # see openmp.py
-        self.team_fn = ctypes.cast(team, ctypes.c_void_p).value if team is not None else None
+        # Unloaded while idle when many are loaded (see shared_object), except in debug
+        # mode: the out-of-bounds record a launch leaves lives in the library.
+        self.library = ReloadableLibrary(compiled.binary, kernel_name,
+                                         PACKED_PREFIX + kernel_name, _PACKED_ENTRY,
+                                         partial(_attach, TEAM_PREFIX + kernel_name),
+                                         pinned=bool(self.debug_sites))
+        lib, _, team = self.library.acquire()
+        self.has_team = team is not None
+        #: Whether the kernel calls fx.printf (see :meth:`bind`).
+        self.printing = prints(lib)
         self.dims_at = n
         self.nslots = n + 9    # the host ABI's launch values (see the module docstring)
         self._local = threading.local()
+
+    @property
+    def lib(self) -> ctypes.CDLL:
+        """The kernel's library, loaded (again, if it was unloaded while idle)."""
+        return self.library.acquire()[0]
 
     def _slots(self, count: int) -> list:
         have = getattr(self._local, "slots", None)
@@ -405,17 +424,18 @@ class CpuLauncher:
         kernel runs, so two Python threads may launch the same kernel at once.
         The bound launch keeps its own :class:`WorkEstimate` (see the module docstring).
         """
-        # Point the library at the shared interrupt state (before any call into it), and
-        # reinstall the SIGINT handler if the program replaced it since.
-        interrupts.attach(self.lib)
-        if self.team_fn is not None and TEAMS.handoff_ns is None and TEAMS.find() is not None:
+        # Reinstall the SIGINT handler if the program replaced it since.
+        lib, _, team_fn = self.library.acquire()
+        interrupts.attach(lib)
+        if team_fn is not None and TEAMS.handoff_ns is None and TEAMS.find() is not None:
             # OpenMP teams from now on: the policy decides with their hand-off cost
             zeros = _Slots(self.nslots)      # what the empty team reads: it runs nothing
-            SPLIT.set_handoff(bounded_handoff(TEAMS.measure_handoff(self.team_fn,
+            SPLIT.set_handoff(bounded_handoff(TEAMS.measure_handoff(team_fn,
                                                                     zeros.table_ptr)))
+        del lib
         packers = make_packers(self.layout, self.offsets, samples)
         d = self.dims_at
-        fn = self.fn
+        library = self.library
         parallel = self._run_parallel
         name = self.display_name
         interrupted = interrupts.interrupted
@@ -423,7 +443,7 @@ class CpuLauncher:
         clock, split = time.perf_counter_ns, SPLIT
         # A kernel that prints keeps no estimate, so the grid-size rule decides its
         # launches as before: a small grid runs in block order and so does its output.
-        printing = prints(self.lib)
+        printing = self.printing
         measure = not printing
 
         def submit(slots: _Slots, grid: tuple, block: tuple, smem: int, stream) -> None:
@@ -438,13 +458,13 @@ class CpuLauncher:
             slots.values[d + 8] = smem
             nblocks = slots.nblocks
             if nblocks == 1:             # never parallel: not worth timing
-                if fn(slots.table_ptr):
+                if library.call(slots.table_ptr):
                     raise interrupted(name)
                 return
             if nblocks < estimate.quick_blocks:     # far too little work to share
                 if estimate.untimed:
                     estimate.untimed -= 1
-                    if fn(slots.table_ptr):
+                    if library.call(slots.table_ptr):
                         raise interrupted(name)
                     return
                 estimate.untimed = UNTIMED_LAUNCHES
@@ -456,7 +476,7 @@ class CpuLauncher:
                         parallel(slots, nblocks, workers, estimate if measure else None)
                         return
             t0 = clock()
-            if fn(slots.table_ptr):
+            if library.call(slots.table_ptr):
                 raise interrupted(name)
             if measure:
                 estimate.record(clock() - t0, nblocks, split)
@@ -466,11 +486,11 @@ class CpuLauncher:
         if not self.debug_sites:
             return BoundLaunch(self.layout, self.offsets, packers, self._local,
                                lambda: make_slots(1)[0], submit, lambda: _Slots(nslots))
-        lib, sites, kernel, names = self.lib, self.debug_sites, self.kernel_name, self.arg_names
+        sites, kernel, names = self.debug_sites, self.kernel_name, self.arg_names
 
         def submit_checked(slots, grid, block, smem, stream) -> None:
             submit(slots, grid, block, smem, stream)
-            check_oob(lib, sites, kernel, names)   # raises OutOfBoundsError
+            check_oob(library.acquire()[0], sites, kernel, names)   # pinned: the same library
         return BoundLaunch(self.layout, self.offsets, packers, self._local,
                            lambda: make_slots(1)[0], submit_checked, lambda: _Slots(nslots))
 
@@ -487,14 +507,15 @@ class CpuLauncher:
         raised only once none of them runs; a helper's error is re-raised once all
         have stopped.
         """
-        if self.team_fn is not None and TEAMS.find() is not None:
+        if self.has_team and TEAMS.find() is not None:
             self._run_team(first, nblocks, workers, estimate)
             return
         clock = time.perf_counter_ns
         pool = _POOL
         helpers = pool.claim(workers - 1)     # may measure the hand-off: not timed
         started = clock()
-        d, fn, counter = self.dims_at, self.fn, itertools.count()
+        _, fn, _ = self.library.acquire(used=True)   # fn: keeps it loaded until the end
+        d, counter = self.dims_at, itertools.count()
         stop: list = []
         bounds = guided_chunks(nblocks, 1 + len(helpers))
         last = len(bounds) - 1
@@ -551,7 +572,9 @@ class CpuLauncher:
         team = (ctypes.c_int64 * TEAM_FIELDS)(first.table_ptr, 0, nblocks, chunk, 0)
         clock = time.perf_counter_ns
         t0 = clock()
-        TEAMS.parallel(self.team_fn, ctypes.addressof(team), workers, 0)
+        lib, _, team_fn = self.library.acquire(used=True)   # lib: loaded until the end
+        TEAMS.parallel(team_fn, ctypes.addressof(team), workers, 0)
+        del lib
         elapsed = clock() - t0
         if team[TEAM_FIELDS - 1]:
             raise interrupts.interrupted(self.display_name)
