@@ -64,6 +64,17 @@ def test_narrow_int_is_range_checked_even_with_a_seen_bit_length():
     assert out[0] == -128
 
 
+def test_narrow_numpy_int_is_range_checked_on_warm_launches():
+    """np.int64(-144) has -128's key (bit length 8, negative, divisible by 16) but
+    does not fit Int8: the warm launch must refuse it as a cold one does, not pass
+    it truncated."""
+    out = np.zeros(1, np.int32)
+    put8[1, 1](out, np.int64(-128))
+    with pytest.raises(TypeError, match="does not fit"):
+        put8[1, 1](out, np.int64(-144))
+    assert out[0] == -128
+
+
 @flydsl.kernel
 def with_default(x: fx.Tensor, y: fx.Tensor, bias: fx.Float32 = 0.5):
     i = fx.thread_idx.x

@@ -5,6 +5,7 @@ import pytest
 import flydsl
 import flydsl.expr as fx
 from flydsl.errors import DSLTypeError
+from flydsl.runtime.tensors import as_tensor
 
 
 @flydsl.kernel
@@ -103,6 +104,17 @@ def test_dlpack_object():
 @flydsl.kernel
 def typed(x: fx.Tensor[fx.Float32], n: fx.Int32):
     x[0] = n
+
+
+def test_an_empty_view_keeps_its_own_pointer_and_alignment():
+    """Warm launches key an empty view by its data pointer; the cold path must
+    specialize it on the same one (taking it as 0, aligned, let a misaligned array
+    reach an aligned variant through the warm launch an empty view installed)."""
+    base = np.zeros(8, np.float32)
+    view = base[1:][:0]
+    t = as_tensor(view)
+    assert t.ptr == base.ctypes.data + 4
+    assert t.aligned == (t.ptr % 16 == 0)
 
 
 def test_argument_checks_name_kernel_and_parameter():

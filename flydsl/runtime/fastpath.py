@@ -7,10 +7,14 @@ lookup) and one packer call per argument costs a few microseconds of Python call
 So, once a specialization is bound, this module writes a function for it that
 does the same work inline:
 
-* guards that hold exactly when the argument's fast key would be the same (for
-  ints: when the value fits the parameter's type, which is what that key
-  protects), in the order of the arguments, returning ``False`` at the first
-  mismatch so that the caller falls back to the keyed lookup;
+* guards that hold exactly when the argument's fast key would be the same and
+  the cold path would accept it (tensors: strides in whole elements, writable
+  where the kernel stores; ints: when the value fits the parameter's type, which
+  is what that key protects), in the order of the arguments, returning ``False``
+  at the first mismatch so that the caller falls back to the keyed lookup (and
+  from there to the cold path, which raises what it refuses): a warm launch may
+  only be faster than a cold one, never more permissive
+  (``tests/test_warm_path_parity.py`` launches both over many views);
 * the packing of numpy, torch and ``__cuda_array_interface__`` tensors and of ints
   written out, reusing what the guards read (stride tuples, the interface dict);
   every other argument kind uses its packer and an exact key comparison;
@@ -84,6 +88,21 @@ def _emit_width_guard(w: _Writer, numel: str, wide: bool) -> None:
     w.emit(f"if {numel} {'<' if wide else '>='} {WIDE_ELEMENTS}: return False")
 
 
+def emit_whole_elements_guard(w: _Writer, strides: str, nd: int, item: int,
+                              may_be_none: bool = False) -> None:
+    """Return False unless each of the ``nd`` byte strides in ``strides`` (None, if it
+    ``may_be_none``: contiguous) is a whole number of ``item``-byte elements: the rule
+    of :func:`~flydsl.runtime.tensors.element_strides`, by which the cold path refuses
+    the tensor. The key does not record it, so without this guard a launch primed by
+    a strided view would pack ``s // item`` for a structured array's field."""
+    if not nd or item == 1:
+        return
+    partial = " or ".join(f"{strides}[{k}] % {item}" for k in range(nd))
+    if may_be_none:
+        partial = f"{strides} is not None and ({partial})"
+    w.emit(f"if {partial}: return False")
+
+
 def _emit_alignment_guard(w: _Writer, ptr: str, row_strides: list, aligned: bool) -> None:
     """Return False unless the pointer and the row strides (byte expressions) are all
     multiples of ALIGNMENT exactly when the key said so (runtime.specialization)."""
@@ -106,6 +125,7 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: 
         w.emit(f"if {a}.dtype is not {dt} and {a}.dtype != {dt}: return False")
         w.emit(f"{sd} = {a}.strides")
         w.emit(f"if len({sd}) != {nd}: return False")
+        emit_whole_elements_guard(w, sd, nd, item)
         w.emit(f"{sh} = {a}.shape")
         if nd:
             _emit_layout_guard(w, f"({sd}[-1] == {item} or {sh}[-1] == 1)", inner)
@@ -164,6 +184,7 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: boo
     w.emit(f"if {cai}['typestr'] != {typestr!r} or len({sh}) != {nd}: return False")
     if nd:
         _emit_layout_guard(w, f"({st} is None or {sh}[-1] == 1 or {st}[-1] == {item})", inner)
+        emit_whole_elements_guard(w, st, nd, item, may_be_none=True)
     w.emit(f"if ({cai}.get('mask') is not None) is not {masked}: return False")
     if written:
         w.emit(f"if {cai}['data'][1]: return False")   # (pointer, read-only)
@@ -191,14 +212,18 @@ def _several_cuda_devices() -> bool:
         return False
 
 
-def _int_code(w: _Writer, a: str, off: int, dtype, inferred: bool, divisible: bool) -> None:
-    """An int argument of an integer parameter: guarded by the range of the parameter's
-    type (an inferred Int64 also by *not* fitting Int32, which would infer Int32) and
-    by its divisibility by DIVISIBILITY (runtime.specialization)."""
+def _int_code(w: _Writer, a: str, off: int, sample, dtype, inferred: bool,
+              divisible: bool) -> None:
+    """An int argument (Python's or a numpy integer, of ``sample``'s type) of an integer
+    parameter: guarded by the range of the parameter's type, as the cold path checks
+    it (an inferred Int64 also by *not* fitting Int32, which would infer Int32; a numpy
+    integer's type decides its inferred type), and by its divisibility by DIVISIBILITY
+    (runtime.specialization)."""
     lo, hi = dtype.int_limits
-    w.emit(f"if type({a}) is not int or not {lo} <= {a} < {hi}: return False")
+    t = "int" if type(sample) is int else w.const("it", type(sample))
+    w.emit(f"if type({a}) is not {t} or not {lo} <= {a} < {hi}: return False")
     w.emit(f"if {'' if divisible else 'not '}{a} % {DIVISIBILITY}: return False")
-    if inferred and dtype.bits == 64:
+    if inferred and dtype.bits == 64 and type(sample) is int:
         w.emit(f"if -2147483648 <= {a} < 2147483648: return False")
     w.emit(f"v[{off}] = {a}")
 
@@ -245,8 +270,10 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
                 if kind == "tensor" else "")
         if done == "packed":
             continue
-        if kind == "scalar" and type(sample) is int and info.kind == "int":
-            _int_code(w, a, off, info, inferred=param_kind == "infer", divisible=key[3])
+        if kind == "scalar" and (type(sample) is int or isinstance(sample, np.integer)) \
+                and info.kind == "int":
+            _int_code(w, a, off, sample, info, inferred=param_kind == "infer",
+                      divisible=key[3])
             continue
         if done == "guarded":
             pass

@@ -15,34 +15,9 @@ import numpy as np
 
 from ..expr.dtypes import DType
 from ..errors import LaunchError
-from .tensors import as_tensor, is_torch_tensor
+from .tensors import as_tensor, is_torch_tensor, numpy_data
 
 Packer = Callable[[object, object], None]   # (slots, arg) -> None
-
-
-def _numpy_data_getter() -> Callable[[np.ndarray], int]:
-    """The fastest reader of an ndarray's data pointer that agrees with numpy.
-
-    ``a.ctypes.data`` builds a helper object (~1 us). numpy's C ABI puts the
-    ``data`` pointer right after the object header (what ``PyArray_DATA``
-    reads); we read it there, after checking on sample arrays that this
-    interpreter and numpy agree, and fall back to ``a.ctypes.data`` otherwise.
-    """
-    import ctypes
-    import sys
-    offset = object.__basicsize__   # the PyObject header: refcount + type
-    read = ctypes.c_void_p.from_address
-    samples = [np.arange(8.0), np.arange(8.0)[3:], np.zeros((3, 4), np.int8).T, np.empty(0)]
-    try:
-        if sys.implementation.name == "cpython" and all(
-                (read(id(x) + offset).value or 0) == x.ctypes.data for x in samples):
-            return lambda a: read(id(a) + offset).value or 0
-    except (ValueError, OSError):
-        pass
-    return lambda a: a.ctypes.data
-
-
-numpy_data = _numpy_data_getter()
 
 
 def tensor_slot_count(rank: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -69,6 +69,31 @@ class TensorArg:
         return int(self.device.partition(":")[2] or 0)
 
 
+def _numpy_data_getter() -> Callable[[np.ndarray], int]:
+    """The fastest reader of an ndarray's data pointer that agrees with numpy.
+
+    ``a.ctypes.data`` builds a helper object (~1 us). numpy's C ABI puts the
+    ``data`` pointer right after the object header (what ``PyArray_DATA``
+    reads); we read it there, after checking on sample arrays that this
+    interpreter and numpy agree, and fall back to ``a.ctypes.data`` otherwise.
+    """
+    import ctypes
+    import sys
+    offset = object.__basicsize__   # the PyObject header: refcount + type
+    read = ctypes.c_void_p.from_address
+    samples = [np.arange(8.0), np.arange(8.0)[3:], np.zeros((3, 4), np.int8).T, np.empty(0)]
+    try:
+        if sys.implementation.name == "cpython" and all(
+                (read(id(x) + offset).value or 0) == x.ctypes.data for x in samples):
+            return lambda a: read(id(a) + offset).value or 0
+    except (ValueError, OSError):
+        pass
+    return lambda a: a.ctypes.data
+
+
+numpy_data = _numpy_data_getter()
+
+
 def is_torch_tensor(x) -> bool:
     """A torch.Tensor (or subclass), recognized without importing torch."""
     t = type(x)
@@ -109,11 +134,22 @@ def _from_numpy(x: np.ndarray) -> TensorArg:
     d = dt.dtype_from_numpy(x.dtype)
     if d is None:
         raise TypeError(f"numpy dtype {x.dtype} is not supported by flydsl")
-    item = x.itemsize
-    if any(s % item for s in x.strides):
+    strides = element_strides(x.strides, x.itemsize)
+    if strides is None:
         raise TypeError("numpy array strides are not a multiple of its item size")
-    return TensorArg(x.ctypes.data if x.size else 0, tuple(x.shape),
-                     tuple(s // item for s in x.strides), d, "cpu", x, bool(x.flags.writeable))
+    # numpy_data: the pointer the warm path's key and guards read (empty arrays too)
+    return TensorArg(numpy_data(x), tuple(x.shape), strides, d, "cpu", x,
+                     bool(x.flags.writeable))
+
+
+def element_strides(byte_strides, item: int) -> Optional[tuple]:
+    """``byte_strides`` in elements of ``item`` bytes, or None when one is not a whole
+    number of elements (a structured array's field, a view of bytes as wider items):
+    such a tensor cannot be passed. The warm path guards the same rule
+    (:func:`~flydsl.runtime.fastpath.emit_whole_elements_guard`)."""
+    if any(int(s) % item for s in byte_strides):
+        return None
+    return tuple(int(s) // item for s in byte_strides)
 
 
 def _from_torch(x) -> TensorArg:
@@ -153,11 +189,10 @@ def _from_cuda_array_interface(x, cai: dict) -> TensorArg:
     if cai.get("strides") is None:
         strides = contiguous_strides(shape)
     else:
-        item = np_dtype.itemsize
-        if any(int(s) % item for s in cai["strides"]):
+        strides = element_strides(cai["strides"], np_dtype.itemsize)
+        if strides is None:
             raise TypeError("__cuda_array_interface__ strides are not a multiple of the "
                             "item size")
-        strides = tuple(int(s) // item for s in cai["strides"])
     return TensorArg(ptr, shape, strides, d, f"cuda:{cai_device(x, ptr)}", x,
                      not cai["data"][1])   # (pointer, read-only flag)
 
@@ -264,4 +299,5 @@ def _from_dlpack(x, dev_type: int, dev_id: int) -> TensorArg:
 
 
 __all__ = ["TensorArg", "as_tensor", "cai_aligned", "cai_device", "cai_itemsize", "cai_key",
-           "contiguous_strides", "device_id_attribute", "is_torch_tensor", "torch_writable"]
+           "contiguous_strides", "device_id_attribute", "element_strides", "is_torch_tensor",
+           "numpy_data", "torch_writable"]
