@@ -198,18 +198,6 @@ def test_undefined_name():
 
 
 @flydsl.kernel
-def branch_only_name(x: fx.Tensor):
-    if fx.thread_idx.x == 0:
-        only_here = 1.0
-    x[0] = only_here  # noqa: F821
-
-
-def test_name_defined_in_one_branch_is_an_error():
-    with pytest.raises(DSLError, match="only_here"):
-        branch_only_name[1, 1](np.zeros(1, np.float32))
-
-
-@flydsl.kernel
 def literal_widths(n: fx.Int32, big: fx.Tensor, out: fx.Tensor):
     out[0] = n < 3000000000                 # the literal does not fit Int32: compare in Int64
     out[1] = n + 3000000000

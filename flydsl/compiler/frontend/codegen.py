@@ -25,6 +25,7 @@ from ..dependencies import (MISSING, NotFound, Path, closure_vars, constant_inde
                             runs_user_code)
 from . import ops, values as V
 from .calls import unwrap_callable
+from .carried import MaybeUnbound, read_checked, strip
 from .control_flow import RETURN, ControlFlow, LoopControl, is_dynamic
 from .context import current
 from .numeric_ops import MATH_EQUIVALENTS, MATH_FX_NAMES
@@ -198,7 +199,12 @@ class Codegen(ControlFlow):
                              UnsupportedConstructError)
 
     def stmt_Return(self, node: ast.Return) -> bool:
-        self.scope[RETURN] = self.eval_node(node.value) if node.value is not None else None
+        value = self.eval_node(node.value) if node.value is not None else None
+        if value is not None and self.path == ():
+            raise self.error(node, "a kernel returns nothing: `return` takes no value in a "
+                                   "@flydsl.kernel body; store results into a tensor "
+                                   "argument (y[i] = ...)", DSLTypeError)
+        self.scope[RETURN] = value
         return True
 
 
@@ -243,7 +249,7 @@ class Codegen(ControlFlow):
         What such code does with a value is not followed, so every global it reads
         and every local it names counts as used as data."""
         code = compile(ast.fix_missing_locations(ast.Expression(node)), self.src.filename, "eval")
-        env = _EvalScope(self, node, {k: v for k, v in self.scope.items() if k != RETURN})
+        env = _EvalScope(self, node, {k: strip(v) for k, v in self.scope.items() if k != RETURN})
         self.deps.consume(*(env[n.id] for n in ast.walk(node)
                             if isinstance(n, ast.Name) and n.id in env))
         return eval(code, env, env)
@@ -263,8 +269,17 @@ class Codegen(ControlFlow):
     def expr_Name(self, node: ast.Name) -> Any:
         name = node.id
         if name in self.scope:
-            return self.scope[name]
+            value = self.scope[name]
+            if isinstance(value, MaybeUnbound):
+                return read_checked(value, self.where(node))
+            return value
         return self.lookup_global(name, node)
+
+    def expr_NamedExpr(self, node: ast.NamedExpr) -> Any:
+        """``(v := a[i])``: assign, and give the value."""
+        value = self.eval_node(node.value)
+        self.assign(node.target, value)
+        return value
 
     def expr_Attribute(self, node: ast.Attribute) -> Any:
         base = self.eval_node(node.value)

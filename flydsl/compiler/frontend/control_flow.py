@@ -36,7 +36,7 @@ from ...errors import (CompileTimeValueRequired, DSLError, DSLTypeError,
                        UnsupportedConstructError)
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
-from . import ops, values as V
+from . import carried as C, ops, values as V
 from .loop_exits import loop_exits, new_flags, not_broken, rewrite_body
 from .tensors import TensorValue
 from .values import Value
@@ -95,6 +95,21 @@ def may_return(stmts) -> bool:
 
 class ControlFlow:
     """The control-flow statements and expressions of :class:`~.codegen.Codegen`."""
+
+    @property
+    def debug(self) -> bool:
+        """Debug mode (``FLYDSL_DEBUG=1``): reads of maybe-unassigned variables are
+        checked."""
+        return bool(getattr(self.trace.options, "debug", False))
+
+    def read_outside(self, name: str, node: ast.AST) -> bool:
+        """Whether the function reads ``name`` anywhere outside the statement ``node``
+        (after a loop or ``if``, or before it in an enclosing loop)."""
+        reads = self.__dict__.get("_reads")
+        if reads is None:
+            reads = self._reads = _reads_by_name(self.src.node)
+        span = _span(node)
+        return any(not span[0] <= at <= span[1] for at in reads.get(name, ()))
 
     def visit_block(self, stmts: list) -> bool:
         """Trace ``stmts``; True if a ``return`` ended the block."""
@@ -162,41 +177,65 @@ class ControlFlow:
         then_scope = self._trace_region(probe.then_block, body, dict(before))
         else_scope = self._trace_region(probe.else_block, orelse, dict(before))
 
-        names = []
+        joined: dict = {}      # name -> (shape, [(then leaf, else leaf)])
         for name in sorted(assigned_names(body) | assigned_names(orelse)):
-            in_then, in_else = name in then_scope, name in else_scope
-            if not (in_then and in_else):
-                self.scope.pop(name, None)  # defined on one path only: unusable after
+            pair = self._branch_values(node, name, then_scope, else_scope)
+            if pair is None:
+                self.scope.pop(name, None)  # defined on one path only, never read after
                 continue
-            a, b = then_scope[name], else_scope[name]
+            a, b = pair
             if a is b:
                 self.scope[name] = a
                 continue
-            if not (_yieldable(a) and _yieldable(b)):
-                if a is None and b is None:
-                    self.scope[name] = None
-                    continue
-                raise self.error(node, f"variable {name!r} gets different non-scalar values "
-                                       "in the branches of a dynamic `if`", DSLTypeError)
-            if not is_dynamic(a) and not is_dynamic(b) and a == b and type(a) is type(b):
-                self.scope[name] = a
-                continue
-            names.append(name)
+            (shape_a, leaves_a), (shape_b, leaves_b) = C.flatten(a), C.flatten(b)
+            if shape_a != shape_b:
+                raise self.error(node, f"variable {name!r} is {C.describe_shape(a)} in one "
+                                       f"branch of a runtime `if` and {C.describe_shape(b)} "
+                                       "in the other; both branches must give it the same "
+                                       "structure (numbers, or tuples, lists, dicts and "
+                                       "fragments of numbers)", DSLTypeError)
+            joined[name] = (shape_a, list(zip(leaves_a, leaves_b)))
 
-        types = [_join_dtype(then_scope[n], else_scope[n]) for n in names]
-        if not names:
+        results = [(n, i) for n, (_, pairs) in joined.items()
+                   for i, (x, y) in enumerate(pairs) if not _same_constant(x, y)]
+        types = [_join_dtype(*joined[n][1][i]) for n, i in results]
+        if not results:
             for blk in (probe.then_block, probe.else_block):
                 with ir.InsertionPoint(blk):
                     scf.yield_([])
-            return
-        final = scf.IfOp(cond.v, [t.mlir_type() for t in types], has_else=True)
-        for old, new, sc in ((probe.then_block, final.then_block, then_scope),
-                             (probe.else_block, final.else_block, else_scope)):
-            _move_ops_and_yield(old, new, lambda sc=sc: [_coerce(sc[n], t).v
-                                                         for n, t in zip(names, types)])
-        probe.operation.erase()
-        for i, (n, t) in enumerate(zip(names, types)):
-            self.scope[n] = Value(final.results[i], t)
+            final_results: list = []
+        else:
+            final = scf.IfOp(cond.v, [t.mlir_type() for t in types], has_else=True)
+            for side, (old, new) in enumerate(((probe.then_block, final.then_block),
+                                               (probe.else_block, final.else_block))):
+                _move_ops_and_yield(old, new, lambda side=side: [
+                    _coerce(joined[n][1][i][side], t).v for (n, i), t in zip(results, types)])
+            probe.operation.erase()
+            final_results = list(final.results)
+        merged = {key: Value(r, t) for key, r, t in zip(results, final_results, types)}
+        for name, (shape, pairs) in joined.items():
+            leaves = [merged.get((name, i), x) for i, (x, _) in enumerate(pairs)]
+            self.scope[name] = C.rebuild(shape, leaves)
+
+    def _branch_values(self, node, name: str, then_scope: dict, else_scope: dict):
+        """The values ``name`` has after each branch of a runtime ``if``, as a pair of
+        the same kind; None when it is bound on one path only and never read after
+        ``node``. A variable read after the ``if`` but bound on one path only is
+        undefined on the other (as in numba; debug mode checks the reads)."""
+        in_then, in_else = name in then_scope, name in else_scope
+        if not (in_then or in_else):
+            return None
+        if in_then and in_else:
+            a, b = then_scope[name], else_scope[name]
+        else:
+            present = then_scope[name] if in_then else else_scope[name]
+            if not (self.read_outside(name, node) and C.carriable(C.strip(present))):
+                return None
+            missing = C.unbound_like(C.strip(present), name, self.debug)
+            a, b = (present, missing) if in_then else (missing, present)
+        if isinstance(a, C.MaybeUnbound) != isinstance(b, C.MaybeUnbound):
+            a, b = C.bound(a, name), C.bound(b, name)
+        return a, b
 
     # -- loops ---------------------------------------------------------
     def stmt_For(self, node: ast.For) -> None:
@@ -213,14 +252,36 @@ class ControlFlow:
         iterable = self.eval_node(it)
         if type(iterable) in (fxb.range, fxb.range_constexpr):
             return self._range_for(node, type(iterable), list(iterable.args))
-        if is_dynamic(iterable) or isinstance(iterable, TensorValue):
-            raise self.error(node, "for loops iterate over range(...) or over compile-time "
-                                   "sequences", UnsupportedConstructError)
+        if isinstance(iterable, TensorValue):
+            return self._tensor_for(node, iterable)
+        if is_dynamic(iterable):
+            raise self.error(node, "for loops iterate over range(...), a tensor or a "
+                                   "compile-time sequence", UnsupportedConstructError)
         if isinstance(iterable, (tuple, list)):
             iterable = self.items_of(iterable, node)
         else:
             self.deps.consume(iterable)
         return self._unrolled(node, iterable)
+
+    def _tensor_for(self, node: ast.For, t: TensorValue) -> None:
+        """``for x in t``: a runtime loop over ``t``'s first dimension, as numba's; ``x``
+        is an element of a 1-D tensor, else a view of the row (``fx.slice(t, (k, None,
+        ...))``)."""
+        hidden = f"__flydsl_rows_{id(node)}"
+        head = ast.Assign(targets=[node.target], value=ast.Call(
+            func=ast.Name(id=hidden + "_item", ctx=ast.Load()),
+            args=[ast.Name(id=hidden + "_k", ctx=ast.Load())], keywords=[]))
+        loop = ast.For(target=ast.Name(id=hidden + "_k", ctx=ast.Store()),
+                       iter=ast.Name(id=hidden + "_range", ctx=ast.Load()),
+                       body=[head] + list(node.body), orelse=[])
+        ast.fix_missing_locations(ast.copy_location(loop, node))
+        bind = {hidden + "_item": lambda k: _row(t, k), hidden + "_range": fxb.range(t.shape[0])}
+        self.scope.update(bind)
+        try:
+            self.stmt_For(loop)
+        finally:
+            for n in bind:
+                self.scope.pop(n, None)
 
     def _range_for(self, node: ast.For, kind, args: list) -> None:
         """``range``, ``fx.range`` and ``fx.range_constexpr`` loops (see the module
@@ -326,12 +387,14 @@ class ControlFlow:
             self.unroll_depth -= 1
         return None
 
-    def _carried(self, body: list, extra: set = frozenset()) -> list[str]:
+    def _carried(self, body: list) -> list[str]:
+        """Variables bound before a runtime loop and rebound in it (numbers and
+        structures of numbers): the loop carries them."""
         names = []
-        for name in sorted(assigned_names(body) | set(extra)):
+        for name in sorted(assigned_names(body)):
             if name == RETURN:
                 continue
-            if name in self.scope and _yieldable(self.scope[name]):
+            if name in self.scope and C.carriable(C.strip(self.scope[name])):
                 names.append(name)
         return names
 
@@ -373,19 +436,18 @@ class ControlFlow:
             return self._exiting_for(node, exits, lb, ub, st,
                                      (start_v, step_v) if normalized else None)
 
-        def build(carried, init, types):
-            loop = scf.ForOp(lb.v, ub.v, st.v, [V.as_value(init[n], types[n]).v for n in carried])
+        def build(carry: _Carry):
+            loop = scf.ForOp(lb.v, ub.v, st.v, carry.init_values())
             scope = dict(self.scope)
             iv = Value(loop.induction_variable, ivt)
             if normalized:
                 with ir.InsertionPoint(loop.body):
                     iv = start_v + iv * step_v
-            for i, n in enumerate(carried):
-                scope[n] = Value(loop.inner_iter_args[i], types[n])
+            carry.bind(scope, loop.inner_iter_args)
             before = dict(scope)
             scope[node.target.id] = iv
             return loop, loop.body, before, scope
-        self._runtime_loop(node, build)
+        self._runtime_loop(node, build, target=(node.target.id, ivt))
 
     def _exiting_for(self, node: ast.For, exits: set, lb, ub, st, affine) -> None:
         """A runtime ``for`` that breaks or continues: an ``scf.while`` over a hidden
@@ -417,76 +479,119 @@ class ControlFlow:
             for n in bind:
                 self.scope.pop(n, None)
 
-    def _runtime_loop(self, node, build) -> None:
+    def _runtime_loop(self, node, build, target: Optional[tuple] = None) -> None:
         """Trace a runtime loop (scf.for / scf.while) and bind its results.
 
-        ``build(carried, init, types)`` creates the loop op, with the carried
-        variables' block arguments in a scope, and returns ``(loop op, body
-        block, scope before the body, scope to trace the body in)``. Literal
-        initial values take the type the body gives them: the loop is retraced
-        with the widened type if needed.
+        ``build(carry)`` creates the loop op with the :class:`_Carry`'s leaves as
+        carried values, binds them in a scope, and returns ``(loop op, body block,
+        scope before the body, scope to trace the body in)``. Literal initial values
+        take the type the body gives them, and variables first bound in the body but
+        read after the loop are carried from an undefined value: either retraces the
+        loop. ``target``: ``(name, dtype)`` of a ``for`` loop's variable, which keeps
+        its last value after the loop (as in Python) where it is read there.
         """
         if may_return(node.body):
             raise self.error(node, "`return` inside a runtime loop is not supported (a "
                                    "loop unrolled with fx.range_constexpr may return)",
                              CompileTimeValueRequired)
-        carried = self._carried(node.body)
-        init = {n: self.scope[n] for n in carried}
-        types = {n: (init[n].dtype if is_dynamic(init[n]) else V.literal_dtype(init[n]))
-                 for n in carried}
-        for _attempt in range(4):
-            loop, body, before, scope = build(carried, init, types)
+        carry = _Carry()
+        for n in self._carried(node.body):
+            carry.add(n, self.scope[n])
+        if target is not None and target[0] not in carry.shapes \
+                and self.read_outside(target[0], node):
+            carry.add(target[0], self._loop_variable_init(node, *target))
+        for _attempt in range(6):
+            loop, body, before, scope = build(carry)
             try:
                 self._trace_region(body, node.body, scope)
             except DSLError:
                 loop.operation.erase()
                 raise
-            if self._settle_types(node, carried, scope, init, types):
+            retry = self._settle_types(node, carry, scope)
+            late = self._bound_in_loop(node, carry, before, scope)
+            if retry or late:
                 loop.operation.erase()
+                for n, v in late.items():
+                    carry.add(n, v)
                 continue
             with ir.InsertionPoint(body):
-                scf.yield_([_coerce(scope[n], types[n]).v for n in carried])
-            for i, n in enumerate(carried):
-                self.scope[n] = Value(loop.results[i], types[n])
-            self._drop_loop_locals(node, node.body, carried, before, scope)
+                scf.yield_([_coerce(x, t).v for x, t in zip(carry.leaves_of(scope), carry.types)])
+            carry.bind(self.scope, loop.results)
+            self._drop_loop_locals(node, node.body, carry.names, before, scope)
             return None
         raise self.error(node, "could not settle the types of the loop-carried variables "
-                               f"{carried}", DSLTypeError)
+                               f"{carry.names}", DSLTypeError)
+
+    def _loop_variable_init(self, node, name: str, ivt: dt.DType):
+        """What a runtime ``for`` loop's variable holds if the loop runs no iteration:
+        its value before the loop, or undefined."""
+        if name not in self.scope:
+            return C.undefined_variable(ivt, name, self.debug)
+        prior = self.scope[name]
+        if is_dynamic(prior) and prior.dtype.kind == "int" and prior.dtype.bits < ivt.bits:
+            return V.cast(prior, ivt)
+        if C.is_leaf(C.strip(prior)):
+            return prior
+        raise self.error(node, f"the loop variable {name!r} is {C.describe_shape(prior)} "
+                               "before this runtime loop and is read after it; a runtime "
+                               "loop's variable is a number: use another name",
+                         DSLTypeError)
+
+    def _bound_in_loop(self, node, carry: "_Carry", before: dict, after: dict) -> dict:
+        """Variables first bound in a runtime loop's body and read after the loop:
+        name -> the undefined value to carry them from."""
+        late = {}
+        for n in sorted(assigned_names(node.body) - set(carry.names) - {RETURN}):
+            if n in before or n not in after or not self.read_outside(n, node):
+                continue
+            value = C.strip(after[n])
+            if C.carriable(value):
+                late[n] = C.unbound_like(value, n, self.debug)
+        return late
 
     def _drop_loop_locals(self, node, body, carried, before: dict, after: dict) -> None:
-        """Names first bound inside a runtime loop do not survive it; a non-number
-        bound before the loop must not be rebound inside it."""
+        """Names first bound inside a runtime loop and not carried do not survive it;
+        a value that is not a number bound before the loop must not be rebound inside
+        it."""
         loop_var = node.target.id if isinstance(node, ast.For) else None
         for n in assigned_names(body) - set(carried) - {RETURN}:
             if n in before:
                 if n != loop_var and after.get(n) is not before[n]:
                     raise self.error(node, f"variable {n!r} ({type(before[n]).__name__}) is "
-                                           "rebound inside a runtime loop; only numbers can "
+                                           "rebound inside a runtime loop; only numbers and "
+                                           "tuples, lists, dicts and fragments of numbers can "
                                            "be loop-carried", DSLTypeError)
                 continue
             self.scope.pop(n, None)
 
-    def _settle_types(self, node, carried, scope, init, types) -> bool:
-        """After tracing a loop body: widen literal-initialized carried types; True = retrace."""
+    def _settle_types(self, node, carry: "_Carry", scope: dict) -> bool:
+        """After tracing a loop body: check each carried variable keeps its structure,
+        widen literal-initialized leaves' types; True = retrace."""
         retry = False
-        for n in carried:
-            after = scope.get(n)
-            if not _yieldable(after):
-                raise self.error(node, f"loop-carried variable {n!r} must stay a number, "
-                                       f"but becomes {type(after).__name__}", DSLTypeError)
-            new_t = after.dtype if is_dynamic(after) else V.literal_dtype(after)
-            if new_t is types[n]:
-                continue
-            if not is_dynamic(init[n]):
-                joined = V.result_dtype(types[n], new_t)
-                if joined is not types[n]:
-                    types[n] = joined
-                    retry = True
-                continue
-            if not _implicitly_convertible(new_t, types[n]):
-                raise self.error(node, f"loop-carried variable {n!r} changes type from "
-                                       f"{types[n].name} to {new_t.name}; initialize it with "
-                                       f"fx.{new_t.name}(...) before the loop", DSLTypeError)
+        for n in carry.names:
+            after = carry.value_after(n, scope)
+            shape, leaves = C.flatten(after)
+            if shape != carry.shapes[n]:
+                raise self.error(node, f"loop-carried variable {n!r} is "
+                                       f"{C.describe_shape(carry.initial(n))} before the loop "
+                                       f"and {C.describe_shape(after)} after its body; it "
+                                       "must keep its structure (numbers, or tuples, lists, "
+                                       "dicts and fragments of numbers)", DSLTypeError)
+            for k, x in zip(carry.span(n), leaves):
+                new_t = C.leaf_dtype(x)
+                old_t = carry.types[k]
+                if new_t is old_t:
+                    continue
+                if not is_dynamic(carry.inits[k]):
+                    joined = V.result_dtype(old_t, new_t)
+                    if joined is not old_t:
+                        carry.types[k] = joined
+                        retry = True
+                    continue
+                if not _implicitly_convertible(new_t, old_t):
+                    raise self.error(node, f"loop-carried variable {n!r} changes type from "
+                                           f"{old_t.name} to {new_t.name}; initialize it with "
+                                           f"fx.{new_t.name}(...) before the loop", DSLTypeError)
         return retry
 
     def _static_while(self, node: ast.While, cond) -> Optional[bool]:
@@ -533,15 +638,14 @@ class ControlFlow:
             self.scope.pop(flags.brk, None)
 
     def _dynamic_while(self, node: ast.While) -> None:
-        def build(carried, init, types):
-            mtypes = [types[n].mlir_type() for n in carried]
-            loop = scf.WhileOp(mtypes, [V.as_value(init[n], types[n]).v for n in carried])
+        def build(carry: _Carry):
+            mtypes = carry.mlir_types()
+            loop = scf.WhileOp(mtypes, carry.init_values())
             before = loop.before.blocks.append(*mtypes)
             after = loop.after.blocks.append(*mtypes)
             saved = self.scope
             self.scope = dict(saved)
-            for i, n in enumerate(carried):
-                self.scope[n] = Value(before.arguments[i], types[n])
+            carry.bind(self.scope, before.arguments)
             try:
                 with ir.InsertionPoint(before):
                     c = self.eval_node(node.test)
@@ -554,8 +658,7 @@ class ControlFlow:
             finally:
                 self.scope = saved
             scope = dict(self.scope)
-            for i, n in enumerate(carried):
-                scope[n] = Value(after.arguments[i], types[n])
+            carry.bind(scope, after.arguments)
             return loop, after, dict(self.scope), scope
         self._runtime_loop(node, build)
         return None
@@ -574,17 +677,27 @@ class ControlFlow:
                 return first
             return self._bool_chain(node, operands[1:], is_and)
         # Dynamic: evaluate the rest only where needed (`i < n and t[i] > 0` must
-        # not load t[i] out of bounds), as an scf.if yielding a Bool.
+        # not load t[i] out of bounds), as an scf.if. As in Python, the result is the
+        # operand that decided (`x or 5.0` is x where x is true, else 5.0); between
+        # Bools that is the Bool `and`/`or`, with the short side a constant.
         c = V.cast(first, dt.Bool)
-        op = scf.IfOp(c.v, [ir.IntegerType.get_signless(1)], has_else=True)
-        lazy_block, short_block = (op.then_block, op.else_block) if is_and else \
-            (op.else_block, op.then_block)
+        probe = scf.IfOp(c.v, [], has_else=True)
+        lazy_block, short_block = (probe.then_block, probe.else_block) if is_and else \
+            (probe.else_block, probe.then_block)
         with ir.InsertionPoint(lazy_block):
             rest = self._bool_chain(node, operands[1:], is_and)
-            scf.yield_([V.cast(V.as_value(rest), dt.Bool).v])
-        with ir.InsertionPoint(short_block):
-            scf.yield_([V.constant(not is_and, dt.Bool).v])
-        return Value(op.results[0], dt.Bool)
+        if not _yieldable(rest):
+            raise self.error(node, "the operands of a runtime `and`/`or` must be numbers or "
+                                   f"conditions, not {C.describe_shape(rest)}", DSLTypeError)
+        t = _join_dtype(first, rest)
+        short = first if t is not dt.Bool else (not is_and)
+        final = scf.IfOp(c.v, [t.mlir_type()], has_else=True)
+        lazy_new, short_new = (final.then_block, final.else_block) if is_and else \
+            (final.else_block, final.then_block)
+        _move_ops_and_yield(lazy_block, lazy_new, lambda: [_coerce(rest, t).v])
+        _move_ops_and_yield(short_block, short_new, lambda: [_coerce(short, t).v])
+        probe.operation.erase()
+        return Value(final.results[0], t)
 
     def expr_IfExp(self, node: ast.IfExp) -> Any:
         cond = self.eval_node(node.test)
@@ -609,8 +722,89 @@ class ControlFlow:
         return Value(final.results[0], t)
 
 
+class _Carry:
+    """The variables a runtime loop carries, flattened into leaves (:mod:`.carried`):
+    each name's structure, and per leaf its initial value and type."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.shapes: dict = {}
+        self.inits: list = []
+        self.types: list[dt.DType] = []
+        self._spans: dict[str, range] = {}
+
+    def add(self, name: str, value) -> None:
+        shape, leaves = C.flatten(value)
+        self.names.append(name)
+        self.shapes[name] = shape
+        self._spans[name] = range(len(self.inits), len(self.inits) + len(leaves))
+        self.inits.extend(leaves)
+        self.types.extend(C.leaf_dtype(x) for x in leaves)
+
+    def span(self, name: str) -> range:
+        return self._spans[name]
+
+    def initial(self, name: str):
+        return C.rebuild(self.shapes[name], [self.inits[k] for k in self._spans[name]])
+
+    def init_values(self) -> list:
+        return [V.as_value(x, t).v for x, t in zip(self.inits, self.types)]
+
+    def mlir_types(self) -> list:
+        return [t.mlir_type() for t in self.types]
+
+    def bind(self, scope: dict, values) -> None:
+        """Bind every name in ``scope`` to its structure over ``values`` (ir.Values,
+        one per leaf)."""
+        values = list(values)
+        for n in self.names:
+            leaves = [Value(values[k], self.types[k]) for k in self._spans[n]]
+            scope[n] = C.rebuild(self.shapes[n], leaves)
+
+    def value_after(self, name: str, scope: dict):
+        """``name``'s value at the end of the body, as a variable that may be
+        unassigned where the loop carries it as one."""
+        after = scope[name]
+        if self.shapes[name][0:1] == ("unbound",) and not isinstance(after, C.MaybeUnbound):
+            after = C.bound(after, name)
+        return after
+
+    def leaves_of(self, scope: dict) -> list:
+        return [x for n in self.names for x in C.flatten(self.value_after(n, scope))[1]]
+
+
+def _row(t: TensorValue, k):
+    """Row ``k`` of ``t``: an element of a 1-D tensor, else a view."""
+    if t.rank == 1:
+        return t[k]
+    from ...expr.layout import slice as fx_slice
+    return fx_slice(t, (k,) + (None,) * (t.rank - 1))
+
+
+def _span(node: ast.AST) -> tuple:
+    return ((node.lineno, node.col_offset),
+            (getattr(node, "end_lineno", node.lineno), getattr(node, "end_col_offset", 1 << 30)))
+
+
+def _reads_by_name(fn_node: ast.AST) -> dict:
+    """name -> the positions where the function reads it (``x += 1`` reads ``x``)."""
+    reads: dict = {}
+    for n in ast.walk(fn_node):
+        target = n.target if isinstance(n, ast.AugAssign) else n
+        if isinstance(target, ast.Name) and (n is not target or isinstance(n.ctx, ast.Load)):
+            reads.setdefault(target.id, []).append((target.lineno, target.col_offset))
+    return reads
+
+
 def _yieldable(x) -> bool:
     return is_dynamic(x) or (isinstance(x, (bool, int, float)))
+
+
+def _same_constant(a, b) -> bool:
+    """Two leaves that need no ``scf`` result: the same value, or equal constants."""
+    if a is b:
+        return True
+    return not is_dynamic(a) and not is_dynamic(b) and type(a) is type(b) and a == b
 
 
 def _join_dtype(a, b) -> dt.DType:
