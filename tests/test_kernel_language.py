@@ -2,6 +2,7 @@
 functions, identity tests and tuple loops on compile-time values, variables bound in
 every branch, and error messages in the user's words."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -137,10 +138,15 @@ def bound_in_one_branch(x: fx.Tensor, out: fx.Tensor):
     out[i] = y
 
 
-def test_a_variable_bound_on_one_path_only_is_a_located_error():
+def test_a_variable_bound_on_one_path_only_is_reported_where_it_is_read_unassigned(
+        monkeypatch):
+    out = np.zeros(2, np.float32)
+    bound_in_one_branch[1, 2](np.array([1.5, 2.5], np.float32), out)   # as numba: defined
+    np.testing.assert_array_equal(out, [1.5, 2.5])                     # where assigned
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
     with pytest.raises(flydsl.FlydslError, match="'y'") as e:
-        bound_in_one_branch[1, 1](np.zeros(1, np.float32), np.zeros(1, np.float32))
-    assert "out[i] = y" in str(e.value)
+        bound_in_one_branch[1, 2](np.array([1.5, -1.0], np.float32), out)
+    assert "out[i] = y" in str(e.value) and "never assigned" in str(e.value)
 
 
 @flydsl.kernel
@@ -260,3 +266,33 @@ def test_floor_ceil_where_select_and_grid_dim():
     rounding_and_choice[1, 11](x, y)
     np.testing.assert_array_equal(y, [np.floor(x), np.ceil(x), np.maximum(x, 0),
                                       np.where(x > 0, 1, -1), np.ones(11)])
+
+
+# -- assignment expressions, library helpers, numpy scalars, return values -----------
+
+@flydsl.kernel
+def walrus_and_library_helpers(x: fx.Tensor, y: fx.Tensor):
+    i = fx.thread_idx.x
+    name = os.path.join("rows", "cols")          # the standard library runs as Python
+    if (v := x[i]) > 0.0:
+        y[i] = v * np.float32(2.0) + len(name)
+    else:
+        y[i] = np.float32(0.5) * v + np.int32(1)   # numpy scalars are typed constants
+
+
+def test_assignment_expressions_library_helpers_and_numpy_scalars():
+    x = np.array([1, -2, 3], np.float32)
+    y = np.zeros(3, np.float32)
+    walrus_and_library_helpers[1, 3](x, y)
+    np.testing.assert_array_equal(y, [2 + 9, 0.5 * -2 + 1, 6 + 9])
+
+
+@flydsl.kernel
+def returns_a_value(x: fx.Tensor):
+    return x[0]  # RETURNS-VALUE
+
+
+def test_a_kernel_that_returns_a_value_is_a_located_error():
+    with pytest.raises(DSLTypeError, match="a kernel returns nothing") as info:
+        returns_a_value[1, 1](np.zeros(1, np.float32))
+    assert info.value.source_line.strip() == "return x[0]  # RETURNS-VALUE"

@@ -53,8 +53,11 @@ _LIBRARIES = ("flydsl", "numpy", "torch", "builtins")
 
 
 def is_user_function(fn) -> bool:
-    """A plain Python function of the user's (not flydsl's, numpy's or torch's)."""
+    """A plain Python function of the user's, traced inline (not flydsl's, numpy's,
+    torch's or the standard library's: those run as Python, e.g. ``os.path.join``)."""
+    import sys
     import types
     if not isinstance(fn, types.FunctionType):
         return False
-    return (fn.__module__ or "").split(".")[0] not in _LIBRARIES
+    root = (fn.__module__ or "").split(".")[0]
+    return root not in _LIBRARIES and root not in sys.stdlib_module_names

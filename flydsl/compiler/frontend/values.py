@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Union
 
 import mlir.ir as ir
+import numpy as np
 from mlir.dialects import arith, llvm, math as mmath
 
 from ...errors import CompileTimeValueRequired, DSLTypeError
@@ -68,6 +69,9 @@ class Value:
 
     def __hash__(self):
         return id(self)
+
+    #: numpy defers to Value's operators (``np.float32(2) * v`` is ``v.__rmul__``).
+    __array_ufunc__ = None
 
     # arithmetic ------------------------------------------------------
     def __add__(self, o): return binary("+", self, o)
@@ -156,8 +160,19 @@ def fits(x: int, dtype: DType) -> bool:
     return lo <= x < hi
 
 
+def numpy_constant(x):
+    """A numpy scalar (``np.float32(2.0)``) as a constant of its own type; anything
+    else as it is."""
+    if isinstance(x, np.generic) and not isinstance(x, (bool, int, float)):
+        t = dt.dtype_from_numpy(x.dtype)
+        if t is not None:
+            return constant(x.item(), t)
+    return x
+
+
 def as_value(x, dtype: DType = None) -> Value:
     """``x`` as a Value; Python scalars become constants (of ``dtype`` if given)."""
+    x = numpy_constant(x)
     if isinstance(x, Value):
         return x if dtype is None else cast(x, dtype)
     if is_scalar(x):
@@ -255,7 +270,9 @@ def _widen_for_literal(t: DType, lit: int) -> DType:
 
 
 def promote(a, b) -> tuple[Value, Value]:
-    """Both operands as Values of one common dtype; literals adapt to the other side."""
+    """Both operands as Values of one common dtype; literals adapt to the other side
+    (numpy scalars are typed constants, as in numpy)."""
+    a, b = numpy_constant(a), numpy_constant(b)
     if isinstance(a, Value) and isinstance(b, Value):
         t = result_dtype(a.dtype, b.dtype)
         return cast(a, t), cast(b, t)
