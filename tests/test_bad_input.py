@@ -184,3 +184,35 @@ def test_concurrent_compiles_of_distinct_kernels_from_threads(monkeypatch):
         t.join()
     assert not errors
     assert len(offset._compiled) == 8
+
+
+@flydsl.kernel
+def writes_one(y: fx.Tensor):
+    y[0] = 1.0
+
+
+#: Arguments each fx function is tried with outside a kernel.
+HOST_ARGS = [(), (1,), (2.5,), (1, 2), ("y",), ("y", 0, 1.0), (fx.Float32,), (1.0, fx.Float16),
+             ((4,), fx.Float32)]
+
+
+def test_kernel_builtins_outside_a_kernel_raise_the_same_error_after_a_launch():
+    y = np.zeros(4, np.float32)
+    writes_one[1, 1](y)                  # the front end is loaded now
+    for what in (lambda: fx.Int32(5), lambda: fx.thread_idx.x, lambda: fx.exp(1.0),
+                 lambda: fx.shared_array(4, fx.Float32), lambda: fx.barrier(),
+                 lambda: fx.cast(1, fx.Float16), lambda: fx.atomic_add(y, 0, 1.0)):
+        with pytest.raises(flydsl.errors.DSLError, match="inside a @flydsl.kernel body"):
+            what()
+    for name in sorted(fx.__all__):      # no MLIR exception reaches the user
+        fn = getattr(fx, name)
+        if not callable(fn):
+            continue
+        for args in HOST_ARGS:
+            try:
+                fn(*(y if a == "y" else a for a in args))
+            except flydsl.errors.FlydslError:
+                pass
+            except Exception as e:  # noqa: BLE001 - what matters is which
+                assert not type(e).__module__.startswith("mlir"), (name, args, e)
+                assert "MLIR" not in str(e) and "Context" not in str(e), (name, args, e)

@@ -13,12 +13,15 @@ from typing import Any
 from ..errors import DSLError
 
 _ops: Any = None
+#: The front end's "is a trace in progress on this thread" (None until installed).
+_tracing: Any = None
 
 
-def install(ops_module: Any) -> None:
-    """Called by the front end once, at its import."""
-    global _ops
-    _ops = ops_module
+def install(ops_module: Any, tracing: Any) -> None:
+    """Called by the front end once, at its import, with its ops module and a
+    function saying whether a trace is in progress."""
+    global _ops, _tracing
+    _ops, _tracing = ops_module, tracing
 
 
 def installed() -> Any:
@@ -27,7 +30,8 @@ def installed() -> Any:
 
 
 def ops() -> Any:
-    """The front end's ops module; outside a trace, a DSLError that says so."""
-    if _ops is None:
+    """The front end's ops module; outside a trace (before the front end was ever
+    imported, or after), a DSLError that says so."""
+    if _ops is None or _tracing() is None:
         raise DSLError("this flydsl.expr function can only be used inside a @flydsl.kernel body")
     return _ops

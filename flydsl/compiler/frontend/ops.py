@@ -195,4 +195,4 @@ from .memory_ops import *    # noqa: E402,F401,F403
 from .numeric_ops import *   # noqa: E402,F401,F403
 from .warp_ops import *      # noqa: E402,F401,F403
 
-implementation.install(sys.modules[__name__])   # flydsl.expr's functions call into this module
+implementation.install(sys.modules[__name__], context.active)   # flydsl.expr's functions call into this module
