@@ -95,7 +95,8 @@ class RemoteStore(ABC):
     """A byte store shared by many processes; subclass it for another service.
 
     Names are short ASCII strings (``entry:<sha256>``, ``manifest:<sha256>``,
-    ``record:autotune:<sha256>``, ``lock:<sha256>``). Methods may raise any
+    ``record:autotune:<sha256>``, ``lock:<sha256>``, each behind ``<key id>/`` when
+    signed with a secret, and ``key-ids``). Methods may raise any
     exception on failure: the caller treats every exception as "store unavailable".
     Values are opaque; verification happens above this class.
     """
@@ -232,8 +233,8 @@ def make_store(spec: str, timeout: float) -> RemoteStore:
         return RedisStore(spec, timeout)
     module, sep, cls_name = spec.partition(":")
     if not sep or not module or not cls_name.isidentifier():
-        raise ValueError(f"FLYDSL_CACHE_STORE={mask_url(spec)!r}: expected 'local', a redis:// or "
-                         "unix:// URL, or 'package.module:Class'")
+        raise ValueError(f"FLYDSL_CACHE_STORE={mask_url(spec)!r}: expected 'local', a "
+                         "redis:// or unix:// URL, or 'package.module:Class'")
     cls = getattr(importlib.import_module(module), cls_name)
     if not (isinstance(cls, type) and issubclass(cls, RemoteStore)):
         raise TypeError(f"FLYDSL_CACHE_STORE={mask_url(spec)!r} is not a flydsl "
@@ -334,8 +335,8 @@ class RemoteTier:
             f"flydsl: shared cache {self.description} holds {name} signed with another "
             f"FLYDSL_CACHE_STORE_SECRET (key id {kid or 'none: unsigned'}; this process's: "
             f"{mine}); values of other secrets are neither used nor deleted, so this "
-            "process compiles and shares its own. Give it the fleet's secret to use the "
-            "fleet's kernels"))
+            "process compiles and shares its own: give every process of a fleet the same "
+            "secret"))
 
     # -- calls -----------------------------------------------------------------------
     def available(self) -> bool:
