@@ -14,6 +14,7 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
+from flydsl.errors import DSLTypeError
 
 torch = pytest.importorskip("torch")
 
@@ -197,3 +198,18 @@ def test_warm_reads_of_numpy_views_see_what_cold_reads_see():
 def test_warm_torch_tensors_are_accepted_and_written_as_cold_ones(rank, dtype):
     fn, block = KERNELS[rank]
     _check_parity(fn, block, TORCH[rank], dtype, seed=4)
+
+
+def test_warm_cuda_array_interface_strides_of_no_whole_element_are_refused(fake_cuda,
+                                                                           monkeypatch):
+    """CuPy/Numba-like arrays: after a launch with a stride of 8 bytes, one of 5
+    bytes (a structured field) is refused as a cold launch refuses it."""
+    from fake_gpu import PlainCai, compiled_vadd, dev, register, vadd_kernel
+    monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cuda")
+    register(fake_cuda, compiled_vadd())
+    b, c = dev(64), dev(64)
+    vadd_kernel[1, 64](PlainCai(np.zeros(128, np.float32)[::2]), b, c, 64)
+    field = np.zeros(64, [("x", "f4"), ("y", "i1")])["x"]
+    with pytest.raises(DSLTypeError, match="not a multiple of the item size"):
+        vadd_kernel[1, 64](PlainCai(field), b, c, 64)
+    assert len(fake_cuda.launches) == 1
