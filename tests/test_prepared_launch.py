@@ -93,6 +93,21 @@ def test_changed_scalars_misaligned_pointers_and_env_send_the_call_back(monkeypa
     assert launch(tuple(args))
 
 
+def test_a_read_only_output_is_not_prepared_and_the_usual_launch_refuses_it():
+    """The warm entry of these layouts exists, but its key does not say whether the
+    output is writable: prepare must check that, as a cold launch does."""
+    axpy.cache_clear()
+    args = _args()
+    axpy[1, 128](*args)
+    with torch.inference_mode():
+        out = torch.zeros(100)
+    read_only = (*args[:2], out, *args[3:])
+    assert axpy.prepare(read_only, 1, 128) is None
+    with pytest.raises(flydsl.LaunchError, match="inference"):
+        axpy[1, 128](*read_only)
+    assert not out.any()
+
+
 def test_signed_zero_float_scalars_are_not_confused():
     axpy.cache_clear()
     args = _args(a=0.0)

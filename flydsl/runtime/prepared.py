@@ -21,7 +21,7 @@ from .dispatch import env_token
 from .fastpath import _Writer, emit_constexpr_guards
 from .packing import BoundLaunch
 from .specialization import ALIGNMENT, tensor_aligned
-from .tensors import is_torch_tensor
+from .tensors import is_torch_tensor, torch_writable
 
 
 def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[int]],
@@ -81,13 +81,15 @@ def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
     ``(position, value)`` of the constexpr arguments; ``dims``: ``(grid, block, smem,
     stream)``), or None when
     an argument is a tensor other than a torch tensor (only torch tensors are read
-    by pointer alone).
+    by pointer alone) or a tensor the kernel writes is read-only (an inference
+    tensor outside ``torch.inference_mode()``, which the usual launch refuses: a
+    prepared launch must not accept what a cold one refuses).
 
     ``launch(args) -> bool`` launches ``args`` (positional, as the call it was
     prepared from) when they fit, and returns False, launching nothing, when they
     do not. The caller guarantees that every tensor argument has the shape,
     strides, dtype and device of the one it was prepared with, and that the
-    tensors the kernel writes are writable: those are not checked again. It is a
+    tensors the kernel writes stay writable: those are not checked again. It is a
     function generated for the argument list (its source: ``__flydsl_source__``).
     """
     runtime, positions = [], []
@@ -95,8 +97,10 @@ def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
         value = args[pos] if pos is not None and pos < len(args) else default
         runtime.append(value)
         positions.append(pos if pos is not None and pos < len(args) else None)
-    for (kind, _), value in zip(bound.layout, runtime):
+    for i, ((kind, _), value) in enumerate(zip(bound.layout, runtime)):
         if kind == "tensor" and not is_torch_tensor(value):
+            return None
+        if i in bound.written and not torch_writable(value):
             return None
     return _build(bound, runtime, positions, len(args), constexprs, dims)
 
