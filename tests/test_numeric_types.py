@@ -681,3 +681,47 @@ def test_math_functions_on_kernel_values():
     assert MATH_EQUIVALENTS[math.floor](2.5) == 2   # Python numbers: the math function itself
     with pytest.raises(UnsupportedConstructError, match=r"math.gamma\(\) has no flydsl"):
         unsupported_math[1, 1](np.zeros(1, np.float32))
+
+
+@flydsl.kernel
+def to_bfloat16(x: fx.Tensor, d: fx.Tensor, y: fx.Tensor, z: fx.Tensor):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < x.shape[0]:
+        y[i] = fx.cast(x[i], fx.BFloat16)
+        z[i] = fx.cast(d[i], fx.BFloat16)
+
+
+def bfloat16_bits(v: float) -> int:
+    """``v`` rounded to bfloat16 (nearest, ties to even), as bits: exact arithmetic."""
+    from fractions import Fraction
+    f32 = np.float32(v)
+    if abs(float(f32)) > abs(v):                     # the float32 nearer to zero
+        f32 = np.nextafter(f32, np.float32(0))
+    lo_bits = int(np.array(f32).view(np.uint32)) >> 16
+    lo = float(np.array(lo_bits << 16, np.uint32).view(np.float32))
+    hi = float(np.array((lo_bits + 1) << 16, np.uint32).view(np.float32))
+    if Fraction(v) == Fraction(lo):
+        return lo_bits
+    below, above = abs(Fraction(v) - Fraction(lo)), abs(Fraction(hi) - Fraction(v))
+    return lo_bits + 1 if above < below or (above == below and lo_bits & 1) else lo_bits
+
+
+def test_conversions_to_bfloat16_round_to_nearest_even_on_any_host_cpu():
+    # Hosts without AVX-512 BF16 convert through __truncsfbf2/__truncdfbf2, which
+    # flydsl's kernel objects define (libgcc before GCC 13 has neither).
+    ties = [1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 2 ** -130 * 1.5]
+    d = np.concatenate([RNG.standard_normal(500) * 10.0 ** RNG.integers(-30, 30, 500),
+                        ties, [t + 2 ** -40 for t in ties[:3]], [0.0, -0.0, 1e-45]])
+    x = d.astype(np.float32)
+    y, z = (np.zeros(len(d), np.uint16) for _ in range(2))
+    torch = pytest.importorskip("torch")
+    yt, zt = (torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) for a in (y, z))
+    to_bfloat16[(len(d) + 127) // 128, 128](x, d, yt, zt)
+    assert [int(b) for b in y] == [bfloat16_bits(float(v)) for v in x]
+    assert [int(b) for b in z] == [bfloat16_bits(float(v)) for v in d]   # no double rounding
+    special = np.array([np.inf, -np.inf, np.nan, 3.4e38], np.float32)
+    ys, zs = (torch.zeros(4, dtype=torch.bfloat16) for _ in range(2))
+    to_bfloat16[1, 4](special, special.astype(np.float64), ys, zs)
+    for out in (ys, zs):
+        assert out[0] == float("inf") and out[1] == float("-inf") and out[3] == float("inf")
+        assert torch.isnan(out[2])

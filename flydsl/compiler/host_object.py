@@ -153,6 +153,44 @@ define i1 @flydsl_interrupted() alwaysinline {{
   ret i1 %stop
 }}
 
+; float -> bfloat, rounding to nearest even (a NaN stays a NaN, quieted), as the
+; AVX-512 BF16 and AVX-NE-CONVERT instructions do. LLVM calls this compiler-rt
+; function where the host has neither, and libgcc before GCC 13 lacks it.
+define hidden bfloat @__truncsfbf2(float %x) {{
+  %bits = bitcast float %x to i32
+  %high = lshr i32 %bits, 16
+  %odd = and i32 %high, 1
+  %bias = add i32 %odd, 32767
+  %sum = add i32 %bits, %bias
+  %rounded = lshr i32 %sum, 16
+  %quiet = or i32 %high, 64
+  %nan = fcmp uno float %x, 0.0
+  %pick = select i1 %nan, i32 %quiet, i32 %rounded
+  %half = trunc i32 %pick to i16
+  %out = bitcast i16 %half to bfloat
+  ret bfloat %out
+}}
+
+; double -> bfloat: to float rounding to odd (exact, or the nearer-to-zero float with
+; its last bit set), then to bfloat to nearest even: no double-rounding error.
+define hidden bfloat @__truncdfbf2(double %x) {{
+  %t = fptrunc double %x to float
+  %back = fpext float %t to double
+  %exact = fcmp ueq double %back, %x
+  %bits = bitcast float %t to i32
+  %ax = call double @llvm.fabs.f64(double %x)
+  %aback = call double @llvm.fabs.f64(double %back)
+  %away = fcmp ogt double %aback, %ax
+  %less = sub i32 %bits, 1
+  %toward = select i1 %away, i32 %less, i32 %bits
+  %odd = or i32 %toward, 1
+  %pick = select i1 %exact, i32 %bits, i32 %odd
+  %f = bitcast i32 %pick to float
+  %out = call bfloat @__truncsfbf2(float %f)
+  ret bfloat %out
+}}
+declare double @llvm.fabs.f64(double)
+
 define void @{SIGINT_HANDLER}(i32 %sig) {{
 entry:
   %state = load ptr, ptr @{INTERRUPT_POINTER}, align 8
