@@ -7,9 +7,9 @@ a process read it after its local cache and before any shared store: a launch
 whose kernels are all in a bundle compiles nothing and never imports MLIR or
 llvmlite. Bundles are read-only and verified file by file like the cache (checksum
 and key binding); a bad file is skipped with a warning, and so is a damaged
-archive (truncated, not a tar) as a whole. Files are read when a lookup needs
-them, never more than :data:`MAX_FILE_BYTES` each (an archive's index is read at
-once). They are trusted because you point at them, so keep them where only the
+archive (truncated, or holding a file over :data:`MAX_FILE_BYTES`) as a whole.
+Files are read when a lookup needs them (an archive's index is read at once),
+never more than :data:`MAX_FILE_BYTES` each. They are trusted because you point at them, so keep them where only the
 deployment can write.
 """
 from __future__ import annotations
@@ -52,8 +52,11 @@ class Bundle:
             for member in self._tar:           # headers only: contents are read on demand
                 name = os.path.normpath(member.name)
                 if member.isfile() and not name.startswith(("..", "/")):
+                    # Stop at once: skipping a huge member of a .tar.gz costs its
+                    # whole decompression, and flydsl never writes one.
+                    self._check_size(name, member.size)
                     self._members[name] = member
-        except _ARCHIVE_ERRORS as e:
+        except (*_ARCHIVE_ERRORS, ValueError) as e:
             self.close()
             raise ValueError(f"flydsl bundle {path!r} is a damaged archive "
                              f"({type(e).__name__}: {e})") from e
@@ -92,7 +95,6 @@ class Bundle:
         member = self._members.get(os.path.normpath(rel))
         if member is None:
             return None
-        self._check_size(rel, member.size)
         with self._tar_lock:
             if self._tar is None:
                 return None
@@ -101,7 +103,7 @@ class Bundle:
     @staticmethod
     def _check_size(rel: str, size: int) -> None:
         if size > MAX_FILE_BYTES:
-            raise ValueError(f"{size} bytes, over the {MAX_FILE_BYTES}-byte limit "
+            raise ValueError(f"{rel}: {size} bytes, over the {MAX_FILE_BYTES}-byte limit "
                              "(flydsl.compiler.bundle.MAX_FILE_BYTES)")
 
     def _decode(self, rel: str, binding: str) -> Optional[CacheEntry]:
