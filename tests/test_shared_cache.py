@@ -57,7 +57,10 @@ def child(cache_dir, store, *kernels, **env) -> dict:
 def redis_keys(srv: RedisServer, pattern: str) -> list:
     from flydsl.compiler.resp import RespClient
     client = RespClient(srv.url, 2.0)
-    return [k.decode() for k in client.scan_iter(match=pattern)]
+    try:
+        return [k.decode() for k in client.scan_iter(match=pattern)]
+    finally:
+        client.close()
 
 
 def test_two_processes_with_different_local_caches_share_kernels(server, tmp_path):
@@ -105,6 +108,7 @@ def test_a_poisoned_remote_entry_is_rejected_and_rebuilt(server, tmp_path):
     flipped[len(flipped) // 2] ^= 0xFF
     client.set(names[0], bytes(flipped))
     client.set(names[1], good[names[0]])
+    client.close()
     second = child(tmp_path / "b", server.url, "add", "scale2", **fleet)
     assert second["ok"]                                   # right results, not the bad code
     assert sorted(second["compiled"]) == sorted(first["compiled"])
@@ -291,12 +295,14 @@ def test_a_server_that_dribbles_its_reply_times_out_within_the_store_timeout(
 def test_an_unreachable_unix_socket_store_leaves_no_socket_open(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "local"))
     monkeypatch.setenv("FLYDSL_CACHE_STORE", f"unix://{tmp_path}/nonexistent.sock")
+    gc.collect()                # what earlier tests left is not this test's business
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         shift(time.time_ns() % 1000 + 60)
         remote.active_tier().flush()
         gc.collect()
-    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    leaked = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert leaked == []
     assert sum("using the local cache only" in str(w.message) for w in caught) == 1
 
 
@@ -394,8 +400,9 @@ def test_listing_the_store_without_the_fleets_secret_deletes_nothing(server, tmp
 
 def test_the_store_password_is_never_shown(server, tmp_path):
     from flydsl.compiler.resp import RespClient
-    RespClient(server.url, 2.0).command("ACL", "SETUSER", "fleet", "on", ">s3cret-pw",
-                                        "~*", "+@all")
+    admin = RespClient(server.url, 2.0)
+    admin.command("ACL", "SETUSER", "fleet", "on", ">s3cret-pw", "~*", "+@all")
+    admin.close()
     url = server.url.replace("redis://", "redis://fleet:s3cret-pw@")
     env = {"FLYDSL_CACHE_DIR": str(tmp_path / "b"), "FLYDSL_CACHE_STORE": url}
     info = cache_cli("info", **env)               # connected: the password was right
