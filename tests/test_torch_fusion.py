@@ -93,17 +93,38 @@ def test_cost_rule_counts_each_sides_host_threads(monkeypatch):
         assert worth_fusing(group)
 
 
-def _slowed(fn, seconds=2e-3):
-    def slow(*args, **kwargs):
-        time.sleep(seconds)
-        return fn(*args, **kwargs)
-    return slow
+class TrialClock:
+    """The trials' clock, with an hour added by each call of a side made slow: that
+    side provably loses however loaded the machine is (no real sleep, no timing)."""
+
+    def __init__(self):
+        self.skipped = 0.0
+
+    def __call__(self) -> float:
+        return time.perf_counter() + self.skipped
+
+    def slowed(self, fn, when=lambda *args: True):
+        """``fn``, an hour slower on this clock when ``when(*args)`` holds."""
+        def slow(*args, **kwargs):
+            if when(*args):
+                self.skipped += 3600.0
+            return fn(*args, **kwargs)
+        return slow
+
+
+@pytest.fixture
+def trial_clock(monkeypatch):
+    from flydsl.torch import trials
+    clock = TrialClock()
+    monkeypatch.setattr(trials, "clock", clock)
+    return clock
 
 
 @pytest.mark.parametrize("slow_side", ["kernel", "eager"])
-def test_first_calls_time_the_kernel_against_eager_and_keep_the_faster(monkeypatch, slow_side):
+def test_first_calls_time_the_kernel_against_eager_and_keep_the_faster(monkeypatch, trial_clock,
+                                                                      slow_side):
     """The cost rule fuses the group; its first calls (one untimed launch, then
-    TRIALS timed calls of each side) measure it: a kernel made 2 ms slower runs
+    TRIALS timed calls of each side) measure it: a kernel made an hour slower runs
     eagerly from then on, one that beats its (slowed) eager ops is kept. Every
     call's result is right."""
     from flydsl.torch import trials
@@ -111,9 +132,9 @@ def test_first_calls_time_the_kernel_against_eager_and_keep_the_faster(monkeypat
     gm = db.fuse_pointwise(_fake_graph(_add_mul, *args), "cpu")
     (fused,) = _fused_modules(gm)
     if slow_side == "kernel":
-        monkeypatch.setattr(fused, "_fused", _slowed(fused._fused))
+        monkeypatch.setattr(fused, "_fused", trial_clock.slowed(fused._fused))
     else:
-        monkeypatch.setattr(fused.eager, "forward", _slowed(fused.eager.forward))
+        monkeypatch.setattr(fused.eager, "forward", trial_clock.slowed(fused.eager.forward))
     before = dict(kernels.stats)
     for _ in range(1 + 2 * trials.TRIALS):
         torch.testing.assert_close(gm(*args)[0], _add_mul(*args)[0])
@@ -151,9 +172,9 @@ def test_graph_trial_settles_its_groups_then_keeps_the_faster_graph():
     assert len(never.trial.eager) + len(never.trial.fused) == 1
 
 
-def test_a_fused_graph_slower_than_its_aten_graph_gives_way_to_it(monkeypatch):
+def test_a_fused_graph_slower_than_its_aten_graph_gives_way_to_it(monkeypatch, trial_clock):
     """Each group wins its own trial (its eager ops are slowed during it), but the
-    kernel is 5 ms slower outside trials: the whole-graph trial sees it and the ATen
+    kernel is an hour slower outside trials: the whole-graph trial sees it and the ATen
     graph runs from then on, launching nothing; every result is right."""
     from flydsl.torch import trials
     monkeypatch.setattr(db, "fuse_pointwise", _spy_modules(db.fuse_pointwise, seen := []))
@@ -161,14 +182,9 @@ def test_a_fused_graph_slower_than_its_aten_graph_gives_way_to_it(monkeypatch):
     args = (_rand(1 << 20), _rand(1 << 20, seed=1))
     torch.testing.assert_close(fn(*args), (args[0] + args[1]) * args[1])    # compiles
     (fused,) = seen
-    monkeypatch.setattr(fused.eager, "forward", _slowed(fused.eager.forward))
-    real = fused._fused
-
-    def slow_outside_trials(key, plan, a):
-        if plan.trial is None:
-            time.sleep(5e-3)
-        return real(key, plan, a)
-    monkeypatch.setattr(fused, "_fused", slow_outside_trials)
+    monkeypatch.setattr(fused.eager, "forward", trial_clock.slowed(fused.eager.forward))
+    monkeypatch.setattr(fused, "_fused", trial_clock.slowed(
+        fused._fused, when=lambda key, plan, a: plan.trial is None))
     before = dict(db.stats)
     for _ in range(4 * trials.TRIALS + 4):
         torch.testing.assert_close(fn(*args), (args[0] + args[1]) * args[1])
