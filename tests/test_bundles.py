@@ -146,6 +146,10 @@ def test_a_truncated_archive_is_skipped_with_one_warning(tmp_path, monkeypatch):
     assert len(messages) == 1 and "damaged archive" in messages[0], messages
     with pytest.raises(ValueError, match="damaged archive"):
         flydsl.load_bundle(path)
+    with open(path, "r+b") as f:
+        f.truncate(20)                  # inside the first block
+    with pytest.raises(ValueError, match="damaged archive"):
+        flydsl.load_bundle(path)
 
 
 def test_a_bundle_file_over_the_size_cap_is_skipped_unread(tmp_path, monkeypatch):

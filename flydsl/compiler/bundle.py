@@ -27,11 +27,17 @@ from .cache import CacheEntry, entry_relpath, manifest_relpath, record_binding, 
 
 _ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _BUNDLE_DIRS = ("entries", "manifests", "records")
-#: The largest file a bundle may hand over (bytes); a bigger one is skipped with a
-#: warning, unread (a kernel's entry is far smaller).
+#: The largest file a bundle may hand over (bytes; a kernel's entry is far smaller):
+#: a bigger file in a folder is skipped with a warning, an archive holding one is
+#: not used. Neither is read.
 MAX_FILE_BYTES = 256 << 20
 #: What reading a damaged archive raises (gzip: EOFError, zlib.error).
 _ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
+
+
+def _damaged(path: str, error: BaseException) -> ValueError:
+    return ValueError(f"flydsl bundle {path!r} is a damaged archive "
+                      f"({type(error).__name__}: {error})")
 
 
 class Bundle:
@@ -45,7 +51,11 @@ class Bundle:
         self._is_dir = os.path.isdir(self.path)
         if self._is_dir:
             return
-        if not os.path.isfile(self.path) or not tarfile.is_tarfile(self.path):
+        try:
+            is_tar = os.path.isfile(self.path) and tarfile.is_tarfile(self.path)
+        except _ARCHIVE_ERRORS as e:   # a .tar.gz cut inside its first block
+            raise _damaged(path, e) from e
+        if not is_tar:
             raise ValueError(f"flydsl bundle {path!r} is neither a folder nor a tar archive")
         try:
             self._tar = tarfile.open(self.path)
@@ -58,8 +68,7 @@ class Bundle:
                     self._members[name] = member
         except (*_ARCHIVE_ERRORS, ValueError) as e:
             self.close()
-            raise ValueError(f"flydsl bundle {path!r} is a damaged archive "
-                             f"({type(e).__name__}: {e})") from e
+            raise _damaged(path, e) from e
 
     def __repr__(self) -> str:
         return f"<flydsl bundle {self.path}>"
