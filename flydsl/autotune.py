@@ -5,9 +5,11 @@ tensor argument) benchmarks each :class:`Config` and keeps the fastest, in memor
 as a record in the compile cache's store (keyed by the function's source hash, the
 configs, the key values, the backend, arch and options), so later processes reuse it
 without benchmarking. Configs that fail (compile errors, launch limits, errors the
-function raises) are skipped; only all of them failing is an error. When it pays, the
-candidates are compiled first in a pool of spawned processes that fill the disk cache,
-so the benchmarks in this process load them instead of compiling one after another.
+function raises, results ``check=`` rejects) are skipped; only all of them failing is
+an error. The candidates are compiled first in a warm pool of spawned processes
+(:mod:`flydsl.autotune_workers`) that fill the disk cache, so the benchmarks in this
+process load them instead of compiling one after another, and a config that crashes
+or hangs its compile is skipped instead of taking this process down.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import launch_context
+from . import autotune_workers, launch_context
 from .compiler import cache as disk_cache
 from .compiler.content_hash import Unhashable, traced_function_hash
 from .compiler.options import env_flag
@@ -94,6 +96,10 @@ class Config:
 def _json_value(value: Any) -> Any:
     """``value`` as JSON data (tuples become lists, other objects their repr)."""
     return json.loads(json.dumps(value, sort_keys=True, default=repr))
+
+
+class ConfigRejected(FlydslError):
+    """A config's results failed the tuner's ``check=``: the config is skipped."""
 
 
 class AutotuneError(CompilationError):
@@ -185,7 +191,8 @@ class Autotuner:
     def __init__(self, fn: Any, configs: Sequence[Config], key: Sequence[str], *,
                  prune_configs_by: Optional[Mapping[str, Any]] = None, warmup: float = 25,
                  rep: float = 100, restore_value: Sequence[str] = (),
-                 reset_to_zero: Sequence[str] = (), do_bench: Optional[Callable] = None):
+                 reset_to_zero: Sequence[str] = (), do_bench: Optional[Callable] = None,
+                 check: Optional[Callable[..., Any]] = None):
         if not isinstance(fn, (JitFunction, KernelFunction)):
             raise TypeError(f"@flydsl.autotune goes on a @flydsl.jit function or a "
                             f"@flydsl.kernel (stacked above it), got {fn!r}")
@@ -207,6 +214,10 @@ class Autotuner:
         self.prune_configs_by = self._check_prune(prune_configs_by)
         self.warmup, self.rep = warmup, rep
         self.do_bench = do_bench
+        if check is not None and not callable(check):
+            raise TypeError(f"@flydsl.autotune of {self.__name__!r}: check= takes a function "
+                            f"of the call's arguments, got {check!r}")
+        self.check = check
         self._fast_bind = self._positional_binding()
         self.cache: dict = {}
         self._warm: dict = {}               # (env, launch context, key, devices) -> Config
@@ -215,7 +226,7 @@ class Autotuner:
         self._lock = threading.Lock()
         self._fn_hash: Any = ...            # ...: not computed yet; None: memory-only
         self._where: Any = ...              # (module, qualname) a spawned child imports, or None
-        self._precompiled: set = set()      # argument signatures the pool compiled already
+        self._precompiled: dict = {}        # argument signatures the pool compiled -> failures
 
     def __repr__(self) -> str:
         return f"<flydsl.autotune {self.__name__}: {len(self.configs)} configs>"
@@ -462,12 +473,14 @@ class Autotuner:
         bench = self.do_bench or _default_do_bench()
         saved = {name: _snapshot(named[name]) for name in self.restore_value}
 
-        def run_with(cfg: Config) -> Callable[[], None]:
+        def run_with(cfg: Config, checked: bool = False) -> Callable[[], None]:
             def run() -> None:
                 for name in self.reset_to_zero:
                     _zero(named[name])
                 try:
                     self._call(cfg, args, kwargs, named, launch)
+                    if checked:
+                        self._check_results(cfg, args, kwargs)
                 finally:
                     for name, copy in saved.items():
                         _restore(named[name], copy)
@@ -479,7 +492,8 @@ class Autotuner:
                 continue
             run = run_with(cfg)
             try:
-                run()    # compiles (or loads) and checks the launch before any timing
+                # compiles (or loads), checks the launch and the results before any timing
+                run_with(cfg, checked=self.check is not None)()
                 timings[cfg] = _milliseconds(bench(run, warmup=self.warmup, rep=self.rep,
                                                    quantiles=[0.5, 0.2, 0.8]))
             except CONFIG_ERRORS as e:
@@ -488,6 +502,17 @@ class Autotuner:
         for name in self.reset_to_zero:   # the real call sees them zeroed, as each run did
             _zero(named[name])
         return timings, errors
+
+    def _check_results(self, cfg: Config, args: tuple, kwargs: dict) -> None:
+        """``check(*args, **kwargs)`` after ``cfg``'s run: ConfigRejected unless it holds
+        (an AssertionError from it rejects too, with its message)."""
+        try:
+            ok = self.check(*args, **kwargs)
+            why = "check() returned a false value"
+        except AssertionError as e:
+            ok, why = False, f"check() failed: {e}" if str(e) else "check() failed"
+        if not ok:
+            raise ConfigRejected(f"{cfg!r} of {self.__name__!r}: wrong results: {why}")
 
     # -- records ---------------------------------------------------------------------------
     def _function_hash(self) -> Optional[str]:
@@ -558,10 +583,11 @@ class Autotuner:
 
     # -- parallel compiles -----------------------------------------------------------------
     def _precompile(self, candidates: list, args: tuple, kwargs: dict, backend) -> dict:
-        """Compile the candidates in spawned processes that fill the disk cache, when
-        that can pay; {config: error text} of those that failed to compile there."""
+        """Compile the candidates in worker processes that fill the disk cache, when
+        they can; {config: error text} of those that failed, crashed or hung there
+        (never compiled here)."""
         workers = min(len(candidates), worker_count())
-        if workers < 2 or not disk_cache.enabled() or not disk_cache.DiskCache().usable():
+        if workers < 1 or not disk_cache.enabled() or not disk_cache.DiskCache().usable():
             return {}
         where = self._import_path()
         if where is None:
@@ -572,10 +598,10 @@ class Autotuner:
             return {}
         seen = (repr(stand_ins), backend.name, backend.target)
         if seen in self._precompiled:   # compiled for arguments like these already
-            return {}
+            return {c: f for c, f in self._precompiled[seen].items() if c in candidates}
         failures = _compile_in_pool(where, stand_ins, candidates, self._kernel, backend, workers)
-        self._precompiled.add(seen)
-        return failures
+        self._precompiled[seen] = failures
+        return dict(failures)
 
     def _import_path(self) -> Optional[tuple]:
         """(module, qualname) under which a spawned process finds this function, or None
@@ -610,8 +636,8 @@ class Autotuner:
 def autotune(configs: Sequence[Config], key: Sequence[str], *,
              prune_configs_by: Optional[Mapping[str, Any]] = None, warmup: float = 25,
              rep: float = 100, restore_value: Sequence[str] = (),
-             reset_to_zero: Sequence[str] = (),
-             do_bench: Optional[Callable] = None) -> Callable[[Any], Autotuner]:
+             reset_to_zero: Sequence[str] = (), do_bench: Optional[Callable] = None,
+             check: Optional[Callable[..., Any]] = None) -> Callable[[Any], Autotuner]:
     """Decorator (above ``@flydsl.jit`` or ``@flydsl.kernel``): benchmark ``configs`` on
     the first call for each value of ``key`` and run the fastest.
 
@@ -623,15 +649,21 @@ def autotune(configs: Sequence[Config], key: Sequence[str], *,
     - ``restore_value``: tensors the function writes, restored after each benchmark run;
       ``reset_to_zero``: tensors zeroed before each run (and before the real call).
     - ``do_bench``: the timer, called like ``flydsl.testing.do_bench``.
+    - ``check``: called as ``check(*args, **kwargs)`` (the call's arguments) after each
+      config's first run; a false answer or an ``AssertionError`` skips the config
+      (list the outputs in ``restore_value`` or ``reset_to_zero``, so that a config
+      cannot pass on an earlier config's results).
 
     The winner is kept per key, backend, arch and options, in memory and in the compile
-    cache's store; ``FLYDSL_AUTOTUNE_PRINT=1`` prints each benchmark table and
-    ``FLYDSL_AUTOTUNE_WORKERS`` caps the processes that compile candidates in parallel.
+    cache's store; ``FLYDSL_AUTOTUNE_PRINT=1`` prints each benchmark table,
+    ``FLYDSL_AUTOTUNE_WORKERS`` caps the processes that compile candidates (``0``: in
+    this process) and ``FLYDSL_AUTOTUNE_TIMEOUT`` (seconds, default 300) stops a
+    config whose compile hangs.
     """
     def decorate(fn: Any) -> Autotuner:
         return Autotuner(fn, configs, key, prune_configs_by=prune_configs_by, warmup=warmup,
                          rep=rep, restore_value=restore_value, reset_to_zero=reset_to_zero,
-                         do_bench=do_bench)
+                         do_bench=do_bench, check=check)
     return decorate
 
 
@@ -693,7 +725,8 @@ def _zero(x: Any) -> None:
 
 
 def worker_count() -> int:
-    """``FLYDSL_AUTOTUNE_WORKERS``, else the CPUs this process may run on."""
+    """``FLYDSL_AUTOTUNE_WORKERS`` (0: compile in this process), else the CPUs this
+    process may run on."""
     text = os.environ.get("FLYDSL_AUTOTUNE_WORKERS", "").strip()
     if text:
         if not text.isdigit():
@@ -701,6 +734,26 @@ def worker_count() -> int:
         return int(text)
     from .runtime.drivers.cpu import usable_cpus
     return usable_cpus()
+
+
+#: Seconds a config's compile may take in a worker unless FLYDSL_AUTOTUNE_TIMEOUT says.
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def compile_timeout() -> float:
+    """``FLYDSL_AUTOTUNE_TIMEOUT``: seconds a config's compile may take in a worker
+    before the worker is stopped and the config skipped (default 300)."""
+    text = os.environ.get("FLYDSL_AUTOTUNE_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"FLYDSL_AUTOTUNE_TIMEOUT must be a number of seconds above 0, "
+                         f"got {text!r}")
+    return seconds
 
 
 def _importable(tuner: Autotuner) -> Optional[tuple]:
@@ -792,41 +845,43 @@ def stand_in(value: Any) -> Any:
 
 def _compile_in_pool(where: tuple, stand_ins: tuple, candidates: list, kernel: bool, backend,
                      workers: int) -> dict:
-    """Run :func:`precompile_config` for each candidate in spawned processes (they inherit
-    the environment: cache folder, backend). A pool that cannot start or breaks only
-    means compiling here; a config whose compile failed there is returned as failed."""
-    import concurrent.futures
-    import multiprocessing
-    failures = {}
+    """Run :func:`precompile_config` for each candidate in the warm worker pool
+    (:mod:`flydsl.autotune_workers`: each job carries this process's environment, so
+    the cache folder and backend are this call's). {config: why} of the configs that
+    failed to compile, crashed their worker or overran ``FLYDSL_AUTOTUNE_TIMEOUT``;
+    a config the pool could not try is compiled here."""
     args, kwargs = stand_ins
-    try:
-        with concurrent.futures.ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            jobs = {cfg: pool.submit(precompile_config, where, args, kwargs,
-                                     cfg.kwargs if kernel else cfg.all_kwargs(),
-                                     backend.name, backend.target.arch) for cfg in candidates}
-            for cfg, job in jobs.items():
-                try:
-                    status, text = job.result()
-                except Exception as e:  # noqa: BLE001 - pickling, a broken pool: compile here
-                    log.debug("autotune %s: no parallel compile of %r: %s", where[1], cfg,
-                              failure_text(e))
-                    continue
-                if status == "failed":
-                    failures[cfg] = text
-                    log.debug("autotune %s: %r failed to compile: %s", where[1], cfg, text)
-                elif status == "error":
-                    log.debug("autotune %s: no parallel compile of %r: %s", where[1], cfg, text)
-    except Exception as e:  # noqa: BLE001 - the pool itself: compile here
-        log.debug("autotune %s: compiling serially: %s", where[1], failure_text(e))
+    jobs = {cfg: (precompile_config, (where, args, kwargs,
+                                      cfg.kwargs if kernel else cfg.all_kwargs(),
+                                      backend.name, backend.target.arch))
+            for cfg in candidates}
+    failures = {}
+    answers = autotune_workers.pool().run(jobs, workers, compile_timeout())
+    for cfg, (status, text) in answers.items():
+        if status == "failed":
+            failures[cfg] = text
+            log.debug("autotune %s: %r failed in its compile worker: %s", where[1], cfg, text)
+        elif status != "ok":
+            log.debug("autotune %s: no compile of %r in a worker: %s", where[1], cfg, text)
     return failures
 
 
+def _load_compiler(backend: str, arch: str) -> None:
+    """What a fresh worker's first compile loads (the compile cache's modules, the
+    backend and its toolchain's identity), loaded before ``FLYDSL_AUTOTUNE_TIMEOUT``
+    starts: not the config's time."""
+    from .compiler import kernel_compiler  # noqa: F401
+    from .compiler.backends.registry import get_backend
+    from .compiler.options import CompileOptions
+    get_backend(backend, arch=arch).hash(CompileOptions.from_env())
+
+
 def precompile_config(where: tuple, args: list, kwargs: dict, config_kwargs: dict,
-                      backend: str, arch: str) -> tuple:
-    """In a spawned process: compile one config into the disk cache. Returns ("ok", ""),
+                      backend: str, arch: str, ready: Callable[[], None] = lambda: None) -> tuple:
+    """In a worker process: compile one config into the disk cache. Returns ("ok", ""),
     ("failed", error) for a config that does not compile, or ("error", why) when this
-    process could not try (the parent then compiles it itself)."""
+    process could not try (the parent then compiles it itself). ``ready()`` is called
+    once the function is found: the compile, which may crash or hang, starts."""
     import importlib
     try:
         found: Any = importlib.import_module(where[0])
@@ -835,8 +890,10 @@ def precompile_config(where: tuple, args: list, kwargs: dict, config_kwargs: dic
         fn = found.fn if isinstance(found, Autotuner) else found
         args = [a.make() if isinstance(a, StandIn) else a for a in args]
         kwargs = {k: v.make() if isinstance(v, StandIn) else v for k, v in kwargs.items()}
+        _load_compiler(backend, arch)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles itself
         return "error", failure_text(e)
+    ready()
     try:
         compile_function(fn, *args, backend=backend, arch=arch, **kwargs, **config_kwargs)
     except CONFIG_ERRORS as e:
@@ -846,5 +903,5 @@ def precompile_config(where: tuple, args: list, kwargs: dict, config_kwargs: dic
     return "ok", ""
 
 
-__all__ = ["AutotuneError", "Autotuner", "Config", "KeyPath", "autotune", "failure_text",
-           "key_value", "worker_count"]
+__all__ = ["AutotuneError", "Autotuner", "Config", "ConfigRejected", "KeyPath", "autotune",
+           "compile_timeout", "failure_text", "key_value", "worker_count"]

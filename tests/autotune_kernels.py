@@ -1,7 +1,15 @@
 """Tuned kernels for tests/test_autotune.py, at module level so that a spawned process
 can import them (the parallel precompile), and a child script: run as
 ``python tests/autotune_kernels.py`` it calls a tuned function once and prints what
-the call cost (``benchmarks=N``: how many configs were timed)."""
+the call cost (``benchmarks=N``: how many configs were timed).
+
+With ``AUTOTUNE_KERNELS_IMPORT_LOG`` set, importing this module appends the process id
+to that file (how often a compile worker ran the module's top level)."""
+import multiprocessing
+import os
+import signal
+import time
+
 import numpy as np
 
 import flydsl
@@ -10,6 +18,10 @@ from flydsl.testing import do_bench
 
 #: Configs timed by the tuners below (do_bench calls), per process.
 BENCHMARKS = []
+
+if os.environ.get("AUTOTUNE_KERNELS_IMPORT_LOG"):
+    with open(os.environ["AUTOTUNE_KERNELS_IMPORT_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\n")
 
 
 def counting_do_bench(fn, **kwargs):
@@ -59,6 +71,27 @@ def pooled_kernel(x: fx.Tensor, n: fx.Int32, ADD: fx.Constexpr[int], SMEM: fx.Co
 def pooled_add(x: fx.Tensor, n: fx.Int32, ADD: fx.Constexpr[int] = 1,
                SMEM: fx.Constexpr[int] = 0):
     pooled_kernel(x, n, ADD, SMEM).launch(grid=((n + 63) // 64,), block=(64,))
+
+
+#: What fragile() does with each MODE: 0 adds 1; in a compile worker 1 crashes it and 2
+#: hangs it (here both add 1, so a tuner that compiled them here would keep them);
+#: 3 adds 2 (a wrong result).
+CRASH, HANG, WRONG = 1, 2, 3
+
+
+def in_a_compile_worker() -> bool:
+    """Whether this process was started by multiprocessing (the tests' own is not)."""
+    return multiprocessing.parent_process() is not None
+
+
+@flydsl.jit
+def fragile(x: fx.Tensor, n: fx.Int32, MODE: fx.Constexpr[int] = 0):
+    if MODE == CRASH and in_a_compile_worker():
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if MODE == HANG and in_a_compile_worker():
+        time.sleep(3600)
+    pooled_kernel(x, n, 2 if MODE == WRONG else 1, 0).launch(grid=((n + 63) // 64,),
+                                                               block=(64,))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """@flydsl.autotune: picks the fastest config per key, remembers it in memory and in the
 cache store (another process reuses it), skips failing configs, restores inputs,
-prunes, launches tuned kernels, and compiles candidates in parallel processes."""
+prunes, launches tuned kernels, and compiles candidates in a warm pool of worker
+processes, where a config that crashes or hangs its compile is skipped."""
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ SLOW, FAST, MEDIUM = (flydsl.Config({"EXTRA": n}) for n in (1000, 0, 300))
 def own_cache(tmp_path, monkeypatch):
     """Each test tunes from scratch, compiling serially unless it asks for workers."""
     monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "1")
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "0")
     monkeypatch.delenv("FLYDSL_AUTOTUNE_PRINT", raising=False)
     return tmp_path / "cache"
 
@@ -382,3 +383,78 @@ def test_candidates_compile_in_worker_processes_and_load_here(monkeypatch):
     assert ak.pooled_add.best_config.kwargs["SMEM"] in (0, 16)        # 4 MiB does not launch
     assert ak.pooled_add.timings[flydsl.Config({"ADD": 1, "SMEM": 1 << 20})] == float("inf")
     assert np.array_equal(x, np.ones(200))                            # restore_value
+
+
+# -- configs that crash, hang or give wrong results ----------------------------------------
+
+OK, CRASHES, HANGS, WRONG = (flydsl.Config({"MODE": m}) for m in (0, ak.CRASH, ak.HANG,
+                                                                   ak.WRONG))
+
+
+def tune_fragile(configs, **options):
+    """A tuner over ak.fragile (importable: its candidates compile in workers)."""
+    return flydsl.autotune(configs=configs, key=["n"], warmup=1, rep=2, restore_value=["x"],
+                           do_bench=quick_bench, **options)(ak.fragile)
+
+
+def test_a_config_that_crashes_its_compile_worker_is_skipped_with_the_reason(monkeypatch,
+                                                                              capsys):
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "2")
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_PRINT", "1")
+    tuned = tune_fragile([CRASHES, OK])
+    x = np.zeros(100, np.float32)
+    tuned(x, x.size)       # this process compiled only OK (CRASHES here would add 1 too)
+    assert tuned.best_config == OK and tuned.timings[CRASHES] == float("inf")
+    assert "Config(MODE=1)  failed: its compile worker crashed (SIGSEGV)" in capsys.readouterr().out
+    assert np.array_equal(x, np.ones(100))
+    with pytest.raises(AutotuneError, match=r"Config\(MODE=1\): its compile worker crashed"):
+        tune_fragile([CRASHES])(x, x.size)
+
+
+def test_a_config_whose_compile_hangs_is_stopped_after_the_timeout(monkeypatch):
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "1")
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_TIMEOUT", "2")
+    x = np.zeros(100, np.float32)
+    with pytest.raises(AutotuneError, match=r"Config\(MODE=2\): compiling took over 2 s "
+                                            r"\(FLYDSL_AUTOTUNE_TIMEOUT\); its worker was stopped"):
+        tune_fragile([HANGS])(x, x.size)
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="FLYDSL_AUTOTUNE_TIMEOUT must be a number"):
+        tune_fragile([HANGS])(x, x.size)
+
+
+def test_check_rejects_a_config_with_wrong_results():
+    checked = []
+
+    def check(x, n):
+        checked.append(n)
+        return bool((x == 1).all())      # x += 1 from zeros (restore_value: each run)
+
+    tuned = tune_fragile([WRONG, OK], check=check)
+    x = np.zeros(100, np.float32)
+    tuned(x, x.size)
+    assert tuned.best_config == OK and tuned.timings[WRONG] == float("inf")
+    assert checked == [100, 100] and np.array_equal(x, np.ones(100))
+
+    def strict(x, n):
+        assert (x == 1).all(), f"x[0] is {x[0]}"
+    with pytest.raises(AutotuneError, match=r"Config\(MODE=3\): ConfigRejected: .*wrong "
+                                            r"results: check\(\) failed: x\[0\] is 2.0"):
+        tune_fragile([WRONG], check=strict)(np.zeros(100, np.float32), 100)
+    with pytest.raises(TypeError, match="check= takes a function"):
+        tune_fragile([OK], check=True)
+
+
+def test_the_compile_workers_stay_warm_and_import_the_module_once(monkeypatch, tmp_path):
+    """Each tuning's candidates compile in the same worker processes: a worker runs the
+    tuned function's module top level once, not once per tuning."""
+    imports = tmp_path / "imports"
+    monkeypatch.setenv("AUTOTUNE_KERNELS_IMPORT_LOG", str(imports))
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "2")
+    tuned = tune_fragile([OK, flydsl.Config({"MODE": 4})])
+    x = np.zeros(100, np.float32)
+    tuned(x, x.size)
+    first = imports.read_text().split() if imports.exists() else []
+    tuned(x[:50], 50)      # another key: tuned again, in the same workers
+    again = imports.read_text().split() if imports.exists() else []
+    assert again == first and len(set(first)) == len(first) <= 2

@@ -41,7 +41,7 @@ def code_blocks(page: str) -> list:
 def test_page_commands_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "examples").symlink_to(os.path.join(ROOT, "examples"))
-    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "1")   # compile candidates in-process
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "0")   # compile candidates in-process
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     ran, not_run = 0, []
     for k, (lang, code, why) in enumerate(code_blocks(page)):
