@@ -15,6 +15,11 @@ from .options import CompileOptions
 
 # MLIR contexts are not thread-safe; compiles that share one are serialized.
 _COMPILE_LOCK = threading.RLock()
+#: The stack compiles run on (reserved, not committed: pages are touched as used).
+#: LLVM's optimizer recurses along long dependence chains (unrolled loops): on the
+#: 8 MiB main stack a chain of ~100k operations overflowed it (SIGSEGV).
+COMPILE_STACK_BYTES = 1 << 30
+_STACK_SIZE_LOCK = threading.Lock()
 
 
 def stage_name(fragment: Union[str, PythonPass]) -> str:
@@ -53,7 +58,59 @@ class MlirCompiler:
             backend = get_backend(backend, arch=arch)
         options = options or CompileOptions.from_env()
         with _COMPILE_LOCK:
-            return _run(module, backend, options, func_name)
+            return on_large_stack(_run, module, backend, options, func_name)
+
+
+def on_large_stack(fn, *args):
+    """``fn(*args)`` on a thread with a :data:`COMPILE_STACK_BYTES` stack (its result,
+    or its exception re-raised here); on this thread where no such thread can start.
+
+    A stack overflow in native code kills the process, and cannot be caught: the large
+    stack makes it far less likely; the trace op limit (``FLYDSL_TRACE_OP_LIMIT``)
+    keeps kernels within what it was measured to hold. Ctrl-C waits for the compile
+    to end (as it did on this thread: LLVM cannot be interrupted), then is raised.
+    """
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
+            outcome.append((False, e))
+    try:
+        thread = _start_thread(run)
+    except (RuntimeError, ValueError, MemoryError):
+        return fn(*args)
+    interrupted = _join(thread)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    if interrupted:
+        raise KeyboardInterrupt
+    return value
+
+
+def _start_thread(target) -> threading.Thread:
+    with _STACK_SIZE_LOCK:      # threading.stack_size is process-wide: set, start, restore
+        previous = threading.stack_size(COMPILE_STACK_BYTES)
+        try:
+            thread = threading.Thread(target=target, name="flydsl-compile", daemon=True)
+            thread.start()
+        finally:
+            threading.stack_size(previous)
+    return thread
+
+
+def _join(thread: threading.Thread) -> bool:
+    """Wait for ``thread`` even through Ctrl-C; whether Ctrl-C was pressed."""
+    interrupted = False
+    while thread.is_alive():
+        try:
+            thread.join()
+        except KeyboardInterrupt:
+            interrupted = True
+    return interrupted
+
 
 
 def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> CompiledArtifact:

@@ -1,6 +1,7 @@
 """Build the ``gpu.container_module`` of one kernel specialization."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,35 +132,74 @@ _OPS_PER_STATEMENT = 50
 _warned_budget: set = set()
 
 
+def _env_count(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() else default
+
+
 def trace_op_budget() -> int:
-    """Ops a trace may produce before flydsl warns (``FLYDSL_TRACE_OP_BUDGET``, 50000)."""
-    import os
-    text = os.environ.get("FLYDSL_TRACE_OP_BUDGET", "").strip()
-    return int(text) if text.isdigit() else 50_000
+    """Ops a trace may produce before flydsl warns (``FLYDSL_TRACE_OP_BUDGET``, 20000)."""
+    return _env_count("FLYDSL_TRACE_OP_BUDGET", 20_000)
+
+
+def trace_op_limit() -> int:
+    """Ops a trace may produce at most (``FLYDSL_TRACE_OP_LIMIT``, 50000): past it the
+    kernel is refused. Compile time grows about with the square of the op count (a
+    50,000-op chain took 2.5 minutes, see :func:`compile_ms_per_op`) and, near
+    100,000 ops, LLVM's recursion overflowed the main thread's stack (SIGSEGV)."""
+    return _env_count("FLYDSL_TRACE_OP_LIMIT", 50_000)
+
+
+def compile_ms_per_op(ops: int) -> float:
+    """Compile time per op to expect, measured on unrolled multiply-add chains (a
+    2-core x86 host, CPU backend: 0.8 ms at 20,000 ops, 1.2 to 2.9 ms at 40,000 to
+    50,000, 4.5 ms at 80,000, mostly in LLVM): it grows about with the op count, so
+    the whole compile grows about with its square. Heavier ops take longer."""
+    return 0.8 * max(ops, 1) / 20_000
 
 
 def check_trace_size(tctx: TraceContext, func_op) -> None:
     """Warn, once per kernel, when tracing produced more ops than the budget: compile
-    time grows with them. Names the unrolled loop (or compile-time ``while``) whose
-    copies account for most of the traced statements."""
-    budget = trace_op_budget()
-    if tctx.statements * _OPS_PER_STATEMENT <= budget or tctx.kernel_name in _warned_budget:
+    time grows with them; refuse the kernel (DSLError) past the limit. Both name the
+    unrolled loop (or compile-time ``while``) whose copies account for most of the
+    traced statements."""
+    budget, limit = trace_op_budget(), trace_op_limit()
+    if tctx.statements * _OPS_PER_STATEMENT <= min(budget, limit):
+        return
+    if tctx.kernel_name in _warned_budget and tctx.statements * _OPS_PER_STATEMENT <= limit:
         return
     ops = _count_ops(func_op)
-    if ops <= budget:
+    (filename, lineno), culprit = _largest_unroll(tctx)
+    if ops > limit:
+        import linecache
+        from ...errors import DSLError
+        raise DSLError(f"tracing produced {ops} operations, more than the {limit} of "
+                       f"FLYDSL_TRACE_OP_LIMIT: compiling them would take too long or crash "
+                       f"LLVM" + culprit, kernel=tctx.kernel_name, filename=filename,
+                       lineno=lineno, source_line=linecache.getline(filename, lineno))
+    if ops <= budget or tctx.kernel_name in _warned_budget:
         return
     _warned_budget.add(tctx.kernel_name)
     import warnings
     from ...errors import CompileTimeWarning
-    culprit, (filename, lineno) = "", (tctx.filename, 1)
-    if tctx.unrolled_statements:
-        (filename, lineno), count = max(tctx.unrolled_statements.items(), key=lambda kv: kv[1])
-        culprit = (f"; {count} of its {tctx.statements} traced statements come from the loop "
-                   f"at {filename}:{lineno}, unrolled while tracing (make it a runtime loop: "
-                   "range(...) or fx.range(...), unless unrolling it matters for speed)")
+    ms = compile_ms_per_op(ops)
     warnings.warn_explicit(f"kernel {tctx.kernel_name!r}: tracing produced {ops} operations, "
                            f"more than the {budget} of FLYDSL_TRACE_OP_BUDGET; compile time "
-                           "grows with them" + culprit, CompileTimeWarning, filename, lineno)
+                           f"grows faster than the op count (about {ms:.1f} ms per op at this "
+                           f"size: ~{ms * ops / 1000:.0f} s; past {limit} ops, "
+                           "FLYDSL_TRACE_OP_LIMIT, kernels are refused)" + culprit,
+                           CompileTimeWarning, filename, lineno)
+
+
+def _largest_unroll(tctx: TraceContext) -> tuple[tuple[str, int], str]:
+    """((file, line), description) of the unrolled loop with the most traced
+    statements; the kernel's file and "" when nothing was unrolled."""
+    if not tctx.unrolled_statements:
+        return (tctx.filename, 1), ""
+    where, count = max(tctx.unrolled_statements.items(), key=lambda kv: kv[1])
+    return where, (f"; {count} of its {tctx.statements} traced statements come from the "
+                   f"loop at {where[0]}:{where[1]}, unrolled while tracing (make it a runtime "
+                   "loop: range(...) or fx.range(...), unless unrolling it matters for speed)")
 
 
 def _count_ops(op) -> int:
