@@ -13,7 +13,7 @@ from .compiler.bundle import load_bundle
 from .jit import CompiledProgram, compile, jit
 from .autotune import AutotuneError, Config, autotune
 from .kernel import KernelFunction, kernel
-from .runtime.debug_checks import DeviceAssertError, OutOfBoundsError
+from .runtime.debug_checks import DeviceAssertError, OutOfBoundsError, SharedMemoryRaceError
 from .runtime.devices import synchronize
 from .runtime.drivers import get_driver, list_drivers, register_driver
 from .version import __version__
@@ -26,7 +26,7 @@ _compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, compile
 __all__ = [
     "AutotuneError", "CompilationError", "CompiledProgram", "Config", "DSLError", "DeviceAssertError",
     "FlydslError", "FlydslRuntimeError", "InvalidBackend", "InvalidDriver", "KernelFunction",
-    "LaunchError", "OutOfBoundsError", "autotune", "compile", "get_backend", "get_driver", "jit",
-    "kernel", "list_backends", "list_drivers", "load_bundle", "register_backend", "register_driver",
-    "synchronize", "__version__",
+    "LaunchError", "OutOfBoundsError", "SharedMemoryRaceError", "autotune", "compile",
+    "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers", "load_bundle",
+    "register_backend", "register_driver", "synchronize", "__version__",
 ]

@@ -29,6 +29,8 @@ Each ``cf.assert`` (``fx.device_assert``, emitted in debug mode only) becomes::
     }
 
 with a site whose ``op`` is ``"assert"`` and ``message`` the assertion's.
+Shared-memory race checks (:mod:`._simt_racecheck`) report through the same
+record and helper (``declare_record``, ``add_site``).
 """
 from __future__ import annotations
 
@@ -85,25 +87,24 @@ class BoundsChecks:
             mem, indices = operands[mem_at], operands[idx_at:]
             if mem in skip or not indices:
                 continue
-            self._declare()
-            site = self._site(op, kernel, kind)
-            site["type"] = str(strip_memory_space(mem.type))
-            site.update(labels.get(_root(mem), {"tensor": "a local array"}))
-            self.sites.append(site)
-            self._guard(op, mem, indices, len(self.sites) - 1, ids)
+            site = self.add_site(op, kernel, kind, type=str(strip_memory_space(mem.type)),
+                                 **labels.get(root_memref(mem), {"tensor": "a local array"}))
+            self._guard(op, mem, indices, site, ids)
             count += 1
         for op in walk(func_op, lambda o: o.name == "cf.assert"):
-            self._declare()
-            self.sites.append(self._site(op, kernel, "assert"))
-            self.sites[-1]["message"] = ir.StringAttr(op.attributes["msg"]).value
-            self._check_assert(op, len(self.sites) - 1, ids)
+            site = self.add_site(op, kernel, "assert",
+                                 message=ir.StringAttr(op.attributes["msg"]).value)
+            self._check_assert(op, site, ids)
             count += 1
         return count
 
-    def _site(self, op, kernel: str, kind: str) -> dict:
+    def add_site(self, op, kernel: str, kind: str, **fields) -> int:
+        """Describe a check of ``op`` in the site table (declaring the record); its id."""
+        self.declare_record()
         filename, lineno, source = source_location(op)
-        return {"kernel": kernel, "file": filename, "line": lineno, "source": source,
-                "op": kind}
+        self.sites.append({"kernel": kernel, "file": filename, "line": lineno,
+                           "source": source, "op": kind, **fields})
+        return len(self.sites) - 1
 
     def finish(self, module: ir.Module) -> None:
         """Attach the site table to ``module`` (nothing when no access was guarded)."""
@@ -141,30 +142,25 @@ class BoundsChecks:
                 dim = arith.select(inside[i], dim, arith.ConstantOp(index, i).result)
                 bad = arith.select(inside[i], bad, indices[i])
                 size = arith.select(inside[i], size, sizes[i])
-            func.CallOp([], ir.FlatSymbolRefAttr.get(REPORT_FUNC),
-                        [arith.ConstantOp(index, site).result, dim, bad, size, *ids(op)])
+            report(site, dim, bad, size, ids(op))
             scf.YieldOp([_zero(r.type) for r in op.results])
 
     def _check_assert(self, op, site: int, ids: IdsFn) -> None:
         """``cf.assert %ok`` -> count and report the failure when ``%ok`` is false."""
         index = ir.IndexType.get()
-        i64 = ir.IntegerType.get_signless(64)
         with ir.InsertionPoint(op), op.location:
             true = arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result
             failed = scf.IfOp(arith.xori(op.operands[0], true))
             with ir.InsertionPoint(failed.then_block):
-                record = memref.get_global(ir.MemRefType.get([rec.RECORD_SLOTS], i64),
-                                           rec.OOB_SYMBOL)
-                memref.atomic_rmw(arith.AtomicRMWKind.addi, arith.ConstantOp(i64, 1).result,
-                                  record, [arith.ConstantOp(index, rec.ASSERTS).result])
+                count_failure(rec.ASSERTS)
                 zero = arith.ConstantOp(index, 0).result
-                func.CallOp([], ir.FlatSymbolRefAttr.get(REPORT_FUNC),
-                            [arith.ConstantOp(index, site).result, zero, zero, zero, *ids(op)])
+                report(site, zero, zero, zero, ids(op))
                 scf.YieldOp([])
         op.erase()
 
     # -- the error record and the report helper -------------------------------
-    def _declare(self) -> None:
+    def declare_record(self) -> None:
+        """Declare the error record and the report helper (once per module)."""
         if self._declared:
             return
         self._declared = True
@@ -177,14 +173,15 @@ class BoundsChecks:
                             initial_value=ir.DenseElementsAttr.get_splat(
                                 ir.RankedTensorType.get([rec.RECORD_SLOTS], i64),
                                 ir.IntegerAttr.get(i64, 0)))
-            # (site, dim, index, size, linear block, block x/y/z, thread x/y/z)
-            f = func.FuncOp(REPORT_FUNC, ([index] * 11, []), visibility="private")
+            # (site, dim, index, size, linear block, block x/y/z, thread x/y/z,
+            #  other thread x/y/z)
+            f = func.FuncOp(REPORT_FUNC, ([index] * 14, []), visibility="private")
             # internal (not exported); kept out of line and cold, away from the hot loops
             f.attributes["llvm.linkage"] = ir.Attribute.parse("#llvm.linkage<internal>")
             f.attributes["passthrough"] = ir.ArrayAttr.get(
                 [ir.StringAttr.get("noinline"), ir.StringAttr.get("cold")])
         entry = f.add_entry_block()
-        site, dim, bad, size, lin, bx, by, bz, tx, ty, tz = entry.arguments
+        site, dim, bad, size, lin, bx, by, bz, tx, ty, tz, ox, oy, oz = entry.arguments
         with ir.InsertionPoint(entry), ir.Location.unknown():
             g = memref.get_global(rtype, rec.OOB_SYMBOL)
             c0 = arith.ConstantOp(index, 0).result
@@ -197,14 +194,36 @@ class BoundsChecks:
             fields = {rec.SITE: site, rec.BLOCK_LINEAR: lin, rec.BLOCK: bx,
                       rec.BLOCK + 1: by, rec.BLOCK + 2: bz, rec.THREAD: tx,
                       rec.THREAD + 1: ty, rec.THREAD + 2: tz, rec.DIM: dim,
-                      rec.INDEX: bad, rec.SIZE: size}
+                      rec.INDEX: bad, rec.SIZE: size, rec.OTHER_THREAD: ox,
+                      rec.OTHER_THREAD + 1: oy, rec.OTHER_THREAD + 2: oz}
             for slot, value in fields.items():
                 memref.store(arith.index_cast(i64, value), g,
                              [arith.ConstantOp(index, slot).result])
             scf.YieldOp([])
 
 
-def _root(mem: ir.Value) -> ir.Value:
+def report(site, dim, index, size, ids: list, other=None) -> None:
+    """Call the report helper at the current insertion point: ``site`` an id (or an
+    index value), ``ids`` from an :data:`IdsFn`, ``other`` a race's other thread ids
+    (index values; None: -1s)."""
+    idx = ir.IndexType.get()
+    if other is None:
+        other = [arith.ConstantOp(idx, -1).result] * 3
+    if isinstance(site, int):
+        site = arith.ConstantOp(idx, site).result
+    func.CallOp([], ir.FlatSymbolRefAttr.get(REPORT_FUNC),
+                [site, dim, index, size, *ids, *other])
+
+
+def count_failure(slot: int) -> None:
+    """Atomically add one to ``slot`` of the error record (at the insertion point)."""
+    i64 = ir.IntegerType.get_signless(64)
+    record = memref.get_global(ir.MemRefType.get([rec.RECORD_SLOTS], i64), rec.OOB_SYMBOL)
+    memref.atomic_rmw(arith.AtomicRMWKind.addi, arith.ConstantOp(i64, 1).result, record,
+                      [arith.ConstantOp(ir.IndexType.get(), slot).result])
+
+
+def root_memref(mem: ir.Value) -> ir.Value:
     """The memref ``mem`` is a view of (through view-like ops)."""
     while isinstance(mem, ir.OpResult) and op_of(mem.owner).name in MEMREF_VIEW_OPS:
         mem = op_of(mem.owner).operands[0]

@@ -43,7 +43,9 @@ How a kernel body (a single block of structured ops) is lowered:
    cheap (thread-id arithmetic), else spilled to a per-thread slot.
 8. With ``CompileOptions.debug``, every user memref access is guarded by a
    bounds check that skips it and records the failure, with the block and
-   thread ids, for the runtime to raise (:mod:`._simt_bounds`).
+   thread ids, for the runtime to raise (:mod:`._simt_bounds`); with ``debug``
+   or ``racecheck``, shared-memory loads and stores are checked for races
+   against a per-element shadow of each shared buffer (:mod:`._simt_racecheck`).
 9. Thread-id placeholders become the loop induction variables.
 """
 from __future__ import annotations
@@ -59,6 +61,7 @@ from flydsl.errors import UnsupportedConstructError
 from ._simt_bounds import BoundsChecks
 from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
 from ._simt_printf import PrintfLowering
+from ._simt_racecheck import RaceChecks
 from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard,
                           lane_range, thread_dim)
 from ._simt_split import split_thread_loops
@@ -88,7 +91,8 @@ def run(module: ir.Module, target=None, options=None) -> None:
     warp_size = int(getattr(target, "warp_size", 0) or 32)
     with module.context, ir.Location.unknown(module.context):
         top = module.body
-        checks = BoundsChecks(top) if getattr(options, "debug", False) else None
+        debug = getattr(options, "debug", False)
+        checks = BoundsChecks(top) if debug or getattr(options, "racecheck", False) else None
         printf = PrintfLowering(module)
         printf.lower(module.operation)      # gpu.printf -> fprintf, before the thread loops
         for gm in gpu_modules(module):
@@ -96,7 +100,7 @@ def run(module: ir.Module, target=None, options=None) -> None:
                 name = op.name
                 if name == "gpu.func":
                     if "gpu.kernel" in op.attributes:
-                        _KernelLowering(op, gm, warp_size, checks).run()
+                        _KernelLowering(op, gm, warp_size, checks, bounds=debug).run()
                     else:
                         _lower_device_func(op, gm)
                 elif name == "gpu.module_end":
@@ -217,11 +221,14 @@ class _ThreadLoop:
 
 
 class _KernelLowering:
-    def __init__(self, gfunc, gm, warp_size: int, checks: Optional[BoundsChecks] = None):
+    def __init__(self, gfunc, gm, warp_size: int, checks: Optional[BoundsChecks] = None,
+                 bounds: bool = True):
         self.gfunc = gfunc
         self.name = _sym_name(gfunc)
         self.warp = warp_size
-        self.checks = checks            # debug mode: the module's bounds checks
+        self.checks = checks            # debug or race checks: the module's error record
+        self.bounds = bounds and checks is not None   # bounds-check every access
+        self.races: Optional[RaceChecks] = None
         self.index = ir.IndexType.get()
         self.loops: list[_ThreadLoop] = []
         self.loop_of_inner: dict = {}
@@ -445,19 +452,34 @@ class _KernelLowering:
         StridedLoopInterchange(self).run()   # for j in range(tid, n, BLOCK): threads innermost
         self._demote_sync_op_values()
         self.uni = self._analyze()
+        if self.checks is not None:
+            self._start_race_checks()
         self._lower_level(self.body)
         self._lower_allocas()
         self._demote_cross_segment_values()
-        if self.checks is not None:
-            # before step 9: the reports' thread-id placeholders become loop ivs too
+        # before step 9: the reports' thread-id placeholders become loop ivs too
+        if self.bounds:
             self.checks.guard_kernel(self.func, self.name, self._report_ids,
                                      skip=self.internal, labels=self.mem_labels)
+        if self.races is not None:
+            lin = self.body.arguments[0]
+            bid = [self.bid[d] for d in _DIMS]
+            self.races.begin_block(op_of(bid[2].owner), [lin, *bid])
+            self.races.instrument(self.func, lambda: [self.thread_id(d) for d in _DIMS],
+                                  lambda op: self._enclosing_loop(op) is not None)
         self._replace_thread_ids()
         if self.checks is None:   # debug mode guards every access: left unsplit
             split_thread_loops(self.loops, self.const)
         self._strip_memory_spaces()
         for op in walk(self.func, lambda o: LEVEL_ATTR in o.attributes):
             del op.attributes[LEVEL_ATTR]
+
+    def _start_race_checks(self) -> None:
+        """Shadows of the shared buffers and the epoch counter (:mod:`._simt_racecheck`)."""
+        shared = {buf: self.mem_labels[buf] for buf in self.shared}
+        self.races = RaceChecks(self.checks, self.name, shared, self.entry_alloca,
+                                self.block_loop, self.bdim)
+        self.internal |= self.races.internal
 
     def _report_ids(self, op) -> list:
         """Linear block id, block ids and thread ids of ``op``'s thread, for a
@@ -755,6 +777,8 @@ class _KernelLowering:
             if op.name == "gpu.barrier":
                 self._make_thread_loop(segment, op, preds)
                 segment = []
+                if self.races is not None:
+                    self.races.barrier(op)
                 op.erase()
             elif op in uni.sync and op.name == "scf.if" and not uni.is_uniform(op.operands[0]):
                 self._lower_predicated_if(op, segment, preds)

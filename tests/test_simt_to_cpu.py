@@ -1014,20 +1014,23 @@ def test_debug_sites_and_error_record():
     text, sites = lower_debug(gpu_modules.BARRIER_SMEM)
     assert [(s["op"], s.get("arg"), s.get("tensor")) for s in sites] == [
         ("load", 0, None), ("store", None, "shared array 0"),
-        ("load", None, "shared array 0"), ("store", 1, None)]
+        ("load", None, "shared array 0"), ("store", 1, None),
+        # the shared array's accesses are race-checked too
+        ("race", None, "shared array 0"), ("race", None, "shared array 0")]
     assert {s["kernel"] for s in sites} == {"block_reverse"}
     assert sites[1]["type"] == "memref<64xf32>"
+    assert [(s["access"], s["shape"]) for s in sites[4:]] == [("store", [64]), ("load", [64])]
     # a public (exported) record, a private report helper, no assert/abort
-    assert "memref.global @__flydsl_oob : memref<16xi64> = dense<0>" in text
+    assert "memref.global @__flydsl_oob : memref<20xi64> = dense<0>" in text
     assert "func.func private @__flydsl_oob_report" in text
-    assert text.count("call @__flydsl_oob_report") == 4
+    assert text.count("call @__flydsl_oob_report") == 6
     assert "cf.assert" not in text and "gpu." not in text
 
 
 def test_debug_bounds_checks_pass_in_bounds_accesses():
     art = compile_debug(MATMUL)
     assert "cf.assert" not in art.asm["llvm-mlir"] and "abort" not in art.asm["llvm-mlir"]
-    assert "@__flydsl_oob = global [16 x i64] zeroinitializer" in art.asm["llir"]
+    assert "@__flydsl_oob = global [20 x i64] zeroinitializer" in art.asm["llir"]
     assert "define internal void @__flydsl_oob_report" in art.asm["llir"]
     A = rng.random((50, 37), dtype=np.float32)
     B = rng.random((37, 70), dtype=np.float32)

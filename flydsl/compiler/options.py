@@ -17,6 +17,9 @@ class CompileOptions:
     opt_level: int = 3
     #: Bounds-check every tensor access (CPU backend), see ``FLYDSL_DEBUG``.
     debug: bool = False
+    #: Check shared-memory accesses for races (CPU backend), see ``FLYDSL_RACECHECK``;
+    #: ``debug`` checks them too.
+    racecheck: bool = False
     #: Allow reassociation and approximate math (``fast`` on every float op).
     fast_math: bool = False
     #: Fuse ``a * b + c`` into FMAs (``contract`` on every float op), as nvcc and clang do.
@@ -26,15 +29,15 @@ class CompileOptions:
         if not isinstance(self.opt_level, int) or isinstance(self.opt_level, bool) \
                 or not 0 <= self.opt_level <= 3:
             raise ValueError(f"opt_level must be an int in 0..3, got {self.opt_level!r}")
-        for name in ("debug", "fast_math", "fp_contract"):
+        for name in ("debug", "racecheck", "fast_math", "fp_contract"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"CompileOptions.{name} must be a bool, "
                                 f"got {getattr(self, name)!r}")
 
     @classmethod
     def from_env(cls, **overrides) -> "CompileOptions":
-        """Options from ``FLYDSL_OPT_LEVEL``, ``FLYDSL_DEBUG``, ``FLYDSL_FAST_MATH`` and
-        ``FLYDSL_FP_CONTRACT`` (on unless 0/false/no/off)."""
+        """Options from ``FLYDSL_OPT_LEVEL``, ``FLYDSL_DEBUG``, ``FLYDSL_RACECHECK``,
+        ``FLYDSL_FAST_MATH`` and ``FLYDSL_FP_CONTRACT`` (on unless 0/false/no/off)."""
         values = {}
         level = os.environ.get("FLYDSL_OPT_LEVEL")
         if level:
@@ -42,6 +45,7 @@ class CompileOptions:
                 raise ValueError(f"FLYDSL_OPT_LEVEL must be 0..3, got {level!r}")
             values["opt_level"] = int(level)
         values["debug"] = env_flag("FLYDSL_DEBUG")
+        values["racecheck"] = env_flag("FLYDSL_RACECHECK")
         values["fast_math"] = env_flag("FLYDSL_FAST_MATH")
         contract = os.environ.get("FLYDSL_FP_CONTRACT", "").strip().lower()
         values["fp_contract"] = contract not in ("0", "false", "no", "off")

@@ -1,22 +1,25 @@
-"""Debug reports of CPU kernels: out-of-bounds accesses and failed ``fx.device_assert``
-in debug mode (``FLYDSL_DEBUG=1``), and the stdout flushes around kernels that print.
+"""Debug reports of CPU kernels: out-of-bounds accesses, failed ``fx.device_assert`` and
+shared-memory races in debug mode (``FLYDSL_DEBUG=1``; races alone with
+``FLYDSL_RACECHECK=1``), and the stdout flushes around kernels that print.
 
 In debug mode the SIMT-to-CPU pass guards every tensor access of a kernel
 (:mod:`flydsl.passes._simt_bounds`): an access whose index lies outside its
 dimension is skipped (a load reads zero) and the first such access of a
 launch is written into the kernel library's exported error record
-``__flydsl_oob``, an ``int64[16]`` laid out as the slot constants below say.
+``__flydsl_oob``, an ``int64[RECORD_SLOTS]`` laid out as the slot constants below say.
 The compiled kernel's ``asm["debug_sites"]`` stage (JSON, kept by the disk
 cache) describes every guarded access, a *site*: kernel, file, line, source
 text, access kind and tensor.
 
 A failed ``fx.device_assert`` is recorded the same way (its site's ``op`` is
-``"assert"``; slot :data:`ASSERTS` counts them).
+``"assert"``; slot :data:`ASSERTS` counts them), and so is a shared-memory race
+(:mod:`flydsl.passes._simt_racecheck`; its site's ``op`` is ``"race"``, slot
+:data:`RACES` counts them).
 
 After each launch of such a kernel the CPU launcher calls :func:`check_oob`,
 which turns a recorded failure into :class:`OutOfBoundsError` (or
-:class:`DeviceAssertError`) and clears the record.  Concurrent launches of one
-kernel library share its record, so a failure is reported by whichever of them
+:class:`DeviceAssertError`, :class:`SharedMemoryRaceError`) and clears the record.
+Concurrent launches of one kernel library share its record, so a failure is reported by whichever of them
 checks first.
 
 A kernel library whose kernels call ``fx.printf`` exports :data:`PRINTF_SYMBOL`;
@@ -40,7 +43,7 @@ from ..errors import FlydslRuntimeError
 #: Name of the error record in a debug-mode kernel library.
 OOB_SYMBOL = "__flydsl_oob"
 #: Number of int64 slots of the record.
-RECORD_SLOTS = 16
+RECORD_SLOTS = 20
 
 # Slots of the record.
 COUNT = 0         #: out-of-bounds accesses since the last check (0: none)
@@ -52,6 +55,13 @@ DIM = 9           #: the dimension whose index was out of range
 INDEX = 10        #: that index (signed)
 SIZE = 11         #: the size of that dimension
 ASSERTS = 12      #: how many of the failures were failed assertions
+RACES = 13        #: how many of the failures were shared-memory races
+OTHER_THREAD = 14  #: 14, 15, 16: a race's other thread x, y, z (-1: several threads)
+
+# A race's record: DIM holds the other thread's access (RACE_STORE or RACE_LOAD),
+# INDEX the element's offset in its shared array (in elements of the array).
+RACE_STORE = 0    #: the other thread stored the element
+RACE_LOAD = 1     #: the other thread(s) loaded it
 
 #: Exported by a kernel library whose kernels print (``fx.printf``).
 PRINTF_SYMBOL = "__flydsl_printf"
@@ -106,6 +116,37 @@ class DeviceAssertError(FlydslRuntimeError, AssertionError):
         super().__init__(message)
 
 
+class SharedMemoryRaceError(FlydslRuntimeError):
+    """Two threads of a block accessed one shared-memory element with no barrier
+    between them, and at least one of them stored it (a kernel compiled with
+    ``FLYDSL_DEBUG=1`` or ``FLYDSL_RACECHECK=1``; atomics are not races).
+
+    Describes the first race of the launch: ``thread`` made the ``op``
+    (``"load"``/``"store"``) at ``filename:lineno`` on element ``index`` of
+    ``tensor``; ``other_thread`` (None: several threads) made the
+    ``other_op`` before it, since the last barrier.  ``count`` races were
+    found in all.  The accesses are not skipped.
+    """
+
+    def __init__(self, message: str, *, kernel: str = "", filename: str = "", lineno: int = 0,
+                 source_line: str = "", op: str = "", tensor: str = "", index: tuple = (),
+                 block: tuple = (), thread: tuple = (), other_thread: Optional[tuple] = None,
+                 other_op: str = "", count: int = 1):
+        self.kernel = kernel
+        self.filename = filename
+        self.lineno = lineno
+        self.source_line = source_line
+        self.op = op
+        self.tensor = tensor
+        self.index = index
+        self.block = block
+        self.thread = thread
+        self.other_thread = other_thread
+        self.other_op = other_op
+        self.count = count
+        super().__init__(message)
+
+
 _records: dict = {}     # ctypes.CDLL -> its record (an int64 array in the library)
 _records_lock = threading.Lock()
 
@@ -134,7 +175,8 @@ def check_oob(lib: ctypes.CDLL, sites_json: str, kernel: str,
               arg_names: Sequence[str] = ()) -> None:
     """Raise :class:`OutOfBoundsError` if the last launch of a kernel in ``lib``
     indexed a tensor out of range (:class:`DeviceAssertError` if an
-    ``fx.device_assert`` failed first), and clear the record for the next launch.
+    ``fx.device_assert`` failed first, :class:`SharedMemoryRaceError` if a
+    shared-memory race came first), and clear the record for the next launch.
 
     ``sites_json``: the compiled kernel's ``asm["debug_sites"]``; ``kernel``:
     its name, for the message; ``arg_names``: the names of its runtime
@@ -150,6 +192,8 @@ def check_oob(lib: ctypes.CDLL, sites_json: str, kernel: str,
     site_id = values[SITE]
     if 0 <= site_id < len(sites) and sites[site_id].get("op") == "assert":
         raise assert_error(values, sites[site_id], kernel)
+    if 0 <= site_id < len(sites) and sites[site_id].get("op") == "race":
+        raise race_error(values, sites[site_id], kernel)
     raise oob_error(values, sites_json, kernel, arg_names)
 
 
@@ -198,7 +242,7 @@ def oob_error(record: Sequence[int], sites_json: str, kernel: str = "",
     block = tuple(record[BLOCK:BLOCK + 3])
     thread = tuple(record[THREAD:THREAD + 3])
     dim, index, size = record[DIM], record[INDEX], record[SIZE]
-    count = record[COUNT] - record[ASSERTS]     # failed assertions are not accesses
+    count = record[COUNT] - record[ASSERTS] - record[RACES]   # only the skipped accesses
 
     where = f" at {filename}:{lineno}" if filename else ""
     lines = [f"out-of-bounds {_KINDS.get(op, 'access')} in kernel {kernel!r}{where}"]
@@ -214,6 +258,48 @@ def oob_error(record: Sequence[int], sites_json: str, kernel: str = "",
     return OutOfBoundsError("\n".join(lines), kernel=kernel, filename=filename, lineno=lineno,
                             source_line=source, op=op, tensor=tensor, block=block,
                             thread=thread, dim=dim, index=index, size=size, count=count)
+
+
+def race_error(record: Sequence[int], site: dict, kernel: str = "") -> SharedMemoryRaceError:
+    """The exception describing a race ``record`` at ``site`` (an access to shared memory)."""
+    kernel = kernel or site.get("kernel", "")
+    filename, lineno, source = _site_source(site)
+    op, tensor = site.get("access", ""), site.get("tensor", "shared array")
+    index = _element_index(record[INDEX], site.get("shape"))
+    block = tuple(record[BLOCK:BLOCK + 3])
+    thread = tuple(record[THREAD:THREAD + 3])
+    other = tuple(record[OTHER_THREAD:OTHER_THREAD + 3])
+    other_thread = None if other[0] < 0 else other
+    other_op = "store" if record[DIM] == RACE_STORE else "load"
+    count = record[RACES]
+    where = f" at {filename}:{lineno}" if filename else ""
+    lines = [f"shared-memory race in kernel {kernel!r}{where}"]
+    if source:
+        lines.append(f"    {source.strip()}")
+    who = f"thread {_dim3(other_thread)}" if other_thread else "another thread"
+    past = {"store": "stored", "load": "loaded"}[other_op]
+    at = str(index[0]) if len(index) == 1 else _dim3(index)
+    lines.append(f"  {tensor}, index {at}: thread {_dim3(thread)} {op}s an element that "
+                 f"{who} {past} with no barrier between (a missing fx.barrier()?)")
+    lines.append(f"  block {_dim3(block)}")
+    if count > 1:
+        more = count - 1
+        lines.append(f"  ({more} more race{'s' if more > 1 else ''} in this launch)")
+    return SharedMemoryRaceError("\n".join(lines), kernel=kernel, filename=filename,
+                                 lineno=lineno, source_line=source, op=op, tensor=tensor,
+                                 index=index, block=block, thread=thread,
+                                 other_thread=other_thread, other_op=other_op, count=count)
+
+
+def _element_index(offset: int, shape) -> tuple:
+    """The (row-major) index of element ``offset`` of an array of ``shape`` (None: 1-D)."""
+    if not shape:
+        return (offset,)
+    index = []
+    for extent in reversed(shape):
+        offset, i = divmod(offset, extent)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def _tensor_label(site: dict, arg_names: Sequence[str]) -> str:

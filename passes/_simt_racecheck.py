@@ -1,0 +1,291 @@
+"""Shared-memory race checks for the SIMT-to-CPU pass (``CompileOptions.debug`` or
+``CompileOptions.racecheck``), like compute-sanitizer's racecheck.
+
+Two accesses of one shared-memory element by two threads of a block race when
+no barrier lies between them and one of them is a store (atomics excepted).
+The CPU runs the threads of a block one after the other between barriers, so
+a race shows as a cross-thread pair inside one *epoch*: the stretch of a
+block's run between two barriers.  Each call of a kernel allocates one
+``memref<?xi64>`` *shadow*:
+
+* :data:`CONTEXT` words first: the epoch (bumped when a block starts and where
+  each barrier was, the barriers of warp collectives too: a conservative
+  choice, it can only hide races, never invent them), the block's ids and the
+  block's x/y dims, for the reports;
+* then, for each shared buffer, two words per element of it:
+  ``epoch << 32 | thread`` of its last store, and ``epoch << 32 | thread`` of
+  the first thread that loaded it in the epoch, with :data:`SEVERAL` set once
+  another thread loaded it too.
+
+Each ``memref.load``/``memref.store`` of a shared buffer in a thread loop
+computes its element's offset in the buffer (by address, so views and
+``memref.view``s of the dynamic shared buffer work) and calls the out-of-line
+helper :data:`CHECK_FUNC` (a kernel has thousands of such accesses once its
+copies and MMAs are unrolled): a load of an element another thread stored in
+this epoch, or a store to one another thread stored or loaded in it, is counted
+in the error record's :data:`~flydsl.runtime.debug_checks.RACES` slot and
+reported through the bounds checks' helper (the first failure of a launch is
+kept).  A site's ``op`` is ``"race"``; the record's ``DIM`` slot says what the
+other thread did, ``INDEX`` the element's offset in the array.  Accesses are
+not changed.  Vector accesses, ``memref.copy`` and atomics are not checked.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import mlir.ir as ir
+from mlir.dialects import arith, func, memref, scf
+
+from flydsl.runtime import debug_checks as rec
+
+from ._simt_bounds import BoundsChecks, count_failure, report, root_memref
+from .ir import walk
+
+#: The out-of-line check of one access (see :func:`_declare_check_func`).
+CHECK_FUNC = "__flydsl_race_check"
+#: The flag of a load word: several threads loaded the element.
+SEVERAL = 1 << 31
+#: The thread field of a word (and, as a thread, "unknown").
+_THREAD = SEVERAL - 1
+#: Shadow words before the buffers' and what they hold.
+CONTEXT = 8
+_EPOCH, _BLOCK_LINEAR, _BLOCK, _BDIM = 0, 1, 2, 5   # _BLOCK: x, y, z; _BDIM: x, y
+_ACCESS = {"memref.load": ("load", 0, 1), "memref.store": ("store", 1, 2)}
+
+
+def _const(value: int, t: Optional[ir.Type] = None) -> ir.Value:
+    return arith.ConstantOp(t or ir.IndexType.get(), value).result
+
+
+def _i64() -> ir.Type:
+    return ir.IntegerType.get_signless(64)
+
+
+class RaceChecks:
+    """The race checks of one kernel.
+
+    ``shared``: root shared buffer -> the label a report names it by;
+    ``alloca(type, dyn_sizes)`` allocates per call, before ``setup`` (the
+    block loop), where the shadow is cleared; ``bdim``: the block's dims.
+    """
+
+    def __init__(self, checks: BoundsChecks, kernel: str, shared: dict,
+                 alloca: Callable, setup: ir.Operation, bdim: dict):
+        self.checks = checks
+        self.kernel = kernel
+        self.labels = shared
+        #: the check's own buffers (the bounds checks leave them alone)
+        self.internal: set = set()
+        self.buffers: dict = {}     # root -> (its first shadow word, address, element bytes)
+        self.shadow = None
+        roots = [r for r in shared if _element_bytes(ir.MemRefType(r.type).element_type)]
+        if not roots:
+            return
+        with ir.InsertionPoint(setup), ir.Location.unknown():
+            words = _const(CONTEXT)
+            for root in roots:
+                self.buffers[root] = (words, memref.extract_aligned_pointer_as_index(root),
+                                      _element_bytes(ir.MemRefType(root.type).element_type))
+                words = arith.addi(words, arith.muli(_element_count(root), _const(2)))
+            self.shadow = alloca(ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], _i64()),
+                                 [words])
+            self.internal.add(self.shadow)
+            clear = scf.ForOp(_const(0), words, _const(1))
+            with ir.InsertionPoint(clear.body):
+                memref.store(_const(0, _i64()), self.shadow, [clear.induction_variable])
+                scf.YieldOp([])
+            self._put(_BDIM, bdim["x"])
+            self._put(_BDIM + 1, bdim["y"])
+
+    @property
+    def active(self) -> bool:
+        return self.shadow is not None
+
+    def _put(self, word: int, value: ir.Value) -> None:
+        memref.store(arith.index_cast(_i64(), value), self.shadow, [_const(word)])
+
+    # -- epochs ----------------------------------------------------------------
+    def begin_block(self, after: ir.Operation, block_ids: list) -> None:
+        """Start a new epoch where each block starts, ``after`` its ids are computed
+        (``block_ids``: linear, x, y, z)."""
+        if self.active:
+            with ir.InsertionPoint.after(after), ir.Location.unknown():
+                self._next_epoch()
+                for k, v in enumerate(block_ids):
+                    self._put(_BLOCK_LINEAR + k, v)
+
+    def barrier(self, op) -> None:
+        """Start a new epoch at the barrier ``op`` (before it)."""
+        if self.active:
+            with ir.InsertionPoint(op), op.location:
+                self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        at = [_const(_EPOCH)]
+        e = memref.load(self.shadow, at)
+        memref.store(arith.addi(e, _const(1, _i64())), self.shadow, at)
+
+    # -- accesses --------------------------------------------------------------
+    def instrument(self, func_op, thread_ids: Callable, in_thread: Callable) -> int:
+        """Check every shared load/store in ``func_op``'s thread loops; return how many.
+
+        ``thread_ids()``: the thread's x, y, z at the insertion point;
+        ``in_thread(op)``: whether ``op`` runs per thread.
+        """
+        if not self.active:
+            return 0
+        count = 0
+        for op in walk(func_op, lambda o: o.name in _ACCESS):
+            kind, mem_at, idx_at = _ACCESS[op.name]
+            operands = list(op.operands)
+            root = root_memref(operands[mem_at])
+            if root not in self.buffers or not in_thread(op):
+                continue
+            shape = ir.MemRefType(root.type)
+            site = self.checks.add_site(
+                op, self.kernel, "race", access=kind,
+                shape=list(shape.shape) if shape.has_static_shape else None,
+                **self.labels[root])
+            with ir.InsertionPoint(op), op.location:
+                first, base, root_bytes = self.buffers[root]
+                at = _element_offset(operands[mem_at], operands[idx_at:], base, root_bytes)
+                if at is None:
+                    continue
+                _declare_check_func(self.checks)
+                store = _const(int(kind == "store"), ir.IntegerType.get_signless(1))
+                func.CallOp([], ir.FlatSymbolRefAttr.get(CHECK_FUNC),
+                            [self.shadow, first, at, *thread_ids(), store, _const(site)])
+            count += 1
+        return count
+
+
+def _element_offset(mem, indices, base, root_bytes) -> Optional[ir.Value]:
+    """The accessed element's offset in its root buffer, in the root's elements
+    (by address: ``mem`` may be any strided view of the root at address ``base``)."""
+    size = _element_bytes(ir.MemRefType(mem.type).element_type)
+    if size is None:
+        return None
+    meta = memref.ExtractStridedMetadataOp(mem)
+    rank = len(indices)
+    offset = meta.results[1]
+    for i, stride in zip(indices, list(meta.results)[2 + rank:2 + 2 * rank]):
+        offset = arith.addi(offset, arith.muli(i, stride))
+    start = arith.subi(memref.extract_aligned_pointer_as_index(mem), base)
+    nbytes = arith.addi(start, arith.muli(offset, _const(size)))
+    return arith.divui(nbytes, _const(root_bytes))
+
+
+def _declare_check_func(checks: BoundsChecks) -> None:
+    """Define the check helper :data:`CHECK_FUNC` in ``checks``' module (once)::
+
+        (shadow, first word of the buffer, element, thread x, y, z, is_store, site)
+
+    It updates the element's shadow words and reports a race."""
+    top = checks.top
+    if any("sym_name" in o.attributes and ir.StringAttr(o.attributes["sym_name"]).value
+           == CHECK_FUNC for o in top.operations):
+        return
+    index = ir.IndexType.get()
+    shadow_t = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], _i64())
+    inputs = [shadow_t] + [index] * 5 + [ir.IntegerType.get_signless(1), index]
+    with ir.InsertionPoint.at_block_begin(top), ir.Location.unknown():
+        f = func.FuncOp(CHECK_FUNC, (inputs, []), visibility="private")
+        f.attributes["llvm.linkage"] = ir.Attribute.parse("#llvm.linkage<internal>")
+        f.attributes["passthrough"] = ir.ArrayAttr.get([ir.StringAttr.get("noinline")])
+    entry = f.add_entry_block()
+    with ir.InsertionPoint(entry), ir.Location.unknown():
+        _check_body(*entry.arguments)
+        func.ReturnOp([])
+
+
+def _check_body(shadow, first, elem, tx, ty, tz, store, site) -> None:
+    """The check helper's body: see the module docstring."""
+    i64 = _i64()
+
+    def word(k):
+        return memref.load(shadow, [_const(k)])
+
+    def as_index(v):
+        return arith.index_cast(ir.IndexType.get(), v)
+
+    def thread(w):
+        return arith.andi(w, _const(_THREAD, i64))
+
+    epoch = arith.shli(word(_EPOCH), _const(32, i64))
+
+    def now(w):
+        return arith.cmpi(arith.CmpIPredicate.eq, arith.andi(w, _const(-(1 << 32), i64)), epoch)
+
+    bdx, bdy = as_index(word(_BDIM)), as_index(word(_BDIM + 1))
+    me = arith.index_cast(i64, arith.addi(tx, arith.muli(bdx, arith.addi(ty, arith.muli(bdy, tz)))))
+    write_at = arith.addi(first, arith.muli(elem, _const(2)))
+    read_at = arith.addi(write_at, _const(1))
+    stored = memref.load(shadow, [write_at])
+    loaded = memref.load(shadow, [read_at])
+    other_store = arith.andi(now(stored),
+                             arith.cmpi(arith.CmpIPredicate.ne, thread(stored), me))
+    mine = arith.cmpi(arith.CmpIPredicate.eq, thread(loaded), me)
+    not_mine = arith.xori(mine, _const(1, ir.IntegerType.get_signless(1)))
+    several = arith.cmpi(arith.CmpIPredicate.ne, arith.andi(loaded, _const(SEVERAL, i64)),
+                         _const(0, i64))
+    # a store races with another thread's store or load of this epoch; a load with a store
+    other_load = arith.andi(store, arith.andi(now(loaded), arith.ori(not_mine, several)))
+    race = arith.ori(other_store, other_load)
+    # the new words: a store's, or the load word (first loader; SEVERAL once another loads)
+    again = arith.select(mine, loaded, arith.ori(loaded, _const(SEVERAL, i64)))
+    load_word = arith.select(now(loaded), again, arith.ori(epoch, me))
+    memref.store(arith.select(store, arith.ori(epoch, me), stored), shadow, [write_at])
+    memref.store(arith.select(store, loaded, load_word), shadow, [read_at])
+    found = scf.IfOp(race)
+    with ir.InsertionPoint(found.then_block):
+        first_loader = arith.select(not_mine, thread(loaded), _const(_THREAD, i64))
+        other = arith.select(other_store, thread(stored), first_loader)
+        what = arith.select(other_store, _const(rec.RACE_STORE), _const(rec.RACE_LOAD))
+        block = [as_index(word(_BLOCK_LINEAR + k)) for k in range(4)]
+        count_failure(rec.RACES)
+        report(site, what, elem, _const(0), block + [tx, ty, tz],
+               other=_thread_ids(other, bdx, bdy))
+        scf.YieldOp([])
+
+
+def _thread_ids(thread, bdx, bdy) -> list:
+    """x, y, z of the linear ``thread`` (i64); -1s for an unknown one (:data:`_THREAD`)."""
+    lin = arith.index_cast(ir.IndexType.get(), thread)
+    row = arith.divui(lin, bdx)
+    xyz = (arith.remui(lin, bdx), arith.remui(row, bdy), arith.divui(row, bdy))
+    unknown = arith.cmpi(arith.CmpIPredicate.eq, thread, _const(_THREAD, _i64()))
+    return [arith.select(unknown, _const(-1), v) for v in xyz]
+
+
+def _element_count(root) -> ir.Value:
+    """The number of elements of the buffer ``root`` (at the insertion point)."""
+    mtype = ir.MemRefType(root.type)
+    index = ir.IndexType.get()
+    n = arith.ConstantOp(index, 1).result
+    for i in range(mtype.rank):
+        if mtype.is_dynamic_dim(i):
+            d = memref.dim(root, arith.ConstantOp(index, i).result)
+        else:
+            d = arith.ConstantOp(index, mtype.shape[i]).result
+        n = arith.muli(n, d)
+    return n
+
+
+def _element_bytes(t: ir.Type) -> Optional[int]:
+    """Bytes of one element of type ``t`` in memory; None when unknown."""
+    if isinstance(t, ir.IndexType):
+        return 8
+    if isinstance(t, (ir.IntegerType, ir.FloatType)):
+        width = ir.IntegerType(t).width if isinstance(t, ir.IntegerType) else ir.FloatType(t).width
+        return max(1, width // 8)
+    if isinstance(t, ir.VectorType):
+        v = ir.VectorType(t)
+        inner = _element_bytes(v.element_type)
+        if inner is None or not v.has_static_shape:
+            return None
+        n = 1
+        for d in v.shape:
+            n *= d
+        return inner * n
+    return None
+
