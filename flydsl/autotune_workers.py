@@ -70,12 +70,17 @@ class WorkerPool:
     def run(self, jobs: Mapping[Any, tuple], workers: int, timeout: float) -> dict:
         """Run ``{key: (fn, args)}`` on up to ``workers`` processes; ``{key: (status,
         text)}`` for every key (see the module docstring)."""
-        with self.lock:
-            return self._run(list(jobs.items()), max(1, workers), timeout)
-
-    def _run(self, pending: list, workers: int, timeout: float) -> dict:
-        results: dict = {}
         busy: list = []
+        with self.lock:
+            try:
+                return self._run(list(jobs.items()), max(1, workers), timeout, busy)
+            except BaseException:     # Ctrl-C: no worker keeps running a job nobody awaits
+                for worker in busy:
+                    worker.stop()
+                raise
+
+    def _run(self, pending: list, workers: int, timeout: float, busy: list) -> dict:
+        results: dict = {}
         while pending or busy:
             while pending and len(busy) < workers:
                 key, job = pending.pop(0)

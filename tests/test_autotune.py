@@ -458,3 +458,23 @@ def test_the_compile_workers_stay_warm_and_import_the_module_once(monkeypatch, t
     tuned(x[:50], 50)      # another key: tuned again, in the same workers
     again = imports.read_text().split() if imports.exists() else []
     assert again == first and len(set(first)) == len(first) <= 2
+
+
+def test_ctrl_c_while_configs_compile_stops_the_worker_that_had_one(monkeypatch):
+    import multiprocessing
+    import multiprocessing.connection
+
+    wait, pressed = multiprocessing.connection.wait, []
+
+    def ctrl_c_once(*args, **kwargs):      # as the pool first waits for its workers
+        if not pressed:
+            pressed.append(True)
+            raise KeyboardInterrupt
+        return wait(*args, **kwargs)
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_WORKERS", "1")
+    monkeypatch.setattr(multiprocessing.connection, "wait", ctrl_c_once)
+    idle = len(multiprocessing.active_children())
+    x = np.zeros(100, np.float32)
+    with pytest.raises(KeyboardInterrupt):
+        tune_fragile([HANGS])(x, x.size)
+    assert len(multiprocessing.active_children()) == max(idle - 1, 0)
