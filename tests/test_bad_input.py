@@ -136,7 +136,8 @@ def test_garbage_arguments_raise_flydsl_errors(bad):
 
 
 @pytest.mark.parametrize("grid, block", [(None, 1), ("a", 1), (1, [1, 2, 3, 4]),
-                                         ((1, 2.5), 1), (1, -3), (1, (0, 1)), (1, 1025)])
+                                         ((1, 2.5), 1), (1, -3), (1, (0, 1)), (1, 1025),
+                                         (True, 1), (np.True_, 1), (1, (7, True))])
 def test_garbage_launch_configs_raise_launch_errors(grid, block):
     with pytest.raises(flydsl.LaunchError):
         simple[grid, block](np.zeros(4, np.int32), 1)

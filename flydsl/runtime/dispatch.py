@@ -154,6 +154,8 @@ _DIMS: dict = {}
 
 def dim3(value, what: str, kernel: str) -> tuple:
     """``value`` (int or up to 3 ints) as a validated 3-tuple; memoized for warm launches."""
+    if value.__class__ in _BOOL_TYPES:      # `grid=True` is a mistake, not one block
+        _refuse_bool(value, what, kernel)
     try:
         hit = _DIMS.get((what, value))
     except TypeError:   # a list: unhashable, validate without memo
@@ -167,8 +169,19 @@ def dim3(value, what: str, kernel: str) -> tuple:
     return dims
 
 
+_BOOL_TYPES = (bool, np.bool_)
+
+
+def _refuse_bool(value, what: str, kernel: str) -> None:
+    raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, not bools: got "
+                      f"{value!r}", kernel=kernel)
+
+
 def _dim3(value, what: str, kernel: str) -> tuple:
-    # bools count as ints, as everywhere in Python (and equal ints share the memo)
+    # A bool is refused where it is seen before the memo (equal ints share its entries).
+    if isinstance(value, _BOOL_TYPES) or (
+            isinstance(value, (tuple, list)) and any(isinstance(v, _BOOL_TYPES) for v in value)):
+        _refuse_bool(value, what, kernel)
     if isinstance(value, (int, np.integer)):
         value = (value,)
     ok = isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
