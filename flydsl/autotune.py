@@ -433,7 +433,7 @@ class Autotuner:
                           f"{backend.name}/{backend.target.arch}: {found!r} (from the cache)")
                 return found
         candidates = self._prune(named)
-        failures = self._precompile(candidates, args, kwargs, backend)
+        failures = self._precompile(candidates, args, kwargs, backend, options)
         timings, errors = self._benchmark(candidates, failures, args, kwargs, named, launch)
         failures.update(errors)
         self.timings = {cfg: timings.get(cfg, float("inf")) for cfg in candidates}
@@ -582,7 +582,8 @@ class Autotuner:
         active_store().put_record(RECORD_KIND, record_key, record)
 
     # -- parallel compiles -----------------------------------------------------------------
-    def _precompile(self, candidates: list, args: tuple, kwargs: dict, backend) -> dict:
+    def _precompile(self, candidates: list, args: tuple, kwargs: dict, backend,
+                    options) -> dict:
         """Compile the candidates in worker processes that fill the disk cache, when
         they can; {config: error text} of those that failed, crashed or hung there
         (never compiled here)."""
@@ -596,8 +597,9 @@ class Autotuner:
             stand_ins = [stand_in(a) for a in args], {k: stand_in(v) for k, v in kwargs.items()}
         except TypeError:
             return {}
-        seen = (repr(stand_ins), backend.name, backend.target)
-        if seen in self._precompiled:   # compiled for arguments like these already
+        seen = (repr(stand_ins), backend.name, backend.target, options.key())
+        if seen in self._precompiled:   # compiled for arguments like these already: the
+            # configs that failed there stay failed (never compiled here)
             return {c: f for c, f in self._precompiled[seen].items() if c in candidates}
         failures = _compile_in_pool(where, stand_ins, candidates, self._kernel, backend, workers)
         self._precompiled[seen] = failures

@@ -407,6 +407,9 @@ def test_a_config_that_crashes_its_compile_worker_is_skipped_with_the_reason(mon
     assert tuned.best_config == OK and tuned.timings[CRASHES] == float("inf")
     assert "Config(MODE=1)  failed: its compile worker crashed (SIGSEGV)" in capsys.readouterr().out
     assert np.array_equal(x, np.ones(100))
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "2")      # other binaries: compiled in workers again
+    tuned(x, x.size)
+    assert tuned.best_config == OK and tuned.timings[CRASHES] == float("inf")
     with pytest.raises(AutotuneError, match=r"Config\(MODE=1\): its compile worker crashed"):
         tune_fragile([CRASHES])(x, x.size)
 
