@@ -10,6 +10,7 @@ old binary), and an unchanged one must load every kernel from disk.
 import importlib.util
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -206,3 +207,25 @@ def test_constexpr_objects_that_print_alike_get_their_own_binaries_in_process():
     for s in (2.0, 3.0, 2.0):
         reads_constexpr[1, 1](x, PrintsAlike(s))
         assert x[0] == s
+
+
+@flydsl.kernel
+def fill_from_file(x: fx.Tensor, path: fx.Constexpr[str]):
+    x[fx.thread_idx.x] = float(pathlib.Path(path).read_text())
+
+
+def test_a_data_file_read_while_tracing_is_part_of_the_key(tmp_path):
+    """The disk lookup (what a fresh process does) compiles again when the file
+    changed, and finds the entry while it is unchanged."""
+    data = tmp_path / "scale.txt"
+    data.write_text("2.0")
+    x = np.zeros(4, np.float32)
+    fill_from_file[1, 4](x, str(data))
+    assert (x == 2.0).all()
+    fill_from_file.cache_clear()
+    fill_from_file[1, 4](x, str(data))
+    assert (x == 2.0).all() and flydsl.compile(fill_from_file, x, str(data)).kernels[0].from_cache
+    data.write_text("3.0")
+    fill_from_file.cache_clear()
+    fill_from_file[1, 4](x, str(data))
+    assert (x == 3.0).all()

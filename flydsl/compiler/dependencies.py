@@ -13,6 +13,10 @@ says how much of the value the trace depended on:
   tracing): hashed by content, or the kernel stays out of the disk cache;
 * ``F``: a function whose body was traced inline: its source.
 
+A data file opened while tracing (``open``, ``np.load``, ``pathlib.Path.read_text``)
+is the path ``O:/abs/file`` (from no object: the step reads the file), hashed by
+content (:func:`reading_files`).
+
 The cache stores the paths (a *manifest* per base key); a later process resolves
 the same paths against its own values (:func:`resolve_hashes`) and so finds the
 entry without tracing, or misses when any value differs.
@@ -20,7 +24,11 @@ entry without tracing, or misses when any value differs.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import io
 import json
+import os
+import threading
 import types
 from typing import Any, Optional, Sequence
 
@@ -115,6 +123,9 @@ def step_value(value: Any, step: Step, constexprs: Optional[dict] = None) -> Any
         return type(value)
     if kind == "P":
         return (constexprs or {})[arg]
+    if kind == "O":
+        with _ORIGINAL_OPEN(arg, "rb") as f:
+            return f.read()
     raise NotFound(f"unknown path step {kind!r}")
 
 
@@ -159,6 +170,8 @@ def show_path(path: Path) -> str:
             out += f"[{arg!r}]"
         elif kind == "T":
             out = f"type({out})"
+        elif kind == "O":
+            out = f"the file {arg}"
     return out or "<kernel>"
 
 
@@ -257,6 +270,60 @@ class DependencyRecorder:
         return Dependencies(tuple(entries), tuple(problems))
 
 
+_ORIGINAL_OPEN = builtins.open
+_reading = threading.local()
+_open_lock = threading.Lock()
+_open_users = 0
+
+
+@contextlib.contextmanager
+def reading_files():
+    """While the block runs on this thread, note the data files it opens for reading
+    through ``open`` (``builtins.open`` and ``io.open``; what ``np.load``, ``json``
+    and ``pathlib`` use): yields the set of their absolute paths. Python sources are
+    left out (tracing reads the kernel's own; the key covers sources otherwise)."""
+    global _open_users
+    opened: set = set()
+    stack = getattr(_reading, "stack", None)
+    if stack is None:
+        stack = _reading.stack = []
+    stack.append(opened)
+    with _open_lock:
+        _open_users += 1
+        if _open_users == 1:
+            builtins.open = io.open = _noting_open
+    try:
+        yield opened
+    finally:
+        stack.pop()
+        with _open_lock:
+            _open_users -= 1
+            if _open_users == 0:
+                builtins.open = io.open = _ORIGINAL_OPEN
+
+
+def _noting_open(file, mode="r", *args, **kwargs):
+    stack = getattr(_reading, "stack", None)
+    if stack and isinstance(file, (str, bytes, os.PathLike)) and not set(mode) & set("wax+"):
+        path = os.path.abspath(os.fsdecode(file))
+        if not path.endswith((".py", ".pyc")):
+            stack[-1].add(path)
+    return _ORIGINAL_OPEN(file, mode, *args, **kwargs)
+
+
+def with_files(deps: Dependencies, paths) -> Dependencies:
+    """``deps`` with the contents of the files ``paths`` (read now) as entries: a
+    file that changes, or goes, changes the key."""
+    extra, problems = [], list(deps.problems)
+    for path in sorted(paths):
+        step = ("O", path)
+        try:
+            extra.append((encode_path((step,)), "D", describe(step_value(None, step), "D")))
+        except OSError as e:
+            problems.append(f"the file {path}, read while tracing: {e}")
+    return Dependencies(tuple(sorted(deps.entries + tuple(extra))), tuple(problems))
+
+
 def resolve_hashes(fn: types.FunctionType, constexprs: dict,
                    variant: Sequence) -> Optional[list]:
     """The hashes of a manifest ``variant`` (``[encoded path, modes]`` per entry)
@@ -284,5 +351,6 @@ def _resolve(path: Path, memo: dict, constexprs: dict) -> Any:
 
 __all__ = ["Dependencies", "DependencyRecorder", "MISSING", "NotFound", "Path",
            "closure_vars", "constant_index", "decode_path", "describe", "encode_path",
-           "lookup_name", "resolve_hashes", "runs_user_code", "show_path", "step_value"]
+           "lookup_name", "reading_files", "resolve_hashes", "runs_user_code", "show_path",
+           "step_value", "with_files"]
 

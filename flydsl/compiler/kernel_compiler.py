@@ -11,7 +11,7 @@ from typing import Optional
 from . import cache as disk_cache
 from .store import active_store
 from .target import GPUTarget
-from .dependencies import resolve_hashes
+from .dependencies import reading_files, resolve_hashes, with_files
 from .fingerprint import base_key, entry_key
 
 ENTRY_VERSION = 2
@@ -183,7 +183,11 @@ def symbol_name(name: str) -> str:
 
 def _trace(fn, name: str, specs: tuple, backend, options):
     from .frontend.builder import trace_kernel
-    return trace_kernel(fn, symbol_name(name), specs, backend.target, options)
+    with reading_files() as opened:   # data files the trace reads: part of the key
+        traced = trace_kernel(fn, symbol_name(name), specs, backend.target, options)
+    if opened:
+        traced.dependencies = with_files(traced.dependencies, opened)
+    return traced
 
 
 def _compile(fn, name: str, specs: tuple, backend, options) -> CompiledKernel:
