@@ -117,6 +117,17 @@ class UnsupportedConstructError(DSLError):
     """A Python construct flydsl cannot trace."""
 
 
+class DivergentBarrierError(UnsupportedConstructError):
+    """A barrier (``fx.barrier()`` or a block collective) under an ``if`` or loop whose
+    condition depends on the thread id: some threads of a block would skip it, which
+    deadlocks or is undefined on GPUs. Raised on every backend, at the barrier's line."""
+
+
+class DivergentBarrierWarning(UserWarning):
+    """A barrier under an ``if`` or loop whose condition depends on loaded values, which
+    may differ between the threads of a block (GPU backends; the CPU rejects it)."""
+
+
 class CompileTimeValueRequired(DSLTypeError):
     """A kernel needs a compile-time value where it has a runtime one: typically the
     index of a runtime loop used to index a Python tuple, or a Python list changed

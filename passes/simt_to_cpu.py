@@ -26,7 +26,9 @@ How a kernel body (a single block of structured ops) is lowered:
    reductions and scans) likewise folds its warp's active lanes
    (:mod:`._simt_collectives`).
 3. Uniformity analysis (:mod:`._simt_uniformity`); a barrier under divergent
-   control flow is an :class:`~flydsl.errors.UnsupportedConstructError`.
+   control flow is a :class:`~flydsl.errors.DivergentBarrierError` (see
+   :mod:`.barrier_divergence`), a warp collective there an
+   :class:`~flydsl.errors.UnsupportedConstructError`.
    Per-thread strided loops (``for j in range(tid, n, BLOCK)``) become block-level
    loops with the thread loop inside, so it vectorizes (:mod:`._simt_lanes`).
 4. Per-thread iter_args / results of barrier-containing ``scf.for``/``scf.if``
@@ -56,9 +58,10 @@ from typing import Optional
 import mlir.ir as ir
 from mlir.dialects import arith, func, memref, scf
 
-from flydsl.errors import UnsupportedConstructError
+from flydsl.errors import DivergentBarrierError, UnsupportedConstructError
 
 from ._simt_bounds import BoundsChecks
+from .barrier_divergence import DATA, THREAD, ThreadDependence, divergence, hazard_message
 from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
 from ._simt_printf import PrintfLowering
 from ._simt_racecheck import RaceChecks
@@ -75,7 +78,6 @@ _DIMS = ("x", "y", "z")
 _REMAT_LIMIT = 12
 _INF = 1 << 30
 
-DIVERGENT_BARRIER_MSG = "barrier in divergent control flow is not supported on the CPU backend"
 
 
 def _i8() -> ir.Type:
@@ -579,6 +581,7 @@ class _KernelLowering:
     # -- 3. divergence -----------------------------------------------------
     def _check_divergence(self) -> None:
         uni = self._analyze()
+        deps = ThreadDependence()
         for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS):
             p = s.parent
             while p != self.block_loop:
@@ -586,27 +589,36 @@ class _KernelLowering:
                       # warp collectives under a thread-dependent scf.if run predicated
                       or (p.name == "scf.if" and is_warp_collective(s)))
                 if not ok:
-                    what = ("warp shuffle" if s.name == "gpu.shuffle" else "warp collective")
-                    what += " (it synchronises the block on the CPU)"
                     if s.name == "gpu.barrier" and not is_warp_collective(s):
-                        msg = DIVERGENT_BARRIER_MSG
-                    else:
-                        msg = (f"{what} in divergent control flow is not supported on the "
-                               "CPU backend")
-                    if p.name == "scf.for":
-                        why = ("an 'scf.for' whose bounds depend on the thread id or on "
-                               "loaded values")
-                    elif p.name == "scf.if":
-                        why = ("an 'scf.if' whose condition depends on the thread id or on "
-                               "loaded values")
-                    else:
-                        why = (f"'{p.name}', which threads may run a different number of times; "
-                               "a loop holding a barrier must be a `for` over a range with "
-                               "block-uniform bounds")
-                    msg += (f" (it is inside {why}); move it where all threads of the block "
-                            "reach it the same number of times")
-                    raise _unsupported(msg, s, self.name)
+                        raise self._divergent_barrier(s, deps)
+                    raise _unsupported(self._divergent_collective(s, p), s, self.name)
                 p = p.parent
+
+    def _divergent_barrier(self, barrier, deps) -> DivergentBarrierError:
+        """The hazard (see :mod:`.barrier_divergence`): a block's threads run as loops
+        between barriers here, so a barrier some threads may skip cannot be lowered."""
+        where, dependence = divergence(barrier, deps, stop=self.block_loop) or (
+            "control flow that", DATA)
+        filename, lineno, source = source_location(barrier)
+        return DivergentBarrierError(hazard_message(where, dependence == THREAD),
+                                     kernel=self.name, filename=filename, lineno=lineno,
+                                     source_line=source)
+
+    @staticmethod
+    def _divergent_collective(s, p) -> str:
+        what = ("warp shuffle" if s.name == "gpu.shuffle" else "warp collective")
+        msg = (f"{what} (it synchronises the block on the CPU) in divergent control flow "
+               "is not supported on the CPU backend")
+        if p.name == "scf.for":
+            why = "an 'scf.for' whose bounds depend on the thread id or on loaded values"
+        elif p.name == "scf.if":
+            why = "an 'scf.if' whose condition depends on the thread id or on loaded values"
+        else:
+            why = (f"'{p.name}', which threads may run a different number of times; "
+                   "a loop holding a warp collective must be a `for` over a range with "
+                   "block-uniform bounds")
+        return (f"{msg} (it is inside {why}); move it where all threads of the block "
+                "reach it the same number of times")
 
     # -- 4. demote per-thread values carried by barrier-containing ops ------
     def _demote_sync_op_values(self) -> None:

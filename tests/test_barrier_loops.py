@@ -1,4 +1,5 @@
-"""Loop-carried per-thread values across barriers on the CPU backend.
+"""Loop-carried per-thread values across barriers on the CPU backend, and barriers
+under divergent control flow on every backend.
 
 The SIMT-to-CPU pass carries the per-thread iter args of a barrier-containing
 ``for`` (and the per-thread results of a barrier-containing ``if``) in
@@ -11,6 +12,8 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
+from flydsl.errors import (DivergentBarrierError, DivergentBarrierWarning,
+                           UnsupportedConstructError)
 
 STEPS = [0, 1, 2, 3, 5]
 
@@ -334,3 +337,84 @@ def test_nested_barrier_loops_with_swaps(n, m):
             c, d = d, c + d
         a, b = d, c
     np.testing.assert_array_equal(out, np.stack([a, b], axis=1))
+
+
+# ---------------------------------------------------------------------------
+# barriers some threads skip: an error on every backend when provable, else a warning
+
+ARCHES = {"cpu": None, "cuda": "sm_90", "rocm": "gfx942"}
+HAZARD = "every thread of a block must reach the same barriers"
+
+
+def line_of(marker: str) -> int:
+    """The line of this file holding ``marker`` (a trailing comment)."""
+    with open(__file__) as f:
+        hits = [n for n, line in enumerate(f, 1) if line.rstrip().endswith("# " + marker)]
+    assert len(hits) == 1, marker
+    return hits[0]
+
+
+@flydsl.kernel
+def barrier_skipped(x: fx.Tensor, n: fx.Int32, WHAT: fx.Constexpr[str]):
+    i = fx.thread_idx.x
+    if WHAT == "if":
+        if i < n:
+            fx.barrier()  # UNDER-IF
+    elif WHAT == "loop":
+        for _ in range(i):
+            fx.barrier()  # UNDER-LOOP
+    elif WHAT == "block_reduce":
+        if i < n:
+            x[i] = fx.block_reduce(x[i])  # UNDER-REDUCE
+    elif WHAT == "loaded":
+        if x[0] > 0.0:
+            fx.barrier()  # UNDER-LOAD
+    elif WHAT == "uniform":
+        if n > 0:
+            fx.barrier()
+    x[i] = 1.0
+
+
+def compile_for(backend: str, what: str):
+    x = np.zeros(8, np.float32)
+    return flydsl.compile(barrier_skipped, x, 4, what, backend=backend, arch=ARCHES[backend])
+
+
+@pytest.mark.parametrize("backend", list(ARCHES))
+@pytest.mark.parametrize("what, marker, where", [
+    ("if", "UNDER-IF", "an 'if' whose condition"),
+    ("loop", "UNDER-LOOP", "a 'for' loop whose range"),
+    ("block_reduce", "UNDER-REDUCE", "an 'if' whose condition"),
+])
+def test_a_barrier_under_thread_dependent_control_flow_is_an_error_on_every_backend(
+        backend, what, marker, where):
+    with pytest.raises(DivergentBarrierError) as info:
+        compile_for(backend, what)
+    e = info.value
+    assert (e.filename, e.lineno, e.kernel) == (__file__, line_of(marker), "barrier_skipped")
+    assert f"barrier under {where} depends on the thread id" in str(e)
+    assert HAZARD in str(e) and "deadlock" in str(e)
+    assert "backend" not in str(e)
+    assert isinstance(e, UnsupportedConstructError)
+
+
+@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+def test_a_barrier_under_a_loaded_condition_warns_on_gpus(backend):
+    with pytest.warns(DivergentBarrierWarning) as record:
+        compile_for(backend, "loaded")
+    w = record[0]
+    assert (w.filename, w.lineno) == (__file__, line_of("UNDER-LOAD"))
+    assert "depends on loaded values" in str(w.message) and HAZARD in str(w.message)
+
+
+def test_a_barrier_under_a_loaded_condition_is_an_error_on_the_cpu():
+    with pytest.raises(DivergentBarrierError) as info:
+        compile_for("cpu", "loaded")
+    assert info.value.lineno == line_of("UNDER-LOAD")
+    assert "depends on loaded values" in str(info.value)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_a_barrier_under_a_uniform_condition_is_fine(backend, recwarn):
+    compile_for(backend, "uniform")
+    assert not [w for w in recwarn if issubclass(w.category, DivergentBarrierWarning)]

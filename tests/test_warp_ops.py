@@ -445,7 +445,8 @@ def misuse(x: fx.Tensor, WHAT: fx.Constexpr[str]):
     ("identity", DSLTypeError, "fx.warp_scan: an exclusive scan with a custom op needs "
                                "identity="),
     ("divergent loop", UnsupportedConstructError, "warp collective"),
-    ("divergent block", UnsupportedConstructError, "barrier in divergent control flow"),
+    ("divergent block", UnsupportedConstructError,
+     "barrier under an 'if' whose condition depends on the thread id"),
 ])
 def test_misuse_is_a_clear_error(what, error, words):
     with pytest.raises(error) as info:

@@ -69,6 +69,8 @@ class CudaBackend(BaseBackend):
     def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         """Lower the ``gpu.module`` to the LLVM and NVVM dialects (no user-provided text)."""
         return [
+            # a barrier some threads of a block skip: an error or a warning
+            PythonPass("barrier-check", "flydsl.passes.barrier_divergence:run"),
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
             # Strided/sub-view memref metadata -> affine.apply -> arith; then structured
             # control flow -> cf, so that the NVVM conversion sees only flat CFGs.

@@ -71,6 +71,8 @@ class RocmBackend(BaseBackend):
         if arch not in ARCH_WARP_SIZE:  # validated again: it goes into pass options
             raise ValueError(f"unsupported rocm arch {arch!r}")
         return [
+            # a barrier some threads of a block skip: an error or a warning
+            PythonPass("barrier-check", "flydsl.passes.barrier_divergence:run"),
             PythonPass("rocm-expand-tanh", rp + "expand_tanh"),
             PythonPass("rocm-debug-ops", rp + "lower_debug_ops"),
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
