@@ -142,9 +142,12 @@ class RaceChecks:
             if root not in self.buffers or not in_thread(op):
                 continue
             shape = ir.MemRefType(root.type)
+            static = shape.has_static_shape
+            # the dynamic shared buffer is bytes: its elements are named by byte offset
             site = self.checks.add_site(
                 op, self.kernel, "race", access=kind,
-                shape=list(shape.shape) if shape.has_static_shape else None,
+                shape=list(shape.shape) if static else None,
+                unit="index" if static or self.buffers[root][2] > 1 else "byte",
                 **self.labels[root])
             with ir.InsertionPoint(op), op.location:
                 first, base, root_bytes = self.buffers[root]

@@ -222,3 +222,26 @@ def test_without_debug_mode_nothing_is_checked(monkeypatch):
     y = np.zeros(32, np.float32)
     shift_left[1, 32](x, y)
     assert (y[1:] == 1).all()
+
+
+@flydsl.kernel
+def reverse_dynamic(x: fx.Tensor, y: fx.Tensor, BARRIER: fx.Constexpr[bool]):
+    s = fx.dynamic_shared_array(fx.Float32)
+    t = fx.thread_idx.x
+    s[t] = x[t]
+    if BARRIER:
+        fx.barrier()
+    y[t] = s[31 - t]  # DYNAMIC
+
+
+def test_a_race_in_dynamic_shared_memory_names_the_byte():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros_like(x)
+    reverse_dynamic[1, 32, 128](x, y, True)
+    np.testing.assert_array_equal(y, x[::-1])
+    with pytest.raises(SharedMemoryRaceError) as info:
+        reverse_dynamic[1, 32, 128](x, y, False)
+    e = info.value
+    assert e.tensor == "dynamic shared array" and e.index == (64,)   # float 16
+    assert (e.op, e.thread, e.other_thread) == ("store", (16, 0, 0), (15, 0, 0))
+    assert "dynamic shared array, byte 64: thread (16, 0, 0) stores" in str(e)

@@ -279,7 +279,7 @@ def race_error(record: Sequence[int], site: dict, kernel: str = "") -> SharedMem
     who = f"thread {_dim3(other_thread)}" if other_thread else "another thread"
     past = {"store": "stored", "load": "loaded"}[other_op]
     at = str(index[0]) if len(index) == 1 else _dim3(index)
-    lines.append(f"  {tensor}, index {at}: thread {_dim3(thread)} {op}s an element that "
+    lines.append(f"  {tensor}, {site.get('unit', 'index')} {at}: thread {_dim3(thread)} {op}s an element that "
                  f"{who} {past} with no barrier between (a missing fx.barrier()?)")
     lines.append(f"  block {_dim3(block)}")
     if count > 1:
