@@ -71,17 +71,20 @@ def on_large_stack(fn, *args):
     to end (as it did on this thread: LLVM cannot be interrupted), then is raised.
     """
     outcome: list = []
+    done = threading.Event()
 
     def run() -> None:
         try:
             outcome.append((True, fn(*args)))
         except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
             outcome.append((False, e))
+        finally:
+            done.set()
     try:
-        thread = _start_thread(run)
+        _start_thread(run)
     except (RuntimeError, ValueError, MemoryError):
         return fn(*args)
-    interrupted = _join(thread)
+    interrupted = _wait(done)
     ok, value = outcome[0]
     if not ok:
         raise value
@@ -101,16 +104,17 @@ def _start_thread(target) -> threading.Thread:
     return thread
 
 
-def _join(thread: threading.Thread) -> bool:
-    """Wait for ``thread`` even through Ctrl-C; whether Ctrl-C was pressed."""
+def _wait(done: threading.Event) -> bool:
+    """Wait until ``done`` is set, even through Ctrl-C; whether Ctrl-C was pressed.
+    (Not ``Thread.join``: before Python 3.13, a join cut short by Ctrl-C could mark a
+    running thread as ended.)"""
     interrupted = False
-    while thread.is_alive():
+    while not done.is_set():
         try:
-            thread.join()
+            done.wait()
         except KeyboardInterrupt:
             interrupted = True
     return interrupted
-
 
 
 def _run(module, backend: BaseBackend, options: CompileOptions, kernel: str) -> CompiledArtifact:
