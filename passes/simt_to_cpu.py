@@ -142,6 +142,14 @@ def _in_workgroup_memory(t: ir.Type) -> bool:
     return str(ir.MemRefType(t).memory_space) == "#gpu.address_space<workgroup>"
 
 
+def _shared_names(gfunc) -> list:
+    """Shared array names from the optional ``flydsl.shared_names`` attribute (the
+    front end's: the variable each array was first assigned to, or "")."""
+    if "flydsl.shared_names" not in gfunc.attributes:
+        return []
+    return [ir.StringAttr(a).value for a in ir.ArrayAttr(gfunc.attributes["flydsl.shared_names"])]
+
+
 def _arg_names(gfunc) -> list:
     """Kernel parameter names from the optional ``flydsl.arg_names`` attribute."""
     if "flydsl.arg_names" not in gfunc.attributes:
@@ -309,10 +317,13 @@ class _KernelLowering:
         n_wg = 0
         if "workgroup_attributions" in gfunc.attributes:
             n_wg = ir.IntegerAttr(gfunc.attributes["workgroup_attributions"]).value
+        shared_names = _shared_names(gfunc)
         for k, old in enumerate(kargs[n:n + n_wg]):
             buf = self.entry_alloca(strip_memory_space(old.type))
             old.replace_all_uses_with(buf)
-            self.mem_labels[buf] = {"tensor": f"shared array {k}"}
+            named = shared_names[k] if k < len(shared_names) else ""
+            label = f"shared array {named!r}" if named else f"shared array {k}"
+            self.mem_labels[buf] = {"tensor": label}
             self.shared.add(buf)
         private = kargs[n + n_wg:]
         with ir.InsertionPoint(self.block_yield), loc:

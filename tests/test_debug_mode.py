@@ -239,7 +239,7 @@ def test_shared_array_after_a_barrier():
     with pytest.raises(OutOfBoundsError) as info:
         rotate_block[2, 64](x, y, 64)
     e = info.value
-    assert e.tensor == "shared array 0" and e.op == "load"
+    assert e.tensor == "shared array 'tile'" and e.op == "load"
     assert e.lineno == line_of("OOB-SHARED")
     assert e.block == (0, 0, 0) and e.thread == (61, 0, 0)   # tid + 3 == 64
     assert (e.dim, e.index, e.size, e.count) == (0, 64, 64, 6)

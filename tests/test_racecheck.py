@@ -62,7 +62,7 @@ def test_a_tree_reduction_missing_its_barrier_is_a_race():
     e = info.value
     assert e.kernel == "tree_sum"
     assert (e.filename, e.lineno) == (__file__, line_of("TREE"))
-    assert e.tensor == "shared array 0"
+    assert e.tensor == "shared array 's'"   # named by its variable
     # the CPU runs thread 0's whole loop first: it loads s[1] before thread 1 stores it
     assert (e.op, e.index, e.thread) == ("store", (1,), (1, 0, 0))
     assert (e.other_op, e.other_thread) == ("load", (0, 0, 0))
@@ -96,7 +96,7 @@ def test_the_race_report_reads_well():
     assert str(info.value) == (
         f"shared-memory race in kernel 'transpose' at {__file__}:{line_of('TILE')}\n"
         "    tile[r, c] = x[r, c]  # TILE\n"
-        "  shared array 0, index (1, 0): thread (0, 1, 0) stores an element that thread "
+        "  shared array 'tile', index (1, 0): thread (0, 1, 0) stores an element that thread "
         "(1, 0, 0) loaded with no barrier between (a missing fx.barrier()?)\n"
         "  block (0, 0, 0)\n"
         f"  ({info.value.count - 1} more races in this launch)")

@@ -174,6 +174,8 @@ class Codegen(ControlFlow):
 
     def assign(self, target: ast.AST, value: Any) -> None:
         if isinstance(target, ast.Name):
+            if isinstance(value, TensorValue):
+                ops.name_shared_array(value, target.id)
             self.scope[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             self.deps.consume(value)

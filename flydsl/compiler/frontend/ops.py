@@ -102,8 +102,37 @@ def shared_array(shape, dtype: DType) -> TensorValue:
     for s in shape:
         nbytes *= s
     ctx.extra["shared_bytes"] = ctx.extra.get("shared_bytes", 0) + nbytes
+    _set_shared_names(func_op, _shared_names(func_op) + [""])
     return TensorValue(arg, dtype, len(shape), name=f"shared{ctx.shared_count - 1}",
                        static_shape=shape)
+
+
+#: The gpu.func attribute naming its shared arrays, in order: what debug reports call
+#: them (the variable each was first assigned to; "" for none).
+SHARED_NAMES = "flydsl.shared_names"
+
+
+def _shared_names(func_op) -> list:
+    if SHARED_NAMES not in func_op.attributes:
+        return []
+    return [ir.StringAttr(a).value for a in ir.ArrayAttr(func_op.attributes[SHARED_NAMES])]
+
+
+def _set_shared_names(func_op, names: list) -> None:
+    func_op.attributes[SHARED_NAMES] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
+
+
+def name_shared_array(t: TensorValue, name: str) -> None:
+    """Record ``name`` as what reports call the shared array ``t`` (its first
+    assignment wins: ``red = fx.shared_array(...)`` names it ``red``)."""
+    ctx = context.active()
+    if ctx is None or not t.name.startswith("shared") or not t.name[6:].isdigit():
+        return
+    k = int(t.name[6:])
+    names = _shared_names(ctx.func_op)
+    if k < len(names) and not names[k]:
+        names[k] = name
+        _set_shared_names(ctx.func_op, names)
 
 
 def atomic_add(t: TensorValue, index, value) -> Value:
