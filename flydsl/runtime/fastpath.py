@@ -18,6 +18,10 @@ does the same work inline:
 * the packing of numpy, torch and ``__cuda_array_interface__`` tensors and of ints
   written out, reusing what the guards read (stride tuples, the interface dict);
   every other argument kind uses its packer and an exact key comparison;
+* the overlap checks of the specialization (``pairs``): written tensors whose byte
+  ranges overlapped another tensor's, or did not, still do or do not
+  (:mod:`flydsl.runtime.specialization`), from the pointers, shapes and strides the
+  guards read; none where at most one tensor is checked or none is written;
 * the launcher's ``submit``.
 
 The generated source is kept on the function (``__flydsl_source__``) for debugging.
@@ -35,7 +39,7 @@ from .dispatch import arg_key, constexpr_token, env_token
 from .packing import BoundLaunch, numpy_data
 from .specialization import ALIGNMENT, DIVISIBILITY, WIDE_ELEMENTS
 from .tensors import (cai_aligned, cai_device, cai_itemsize, contiguous_strides,
-                      device_id_attribute, is_torch_tensor, torch_writable)
+                      device_id_attribute, is_torch_tensor, range_of, torch_writable)
 
 #: Constexpr types whose ``==`` agrees with constexpr_token's (type, repr) equality.
 _PLAIN_CONSTEXPR = (int, bool, str, type(None))
@@ -205,6 +209,26 @@ def _cai_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: boo
     return "packed"
 
 
+def _emit_range(w: _Writer, i: int, a: str, off: int, sample, key) -> None:
+    """``lo{i}, hi{i}``: the bytes tensor ``a`` spans, as
+    :func:`~flydsl.runtime.specialization.byte_range` gives them: inline for a 1-D
+    numpy or torch tensor whose key says it is contiguous (``p`` to ``p + n * item``,
+    from the guards' ``p`` and shape), else by call."""
+    if (type(sample) is np.ndarray or is_torch_tensor(sample)) and key[2] == 1 and key[3]:
+        item = sample.itemsize if type(sample) is np.ndarray else sample.element_size()
+        w.emit(f"lo{i} = p; hi{i} = p + sh{off}[0] * {item}")
+    else:
+        w.emit(f"lo{i}, hi{i} = _range_of({a})")
+
+
+def emit_overlap_guards(w: _Writer, pairs: Sequence[tuple]) -> None:
+    """Return False unless each ``(i, j, overlapping)`` of ``pairs`` holds of the ranges
+    ``lo{i}, hi{i}`` and ``lo{j}, hi{j}``."""
+    for i, j, overlapping in pairs:
+        test = f"lo{i} < hi{j} and lo{j} < hi{i}"
+        w.emit(f"if not ({test}): return False" if overlapping else f"if {test}: return False")
+
+
 def _several_cuda_devices() -> bool:
     try:
         return get_driver("cuda").device_count() > 1
@@ -230,7 +254,8 @@ def _int_code(w: _Writer, a: str, off: int, sample, dtype, inferred: bool,
 
 def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
                       constexprs: Sequence[tuple[int, object]],
-                      runtime: Sequence[tuple], name: str = "kernel") -> Callable:
+                      runtime: Sequence[tuple], name: str = "kernel",
+                      pairs: Sequence[tuple] = ()) -> Callable:
     """The warm launch ``fast(args, grid, block, smem, stream) -> bool`` of one
     specialization: True when it launched, False when ``args`` do not fit it.
 
@@ -240,6 +265,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     declared kind: ``tensor``, ``scalar`` or ``infer``, and the argument itself, read
     while generating and not kept) or ``("default", value)`` for an omitted one.
     ``constexprs`` lists ``(position, value)`` of the constexpr arguments.
+    ``pairs`` lists ``(i, j, overlapping)`` of runtime tensor parameters whose
+    overlap the specialization depends on, and whether they overlapped.
     Which launch context it serves is decided by who looks it up (a kernel keys its
     warm launches by context, :mod:`flydsl.launch_context`), not by the launch.
     """
@@ -248,7 +275,9 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
                    cai_device=cai_device, _cai_aligned=cai_aligned, _prod=math.prod,
                    _contiguous_strides=contiguous_strides,
                    _arg_key=arg_key, _constexpr_token=constexpr_token, _same=_same,
-                   _local=bound.local, _new_buffer=bound.new_buffer, _submit=bound.submit)
+                   _local=bound.local, _new_buffer=bound.new_buffer, _submit=bound.submit,
+                   _range_of=range_of)
+    ranged = {k for i, j, _ in pairs for k in (i, j)}
     w.lines.append("def fast(args, grid, block, smem, stream):")
     w.emit(f"if len(args) != {nargs}: return False")
     w.emit(f"if _env_token() != {w.const('env', env)}: return False")
@@ -262,6 +291,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
             zip(runtime, bound.layout, bound.offsets, bound.packers)):
         if entry[0] == "default":
             w.emit(f"{w.const('pack', pack)}(v, {w.const('default', entry[1])})")
+            if i in ranged:
+                w.emit(f"lo{i}, hi{i} = {w.const('range', range_of(entry[1]))}")
             continue
         _, pos, key, param_kind, sample = entry
         a = f"a{i}"
@@ -269,6 +300,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
         done = (_tensor_code(w, a, off, info, sample, key, i in bound.written)
                 if kind == "tensor" else "")
         if done == "packed":
+            if i in ranged:
+                _emit_range(w, i, a, off, sample, key)
             continue
         if kind == "scalar" and (type(sample) is int or isinstance(sample, np.integer)) \
                 and info.kind == "int":
@@ -282,6 +315,9 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
         else:
             w.emit(f"if not _same(_arg_key({a}), {w.const('key', key)}): return False")
         w.emit(f"{w.const('pack', pack)}(v, {a})")
+        if i in ranged:
+            _emit_range(w, i, a, off, sample, key)
+    emit_overlap_guards(w, pairs)
     w.emit("_submit(buf, grid, block, smem, stream)")
     w.emit("return True")
     source = "\n".join(w.lines) + "\n"

@@ -8,7 +8,8 @@ plans by them) needs less: a prepared launch (:func:`prepare_launch`) keeps a
 slot table with everything but the data pointers packed once, and a call only
 stores the tensors' pointers and submits. It still checks what can change under equal
 layouts: the codegen environment (:func:`~flydsl.runtime.dispatch.env_token`),
-each pointer's alignment where the specialization assumed it, and that the
+each pointer's alignment where the specialization assumed it, the overlaps of
+tensors it depends on (from the pointers and the fixed extents), and that the
 other arguments are the values it was prepared with. When one does not hold,
 the call returns False and launches nothing: the caller launches the usual way.
 """
@@ -21,11 +22,12 @@ from .dispatch import env_token
 from .fastpath import _Writer, emit_constexpr_guards
 from .packing import BoundLaunch
 from .specialization import ALIGNMENT, tensor_aligned
-from .tensors import is_torch_tensor, torch_writable
+from .tensors import is_torch_tensor, range_of, torch_writable
 
 
 def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[int]],
-           nargs: int, constexprs: Sequence, dims: tuple) -> Callable[[Sequence], bool]:
+           nargs: int, constexprs: Sequence, dims: tuple,
+           pairs: Sequence[tuple] = ()) -> Callable[[Sequence], bool]:
     """The generated ``launch(args) -> bool`` (see :func:`prepare_launch`)."""
     buf = bound.fresh_buffer()
     for pack, value in zip(bound.packers, runtime):
@@ -56,6 +58,7 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
         w.emit(f"p{off} = args[{pos}].data_ptr()")
         if aligned:
             w.emit(f"if p{off} % {ALIGNMENT}: return False")
+    _emit_overlap_guards(w, pairs, runtime, positions, bound.offsets)
     w.emit("try:")
     w.emit("buf = _local.buf", 2)
     w.emit("except AttributeError:")
@@ -74,12 +77,34 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
     return launch
 
 
+def _emit_overlap_guards(w: _Writer, pairs: Sequence[tuple], runtime: Sequence,
+                         positions: Sequence, offsets: Sequence) -> None:
+    """Return False unless each ``(i, j, overlapping)`` of ``pairs`` still holds: the
+    tensors' extents are fixed, so each range is its pointer plus constant offsets
+    (an empty tensor overlaps nothing, whatever its pointer)."""
+    def bounds(i: int):
+        lo, hi = range_of(runtime[i])
+        if lo == hi:
+            return None
+        base = runtime[i].data_ptr()
+        p = f"p{offsets[i]}" if positions[i] is not None else str(base)
+        return f"{p} + {lo - base}", f"{p} + {hi - base}"
+    for i, j, overlapping in pairs:
+        a, b = bounds(i), bounds(j)
+        if a is None or b is None:
+            continue
+        test = f"{a[0]} < {b[1]} and {b[0]} < {a[1]}"
+        w.emit(f"if not ({test}): return False" if overlapping else f"if {test}: return False")
+
+
 def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
-                   constexprs: Sequence, dims: tuple) -> Optional[Callable[[Sequence], bool]]:
+                   constexprs: Sequence, dims: tuple,
+                   pairs: Sequence[tuple] = ()) -> Optional[Callable[[Sequence], bool]]:
     """The prepared launch of ``bound`` for positional ``args`` (``params``: the kernel's
     runtime parameters in order, each ``(position or None, default)``; ``constexprs``:
     ``(position, value)`` of the constexpr arguments; ``dims``: ``(grid, block, smem,
-    stream)``), or None when
+    stream)``; ``pairs``: the overlaps the specialization depends on, as the warm
+    path's), or None when
     an argument is a tensor other than a torch tensor (only torch tensors are read
     by pointer alone) or a tensor the kernel writes is read-only (an inference
     tensor outside ``torch.inference_mode()``, which the usual launch refuses: a
@@ -102,7 +127,7 @@ def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
             return None
         if i in bound.written and not torch_writable(value):
             return None
-    return _build(bound, runtime, positions, len(args), constexprs, dims)
+    return _build(bound, runtime, positions, len(args), constexprs, dims, pairs)
 
 
 __all__ = ["prepare_launch"]

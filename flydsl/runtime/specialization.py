@@ -1,4 +1,4 @@
-"""What a launch specializes on beyond argument types: alignment and divisibility.
+"""What a launch specializes on beyond argument types: alignment, divisibility, overlap.
 
 As nvcc knows ``cudaMalloc`` pointers are 256-byte aligned and Triton specializes
 pointers and ints on divisibility by 16, flydsl compiles a separate variant for:
@@ -11,7 +11,14 @@ pointers and ints on divisibility by 16, flydsl compiles a separate variant for:
 * an integer scalar divisible by :data:`DIVISIBILITY` (0 included): ``n % 16 == 0``
   is assumed, so sizes and offsets computed from it keep that alignment;
 * a *wide* tensor, of :data:`WIDE_ELEMENTS` elements or more: its ``t.shape[k]``
-  are Int64 in the kernel (Int32 otherwise), so no dimension wraps negative.
+  are Int64 in the kernel (Int32 otherwise), so no dimension wraps negative;
+* which tensor arguments' byte ranges overlap (:func:`byte_range`): a tensor that
+  overlaps no other one where either of the two is written gets LLVM ``noalias``
+  (C's ``restrict``), so loads of one and stores to another can be reordered and
+  merged into 128-bit accesses; in-place launches (``x[i] = x[i] + y[i]`` with
+  ``out`` being ``x``) and views of one buffer get the general variant.
+  ``@flydsl.kernel(may_alias=...)`` names parameters never checked (taken to
+  overlap every other tensor).
 
 These facts are part of the specialization key (in memory, on disk and in the
 warm-launch guards), so a misaligned or indivisible argument gets the general
@@ -50,5 +57,38 @@ def int_divisible(value: int) -> bool:
     return value % DIVISIBILITY == 0
 
 
-__all__ = ["ALIGNMENT", "DIVISIBILITY", "WIDE_ELEMENTS", "int_divisible", "tensor_aligned",
+def byte_range(ptr: int, shape, strides, item: int, scale: int = 1) -> tuple:
+    """``(lo, hi)``: the bytes ``[lo, hi)`` that a tensor of ``item``-byte elements
+    at ``ptr`` spans, ``strides * scale`` being its byte strides (any sign);
+    ``(ptr, ptr)`` when it is empty (so that a contiguous row's is always
+    ``(ptr, ptr + n * item)``: one multiplication on the warm path). Views that
+    interleave (``x[0::2]``, ``x[1::2]``) count as overlapping: the hull is what is
+    compared, cheaply."""
+    lo = hi = ptr
+    for n, s in zip(shape, strides):
+        if not n:
+            return (ptr, ptr)
+        e = (n - 1) * s * scale
+        if e < 0:
+            lo += e
+        else:
+            hi += e
+    return (lo, hi + item)
+
+
+def overlap(a: tuple, b: tuple) -> bool:
+    """Two :func:`byte_range` results share a byte, or an empty one lies strictly
+    inside the other (a harmless false positive: the general variant)."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def checked_pairs(tensors: Sequence[int], written, unchecked) -> list:
+    """The pairs ``(i, j)`` (i < j) of the ``tensors`` (runtime parameter indices) whose
+    overlap decides the kernel's ``noalias`` attributes: one of them is ``written``
+    and neither is ``unchecked`` (``may_alias``: taken to overlap everything)."""
+    return [(i, j) for k, i in enumerate(tensors) for j in tensors[k + 1:]
+            if (i in written or j in written) and i not in unchecked and j not in unchecked]
+
+
+__all__ = ["ALIGNMENT", "byte_range", "checked_pairs", "overlap", "DIVISIBILITY", "WIDE_ELEMENTS", "int_divisible", "tensor_aligned",
            "tensor_wide"]

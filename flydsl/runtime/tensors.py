@@ -16,7 +16,7 @@ import numpy as np
 
 from ..expr import dtypes as dt
 from ..expr.dtypes import DType
-from .specialization import tensor_aligned, tensor_wide
+from .specialization import byte_range, tensor_aligned, tensor_wide
 
 #: DLPack ``DLDeviceType`` codes -> device type names (kDLCPU is read through numpy).
 _DLPACK_DEVICES = {2: "cuda", 3: "cuda_host", 10: "rocm", 11: "rocm_host", 13: "cuda"}
@@ -67,6 +67,18 @@ class TensorArg:
     @property
     def device_index(self) -> int:
         return int(self.device.partition(":")[2] or 0)
+
+
+def tensor_range(t: TensorArg) -> tuple:
+    """The bytes ``t`` spans (:func:`~flydsl.runtime.specialization.byte_range`)."""
+    item = max(t.dtype.bits // 8, 1)
+    return byte_range(t.ptr, t.shape, t.strides, item, item)
+
+
+def range_of(x) -> tuple:
+    """The bytes the tensor argument ``x`` spans (the warm path's check of kinds it
+    does not read inline)."""
+    return tensor_range(as_tensor(x))
 
 
 def _numpy_data_getter() -> Callable[[np.ndarray], int]:
@@ -300,4 +312,4 @@ def _from_dlpack(x, dev_type: int, dev_id: int) -> TensorArg:
 
 __all__ = ["TensorArg", "as_tensor", "cai_aligned", "cai_device", "cai_itemsize", "cai_key",
            "contiguous_strides", "device_id_attribute", "element_strides", "is_torch_tensor",
-           "numpy_data", "torch_writable"]
+           "numpy_data", "range_of", "tensor_range", "torch_writable"]

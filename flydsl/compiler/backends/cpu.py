@@ -50,6 +50,7 @@ class CpuBackend(BaseBackend):
         return [
             PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
             PythonPass("cpu-interrupts", "flydsl.passes.cpu_interrupts:run"),
+            PythonPass("noalias-record", "flydsl.passes.noalias:record"),
             "canonicalize,cse",
             # f32 exp/log/sin/... as vectorizable code instead of scalar libm calls
             PythonPass("math-approx", "flydsl.passes.math_approx:run"),
@@ -57,6 +58,7 @@ class CpuBackend(BaseBackend):
             "convert-scf-to-cf,expand-strided-metadata,lower-affine",
             "convert-math-to-llvm,convert-math-to-libm",
             "convert-to-llvm,reconcile-unrealized-casts",
+            PythonPass("noalias-apply", "flydsl.passes.noalias:apply"),
         ]
 
     @classmethod

@@ -12,9 +12,10 @@ from ..content_hash import Unhashable, content_hash
 class ParamSpec:
     """One parameter of a specialization.
 
-    kind: "tensor" (dtype, rank, inner_contiguous, aligned, wide), "scalar" (dtype,
-    divisible) or "constexpr" (value). ``aligned``, ``divisible`` and ``wide`` are
-    the specializations of :mod:`flydsl.runtime.specialization`.
+    kind: "tensor" (dtype, rank, inner_contiguous, aligned, wide, overlaps), "scalar"
+    (dtype, divisible) or "constexpr" (value). ``aligned``, ``divisible``, ``wide`` and
+    ``overlaps`` (the names of the other tensor parameters whose memory this one's
+    may share) are the specializations of :mod:`flydsl.runtime.specialization`.
     """
 
     name: str
@@ -26,6 +27,7 @@ class ParamSpec:
     aligned: bool = False
     divisible: bool = False
     wide: bool = False
+    overlaps: tuple = ()
 
     def key(self) -> tuple:
         """The in-memory specialization key. A constexpr is keyed by its value when
@@ -33,7 +35,7 @@ class ParamSpec:
         else by identity (two objects that print alike never do)."""
         if self.kind == "tensor":
             return ("T", self.dtype.name, self.rank, self.inner_contiguous, self.aligned,
-                    self.wide)
+                    self.wide, self.overlaps)
         if self.kind == "scalar":
             return ("S", self.dtype.name, self.divisible)
         value = self.value
