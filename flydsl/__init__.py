@@ -10,6 +10,7 @@ from .errors import (
 )
 from .compiler.backends import get_backend, list_backends, register_backend
 from .compiler.bundle import load_bundle
+from .compiler.deploy import NotPrecompiled, capture, set_offline
 from .jit import CompiledProgram, compile, jit
 from .autotune import AutotuneError, Config, autotune
 from .kernel import KernelFunction, kernel
@@ -26,7 +27,8 @@ _compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, compile
 __all__ = [
     "AutotuneError", "CompilationError", "CompiledProgram", "Config", "DSLError", "DeviceAssertError",
     "FlydslError", "FlydslRuntimeError", "InvalidBackend", "InvalidDriver", "KernelFunction",
-    "LaunchError", "OutOfBoundsError", "SharedMemoryRaceError", "autotune", "compile",
+    "LaunchError", "NotPrecompiled", "OutOfBoundsError", "SharedMemoryRaceError", "autotune",
+    "capture", "compile",
     "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers", "load_bundle",
-    "register_backend", "register_driver", "synchronize", "__version__",
+    "register_backend", "register_driver", "set_offline", "synchronize", "__version__",
 ]

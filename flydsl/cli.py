@@ -11,7 +11,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
-           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "bool": "bool"}
+           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "bool": "bool",
+           "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64"}
 _EMIT = ("mlir", "llvm-mlir", "llir", "ptx", "cubin", "amdgcn", "hsaco", "so", "asm")
 #: File name extension of each stage, for ``-o DIRECTORY`` (one file per kernel).
 _EXTENSION = {"llvm-mlir": "llvm.mlir", "llir": "ll", "amdgcn": "s", "asm": "s"}
@@ -55,16 +56,22 @@ def _parser() -> argparse.ArgumentParser:
                    help="arguments in parameter order, comma separated: a tensor as DTYPE[RANK] "
                         "(f32[1], bf16[2]), a scalar as a dtype (i32, f32), a constexpr as "
                         "=VALUE (=256, ='mode'); e.g. 'f32[1],f32[1],f32[1],i32'; repeat it "
-                        "for a bundle. Tensors are taken 16-byte aligned (f32[1]:1: not), "
-                        "ints not divisible by 16 (i32:16: divisible), the variants a "
-                        "launch specializes on")
+                        "for a bundle. A tensor given by its rank stands in as 16 elements "
+                        "per dimension, so sizes a @jit function reads from its shape are "
+                        "compiled as multiples of 16; give the real shape instead as "
+                        "DTYPE(D0,D1,...) (f32(1000), f16(100,64)). Tensors are taken 16-byte "
+                        "aligned (f32[1]:1: not), ints not divisible by 16 (i32:16: "
+                        "divisible), the variants a launch specializes on")
     c.add_argument("--configs", default=None,
                    help="keyword arguments to compile with, as a Python list of dicts, one "
                         "compile each: \"[{'BLOCK': 128}, {'BLOCK': 256}]\"")
     c.add_argument("--bundle", default=None, metavar="PATH",
                    help="write every kernel compiled (each signature x config x arch) to a "
                         "bundle: a folder, or an archive if PATH ends in .tar, .tar.gz or "
-                        ".tgz; load it with FLYDSL_CACHE_BUNDLE=PATH or flydsl.load_bundle")
+                        ".tgz; load it with FLYDSL_CACHE_BUNDLE=PATH or flydsl.load_bundle. "
+                        "A bundle at PATH holding other kernels is kept unless --force")
+    c.add_argument("--force", action="store_true",
+                   help="with --bundle: replace a bundle holding other kernels")
     c.add_argument("--kernel", default=None, metavar="NAME",
                    help="write only this kernel's stage (default: every kernel launched, "
                         "each text under a header naming it)")
@@ -72,6 +79,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="output file (default: stdout, or nothing with --bundle); an "
                         "existing directory gets one file per kernel, NAME.EXT")
     c.set_defaults(func=_cmd_compile)
+
+    bp = sub.add_parser("bundle", help="inspect or join bundles of precompiled kernels")
+    bsub = bp.add_subparsers(title="bundle commands")
+    info = bsub.add_parser("info", help="kernels, specializations, targets and sizes")
+    info.add_argument("path", metavar="PATH")
+    info.set_defaults(func=_cmd_bundle_info)
+    merge = bsub.add_parser("merge", help="write one bundle holding the kernels of several")
+    merge.add_argument("output", metavar="OUT")
+    merge.add_argument("inputs", metavar="IN", nargs="+")
+    merge.add_argument("--force", action="store_true",
+                       help="replace OUT even if it holds kernels the inputs lack")
+    merge.set_defaults(func=_cmd_bundle_merge)
+    bp.set_defaults(func=lambda a: (bp.print_help(), 2)[1])
 
     k = sub.add_parser("cache", help="inspect or clean the compile cache")
     ksub = k.add_subparsers(title="cache commands")
@@ -139,6 +159,11 @@ def parse_signature(text: str) -> list:
             out.append(ast.literal_eval(item[1:]))
             continue
         item, special = _specialization_suffix(item)
+        if "(" in item:
+            dtype, _, rest = item.partition("(")
+            shape = ast.literal_eval("(" + rest.rstrip(")") + ",)")
+            out.append(_stand_in(dtype.strip(), len(shape), aligned=special != 1, shape=shape))
+            continue
         if "[" in item:
             dtype, _, rest = item.partition("[")
             rank = int(rest.rstrip("]") or 0)
@@ -184,12 +209,15 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-def _stand_in(dtype: str, rank: int, aligned: bool = True):
-    """A host array of ``dtype`` and ``rank``: 16-byte aligned rows (16 elements each),
-    or one element in, misaligned, when not ``aligned``."""
+def _stand_in(dtype: str, rank: int, aligned: bool = True, shape: Optional[tuple] = None):
+    """A host array of ``dtype`` and ``rank`` (or ``shape``): 16-byte aligned rows
+    (16 elements each by default), or one element in, misaligned, when not ``aligned``."""
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
-    shape = (1,) * (rank - 1) + (16 + (not aligned),) if rank else (2,)
+    if shape is not None:
+        shape = tuple(shape[:-1]) + (shape[-1] + (not aligned),)
+    else:
+        shape = (1,) * (rank - 1) + (16 + (not aligned),) if rank else (2,)
     if dtype == "bf16":
         import torch  # numpy has no bfloat16
         full = torch.zeros(shape, dtype=torch.bfloat16)
@@ -223,7 +251,7 @@ def _cmd_compile(args) -> int:
         if not prog.kernels:
             raise ValueError(f"{args.target} launched no kernel")
     if args.bundle is not None:
-        _write_bundle(args.bundle, [k for prog in progs for k in prog.kernels])
+        _write_bundle(args.bundle, [k for prog in progs for k in prog.kernels], args.force)
     if args.output is not None or args.bundle is None:
         _emit(progs[0], args.emit, args.kernel, args.output or "-")
     return 0
@@ -296,16 +324,58 @@ def _stage(backend, asm, stage: str):
                        f"available: {', '.join(asm)}") from None
 
 
-def _write_bundle(dest: str, kernels: list) -> None:
-    from .compiler.bundle import write_bundle
+def _write_bundle(dest: str, kernels: list, force: bool = False) -> None:
+    from .compiler.bundle import describe_kernel, write_bundle
     for k in kernels:
         k.binary   # a binary a missing tool kept from being made (no ld.lld) raises why
     memory_only = sorted({k.kernel_name for k in kernels if not k.cache_key})
     if memory_only:
         raise ValueError(f"cannot bundle kernel(s) {', '.join(memory_only)}: they are cached "
                          "in memory only (see the warning above, or FLYDSL_CACHE_DISABLE)")
-    count = write_bundle(dest, _store(), [(k.base_key, k.cache_key) for k in kernels])
+    count = write_bundle(dest, _store(), [(k.base_key, k.cache_key) for k in kernels],
+                         index=[describe_kernel(k) for k in kernels], overwrite=force)
     print(f"wrote {count} kernel(s) to the bundle {dest}", file=sys.stderr)
+
+
+# -- bundles ---------------------------------------------------------------
+def _cmd_bundle_info(args) -> int:
+    from .compiler.bundle import Bundle
+    bundle = Bundle(args.path)
+    try:
+        keys = bundle.entry_keys()
+        rows = {r.get("key"): r for r in bundle.index()}
+        total = sum(bundle.file_size(rel) for rel in bundle.files())
+        print(f"bundle {bundle.path}: {len(keys)} kernel(s), {total} bytes")
+        for key in keys:
+            print(_bundle_line(bundle, key, rows.get(key)))
+    finally:
+        bundle.close()
+    return 0
+
+
+def _bundle_line(bundle, key: str, row) -> str:
+    """One kernel of a bundle: name, target, binary size, specialization, metadata."""
+    entry = bundle.get(key)
+    if entry is None:
+        return f"  {key[:16]}  (unreadable)"
+    m = entry.meta
+    stage = m.get("binary_stage", "")
+    size = len(entry.blobs.get(stage, b""))
+    target = "/".join(str(t) for t in m.get("target", [])[:2])
+    line = f"  {m.get('kernel', '?'):<24} {target:<14} {stage} {size} bytes  {key[:16]}"
+    if row is not None:
+        line += "\n      (" + ", ".join(row.get("specialization", [])) + ")"
+        meta = row.get("metadata")
+        if meta:
+            line += "\n      " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items()))
+    return line
+
+
+def _cmd_bundle_merge(args) -> int:
+    from .compiler.bundle import merge_bundles
+    count = merge_bundles(args.output, args.inputs, overwrite=args.force)
+    print(f"wrote {count} kernel(s) to the bundle {args.output}", file=sys.stderr)
+    return 0
 
 
 def _write(path: str, data) -> None:

@@ -218,3 +218,194 @@ def test_the_readme_bundle_commands_run_as_written(tmp_path):
     assert "elements OK" in p.stdout
     assert (tmp_path / "vadd-bundle.tar.gz").is_file()
     assert DiskCache(str(tmp_path / "run-cache")).entries() == []
+
+
+# -- capturing what runs, offline mode, merging --------------------------------------
+@pytest.fixture
+def fresh_run(tmp_path, monkeypatch):
+    """An empty local cache, no loaded bundle, online, offset_kernel out of memory,
+    no warning given yet."""
+    from flydsl.compiler import cache, deploy
+    monkeypatch.setattr(cache, "_warned", set())
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "run"))
+    monkeypatch.delenv("FLYDSL_OFFLINE", raising=False)
+    monkeypatch.setattr(bundles, "_loaded", [])
+    monkeypatch.setattr(deploy, "_offline", None)
+    offset_kernel.cache_clear()
+
+
+def capture_offsets(tmp_path, monkeypatch, path, constants) -> None:
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "build"))
+    offset_kernel.cache_clear()
+    with flydsl.capture(str(path)):
+        for d in constants:
+            launch_offset(d)
+
+
+def test_a_capture_holds_what_ran_and_an_offline_process_runs_it_without_compiling(
+        tmp_path, monkeypatch, fresh_run):
+    d = time.time_ns() % 100000 + 7
+    capture_offsets(tmp_path, monkeypatch, tmp_path / "run.tar.gz", [d, d + 1])
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "run"))
+    offset_kernel.cache_clear()
+    flydsl.load_bundle(str(tmp_path / "run.tar.gz"))
+    flydsl.set_offline()
+    before = len(kernel_compiler.compiled_keys)
+    assert launch_offset(d) == [] and launch_offset(d + 1) == []
+    assert len(kernel_compiler.compiled_keys) == before
+    with pytest.raises(flydsl.NotPrecompiled) as caught:
+        launch_offset(d + 2)
+    message = str(caught.value)
+    assert isinstance(caught.value, flydsl.FlydslError)
+    assert "'offset_kernel'" in message and f"D={d + 2}" in message
+    assert "the nearest the bundles have is" in message and f"D={d}" in message
+    assert len(kernel_compiler.compiled_keys) == before
+
+
+def test_a_kernel_the_bundle_lacks_compiles_with_one_warning_per_kernel(
+        tmp_path, monkeypatch, fresh_run):
+    d = time.time_ns() % 100000 + 7
+    capture_offsets(tmp_path, monkeypatch, tmp_path / "b", [d])
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "run"))
+    offset_kernel.cache_clear()
+    flydsl.load_bundle(str(tmp_path / "b"))
+    first, second = launch_offset(d + 1), launch_offset(d + 2)
+    assert len(first) == 1 and "the bundles lack kernel 'offset_kernel'" in first[0]
+    assert f"D={d + 1}" in first[0] and second == []
+
+
+def test_writing_over_a_bundle_of_other_kernels_is_refused_unless_asked_and_merge_joins(
+        tmp_path, monkeypatch, fresh_run, capsys):
+    from flydsl.cli import main
+    d = time.time_ns() % 100000 + 7
+    one, two = tmp_path / "one.tar", tmp_path / "two"
+    capture_offsets(tmp_path, monkeypatch, one, [d])
+    with pytest.raises(bundles.BundleOverwriteError, match="holds 1 kernel.*merge"):
+        capture_offsets(tmp_path, monkeypatch, one, [d + 1])
+    capture_offsets(tmp_path, monkeypatch, one, [d])             # the same kernels: fine
+    capture_offsets(tmp_path, monkeypatch, two, [d + 1])
+    assert main(["bundle", "merge", str(one), str(two)]) == 1    # would lose one's kernel
+    assert "holds 1 kernel" in capsys.readouterr().err
+    assert main(["bundle", "merge", str(tmp_path / "both.tgz"), str(one), str(two)]) == 0
+    assert main(["bundle", "info", str(tmp_path / "both.tgz")]) == 0
+    info = capsys.readouterr().out
+    assert "2 kernel(s)" in info and info.count("offset_kernel") == 2
+    assert f"D={d})" in info and f"D={d + 1})" in info and "cpu/" in info
+    with flydsl.capture(str(one), overwrite=True):            # asked: replaced
+        launch_offset(d + 2)
+    assert main(["bundle", "info", str(one)]) == 0
+    assert "1 kernel(s)" in capsys.readouterr().out
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path / "run"))
+    offset_kernel.cache_clear()
+    flydsl.load_bundle(str(tmp_path / "both.tgz"))
+    flydsl.set_offline()
+    assert launch_offset(d) == [] and launch_offset(d + 1) == []
+
+
+def test_FLYDSL_CAPTURE_writes_the_run_at_exit_and_FLYDSL_OFFLINE_runs_it_compiler_free(
+        tmp_path):
+    capture = tmp_path / "fleet.tar.gz"
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "build"),
+               FLYDSL_COMPILE_BACKEND="cpu", FLYDSL_CAPTURE=str(capture))
+    p = subprocess.run([sys.executable, CHILD, "add", "scale2"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and capture.is_file(), p.stderr[-3000:]
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "run"),
+               FLYDSL_COMPILE_BACKEND="cpu", FLYDSL_CACHE_BUNDLE=str(capture),
+               FLYDSL_OFFLINE="1")
+    p = subprocess.run([sys.executable, CHILD, "add", "scale2"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["ok"] and got["compiled"] == [] and got["warnings"] == []
+    assert not got["imported_mlir"] and not got["imported_llvmlite"]
+    p = subprocess.run([sys.executable, CHILD, "scale3"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode != 0 and "NotPrecompiled" in p.stderr and "S=3" in p.stderr
+
+
+def test_a_signature_can_give_real_shapes_and_unsigned_dtypes():
+    from flydsl.cli import parse_signature
+    a, b, n = parse_signature("f32(1000),u8(100, 64):1,i32")
+    assert a.shape == (1000,) and a.dtype == np.float32
+    assert b.shape == (100, 64) and b.dtype == np.uint8 and b.ctypes.data % 16
+    a16, = parse_signature("u8[2]")
+    assert a16.shape == (1, 16) and a16.dtype == np.uint8
+
+
+# -- bundle keys: what changes the binary, and nothing else ---------------------------
+KEY_CHILD = os.path.join(HERE, "portable_key_child.py")
+PORTABLE_KERNELS = '''
+import math
+import flydsl
+import flydsl.expr as fx
+
+SCALE = 3.0
+
+
+@flydsl.kernel
+def simple(a: fx.Tensor, c: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        c[i] = a[i] + 1.0
+
+
+def twice(x):
+    return x * 2.0
+
+
+@flydsl.kernel
+def with_helpers(a: fx.Tensor, c: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        c[i] = twice(a[i]) * SCALE + math.pi
+'''
+
+
+def kernel_keys(tmp_path, kernel_file, *changes) -> dict:
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, KEY_CHILD, str(kernel_file), *changes], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_bundle_keys_ignore_the_python_and_library_versions_but_follow_the_sources(
+        tmp_path):
+    import shutil
+    kernels = tmp_path / "kernels.py"
+    kernels.write_text(PORTABLE_KERNELS)
+    keys = kernel_keys(tmp_path, kernels)
+    assert kernel_keys(tmp_path, kernels, "versions") == keys  # Python 3.13, numpy 1.26, no MLIR
+    edited = tmp_path / "edited" / "kernels.py"   # same name: where a kernel sits counts
+    edited.parent.mkdir()
+    edited.write_text(PORTABLE_KERNELS.replace("* 2.0", "* 2.5"))
+    changed = kernel_keys(tmp_path, edited)
+    assert changed["simple"] == keys["simple"] and changed["with_helpers"] != keys["with_helpers"]
+    copy = tmp_path / "flydsl-copy"
+    shutil.copytree(os.path.dirname(flydsl.__file__), copy,
+                    ignore=shutil.ignore_patterns("__pycache__", "passes"))
+    with open(copy / "kernel.py", "a") as f:
+        f.write("\n# an edit of flydsl\n")
+    moved = kernel_keys(tmp_path, kernels, f"flydsl-source={copy}")
+    assert all(moved[name] != keys[name] for name in keys)
+
+
+def test_a_kernel_built_by_other_tools_is_rebuilt_where_a_compiler_is_and_used_where_none_is(
+        tmp_path, monkeypatch, fresh_run):
+    from flydsl.compiler.backends.base import BaseBackend
+    d = time.time_ns() % 100000 + 7
+    launch_offset(d)                                   # built and stamped by these tools
+    offset_kernel.cache_clear()
+    stamp = BaseBackend.toolchain_stamp
+    monkeypatch.setattr(BaseBackend, "toolchain_stamp", lambda self: stamp(self) + "-new")
+    monkeypatch.setattr(BaseBackend, "can_compile", staticmethod(lambda: False))
+    before = len(kernel_compiler.compiled_keys)
+    launch_offset(d)                                   # no compiler here: used as built
+    assert len(kernel_compiler.compiled_keys) == before
+    offset_kernel.cache_clear()
+    monkeypatch.setattr(BaseBackend, "can_compile", staticmethod(lambda: True))
+    launch_offset(d)                                   # a compiler, other tools: rebuilt
+    assert len(kernel_compiler.compiled_keys) == before + 1
+    offset_kernel.cache_clear()
+    launch_offset(d)                                   # ...and stamped by them
+    assert len(kernel_compiler.compiled_keys) == before + 1

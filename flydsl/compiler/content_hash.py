@@ -105,10 +105,12 @@ def _library_dirs() -> tuple:
 
 def library_version(module_name: str) -> str:
     """``name@version`` of the package holding ``module_name`` (its ``__version__``,
-    else a digest of the module's file; flydsl's own version is in every key)."""
+    else a digest of the module's file; flydsl's own version is in every key). The
+    standard library is ``name@stdlib``: what a kernel reads from it is recorded by
+    value, and its code does not change a trace between Python versions."""
     top = (module_name or "").partition(".")[0]
     if top in _STDLIB:
-        return f"{top}@python{sys.version_info[0]}.{sys.version_info[1]}"
+        return f"{top}@stdlib"
     if top == "flydsl":
         return "flydsl"
     module = sys.modules.get(top)
@@ -362,11 +364,26 @@ class _Describer:
 
     def _code(self, code: types.CodeType) -> None:
         self.tag("code", code.co_name)
+        source = _code_source(code)
+        if source is not None:   # bytecode differs between Python versions; source not
+            self.tag("src", source)
+            return
         self.update(code.co_code)
         self.tag("names", "|".join(",".join(names) for names in (
             code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)))
         for const in code.co_consts:
             self.deep(const)
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_source(code: types.CodeType) -> Optional[str]:
+    """The source text of ``code`` (its constants and nested functions included), or
+    None where there is none (exec'd strings, lambdas without a file)."""
+    import inspect
+    try:
+        return inspect.getsource(code)
+    except (OSError, TypeError):
+        return None
 
 
 def _is_flydsl(t: type) -> bool:

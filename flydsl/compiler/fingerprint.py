@@ -2,10 +2,12 @@
 
 A key has two parts:
 
-* the *base key* (:func:`base_key`): flydsl's version and sources, the Python
-  version, the kernel's own source and where it sits, the specialization (argument
-  dtypes, ranks and layouts, constexpr values by content), and the backend's hash
-  (target, pipeline text, tool versions, options);
+* the *base key* (:func:`base_key`): flydsl's version and sources, the kernel's
+  own source and where it sits, the specialization (argument dtypes, ranks and
+  layouts, constexpr values by content), and the backend's hash (target, pipeline
+  text, options). The toolchain's versions are stamped on each entry instead, and
+  checked where a compiler is installed (see ``kernel_compiler``): a deployment
+  without one cannot know them;
 * the values the trace read (:mod:`.dependencies`): every global, closure variable,
   attribute and helper, hashed by content. :func:`entry_key` combines them.
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import sys
 from typing import Sequence
 
 from .. import version
@@ -63,11 +64,13 @@ def specialization_text(specs: Sequence) -> str:
 
 
 def base_key(fn, specs: Sequence, backend, options) -> str:
-    """Everything in the key that is known before tracing (see the module docstring)."""
+    """Everything in the key that is known before tracing (see the module docstring).
+    Not the interpreter's version: the tracer reads the kernel's source, not its
+    bytecode, so a bundle built with one Python loads under another."""
     h = hashlib.sha256()
-    parts = (f"flydsl {version.__version__}", flydsl_sources_hash(), sys.version,
+    parts = (f"flydsl {version.__version__}", flydsl_sources_hash(),
              traced_function_hash(fn), specialization_text(specs), backend.name,
-             backend.hash(options))
+             backend.hash(options, toolchain=False))
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")

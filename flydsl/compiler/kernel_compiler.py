@@ -9,6 +9,7 @@ import threading
 from typing import Optional
 
 from . import cache as disk_cache
+from . import deploy
 from .store import active_store
 from .target import GPUTarget
 from .dependencies import reading_files, resolve_hashes, with_files
@@ -40,6 +41,11 @@ class CompiledKernel:
         #: bundle needs to ship this kernel.
         self.base_key = base_key
         self.from_cache = from_cache
+        #: What the trace read (its dependency set): with the keys, what a bundle's
+        #: manifest records for it (None if unknown).
+        self.variant = None
+        #: The toolchain that built it (``backend.toolchain_stamp()``; "" if unknown).
+        self.toolchain = ""
         #: Tensor parameters the kernel may write: read-only arguments are refused there.
         self.written = tuple(written)
         #: The driver's launcher (binary loaded), made by the runtime on first launch.
@@ -74,6 +80,8 @@ class CompiledKernel:
                 "stages": list(self.asm), "text_stages": sorted(text),
                 "written": list(self.written)}
         blobs = {k: (v.encode() if isinstance(v, str) else bytes(v)) for k, v in self.asm.items()}
+        if self.toolchain:
+            meta["toolchain"] = self.toolchain
         return disk_cache.CacheEntry(meta, blobs)
 
     @classmethod
@@ -102,64 +110,85 @@ def compile_specialization(fn, name: str, specs: tuple, backend, options) -> Com
     this process's values; a miss traces, and stores the entry with its set.
     """
     if not disk_cache.enabled():
+        deploy.before_compile(name, specs, backend.target, ())
         return _compile(fn, name, specs, backend, options)
     store = active_store()
     if not store.usable():
+        deploy.before_compile(name, specs, backend.target, ())
         return _compile(fn, name, specs, backend, options)
     base = base_key(fn, specs, backend, options)
     constexprs = {s.name: s.value for s in specs if s.kind == "constexpr"}
-    hit = _lookup(store, base, fn, constexprs, specs)
+    hit = _lookup(store, base, fn, constexprs, specs, backend)
     if hit is not None:
-        return hit
+        return _captured(hit)
+    deploy.before_compile(name, specs, backend.target, store.bundles)
     with store.lock(base, f"kernel {name!r}"):
-        hit = _lookup(store, base, fn, constexprs, specs)  # another process built it
+        hit = _lookup(store, base, fn, constexprs, specs, backend)  # another process built it
         if hit is not None:
-            return hit
+            return _captured(hit)
         traced = _trace(fn, name, specs, backend, options)
         deps = traced.dependencies
         if deps.problems:
             _warn_memory_only(name, deps.problems)
             return _build(name, traced, specs, backend, options, "", base)
         key = entry_key(base, deps.variant, deps.hashes)
-        hit = _load(store, key, specs, base)   # compiled before, but the manifest lost it
+        hit = _load(store, key, specs, base, backend)   # compiled before, manifest lost it
         if hit is None:
             hit = _build(name, traced, specs, backend, options, key, base)
+            hit.toolchain = backend.toolchain_stamp()
             if not hit.complete:   # a stage is missing (no linker): never cached as whole
                 hit.cache_key = ""
                 return hit
             store.put(key, hit.to_entry())
         store.add_variant(base, deps.variant)
-        return hit
+        hit.variant = deps.variant
+        return _captured(hit)
 
 
-def _lookup(store, base: str, fn, constexprs: dict, specs: tuple) -> Optional[CompiledKernel]:
+def _captured(kernel: CompiledKernel) -> CompiledKernel:
+    """``kernel``, handed to the active captures (:mod:`.deploy`) on its way."""
+    deploy.record(kernel, kernel.variant)
+    return kernel
+
+
+def _lookup(store, base: str, fn, constexprs: dict, specs: tuple,
+            backend) -> Optional[CompiledKernel]:
     unusable: set = set()    # keys whose entry failed to load (a bundle's cannot be removed)
+    variants: dict = {}      # key -> the dependency set it came from
 
     def key_for(variant):
         hashes = resolve_hashes(fn, constexprs, variant)
         key = entry_key(base, variant, hashes) if hashes is not None else None
+        variants[key] = variant
         return key if key not in unusable else None
     while True:
         found = store.find(base, key_for)
         if found is None:
             return None
-        hit = _from_entry(store, found[1], specs, found[0], base)
+        hit = _from_entry(store, found[1], specs, found[0], base, backend)
         if hit is not None:
+            hit.variant = variants.get(found[0])
             return hit
         unusable.add(found[0])
 
 
-def _load(store, key: str, specs: tuple, base: str) -> Optional[CompiledKernel]:
+def _load(store, key: str, specs: tuple, base: str, backend) -> Optional[CompiledKernel]:
     entry = store.get(key)
-    return _from_entry(store, entry, specs, key, base) if entry is not None else None
+    return _from_entry(store, entry, specs, key, base, backend) if entry is not None else None
 
 
-def _from_entry(store, entry, specs: tuple, key: str, base: str) -> Optional[CompiledKernel]:
+def _from_entry(store, entry, specs: tuple, key: str, base: str,
+                backend) -> Optional[CompiledKernel]:
+    stamp = entry.meta.get("toolchain", "")
+    if stamp and stamp != backend.toolchain_stamp() and backend.can_compile():
+        return None    # built by other tools: rebuilt here (a deployment uses it as is)
     try:
-        return CompiledKernel.from_entry(entry, specs, key, base)
+        hit = CompiledKernel.from_entry(entry, specs, key, base)
     except Exception as e:  # noqa: BLE001 - a well-formed file with bad contents: rebuild
         store.remove(key, f"has unusable contents ({type(e).__name__}: {e})")
         return None
+    hit.toolchain = stamp
+    return hit
 
 
 def _warn_memory_only(kernel_name: str, problems) -> None:

@@ -168,9 +168,11 @@ class BaseBackend(ABC):
                 parts.append(frag)
         return ",".join(parts)
 
-    def hash(self, options: Optional[CompileOptions] = None) -> str:
+    def hash(self, options: Optional[CompileOptions] = None, *,
+             toolchain: bool = True) -> str:
         """Digest of everything about this backend that changes the binary: target,
-        options, pipeline text, toolchain versions. (flydsl's own sources, Python
+        options, pipeline text, toolchain versions (without them if not
+        ``toolchain``: see :meth:`toolchain_stamp`). (flydsl's own sources, Python
         passes included, are in every cache key already: see ``fingerprint``.)"""
         options = options or CompileOptions()
         h = hashlib.sha256()
@@ -178,8 +180,27 @@ class BaseBackend(ABC):
         h.update(repr(options.key()).encode())
         h.update(self.pipeline_text(options).encode())
         h.update(repr(self.gpu_module_targets(options)).encode())
-        h.update(repr(sorted(self.toolchain_versions().items())).encode())
+        if toolchain:
+            h.update(self.toolchain_stamp().encode())
         return h.hexdigest()
+
+    def toolchain_stamp(self) -> str:
+        """The toolchain versions as one string. Compiled kernels carry the stamp of
+        the tools that built them instead of keying on it: a machine that can compile
+        rebuilds a kernel whose stamp differs from its own, and one without a
+        compiler (a deployment running bundles) uses it as built."""
+        return repr(sorted(self.toolchain_versions().items()))
+
+    @staticmethod
+    def can_compile() -> bool:
+        """Whether this machine has the compiler (the MLIR bindings) installed; looked
+        up in the package metadata, without importing them."""
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            version("xtc-mlir-python-bindings")
+        except PackageNotFoundError:
+            return False
+        return True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.target})"
