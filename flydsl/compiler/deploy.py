@@ -166,9 +166,7 @@ def before_compile(name: str, specs: tuple, target, bundles: tuple) -> None:
     wanted = [describe_spec(s) for s in specs]
     where = f"{target.backend}/{target.arch}"
     nearest = _nearest(name, wanted, where, bundles)
-    has = (f"the nearest the bundles have is ({', '.join(nearest['specialization'])}) for "
-           f"{nearest['target']}" if nearest else "the bundles have no specialization of it"
-           if bundles else "no bundle is loaded (FLYDSL_CACHE_BUNDLE, flydsl.load_bundle)")
+    has = _what_bundles_have(nearest, wanted, where, bundles)
     what = f"kernel {name!r} for {where} with ({', '.join(wanted)})"
     if is_offline():
         raise NotPrecompiled(f"flydsl offline mode: {what} is not precompiled: {has}. "
@@ -176,6 +174,19 @@ def before_compile(name: str, specs: tuple, target, bundles: tuple) -> None:
                              "and ship it in the bundle, or unset FLYDSL_OFFLINE")
     disk_cache.warn_once(f"bundle-miss:{name}", f"flydsl: the bundles lack {what}; compiling "
                          f"it ({has})")
+
+
+def _what_bundles_have(nearest: Optional[dict], wanted: list, where: str,
+                       bundles: tuple) -> str:
+    if not bundles:
+        return "no bundle is loaded (FLYDSL_CACHE_BUNDLE, flydsl.load_bundle)"
+    if nearest is None:
+        return "the bundles have no specialization of it"
+    if nearest.get("specialization") == wanted and nearest.get("target") == where:
+        return ("the bundles have this specialization, but built from other sources (flydsl's "
+                "or the kernel's, or values the kernel reads) or compile options")
+    return (f"the nearest the bundles have is ({', '.join(nearest['specialization'])}) for "
+            f"{nearest['target']}")
 
 
 def _nearest(name: str, wanted: list, where: str, bundles: tuple) -> Optional[dict]:

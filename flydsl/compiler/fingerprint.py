@@ -29,13 +29,21 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @functools.cache
 def flydsl_sources_hash() -> str:
-    """sha256 over every Python source of flydsl (compiler, runtime, passes)."""
+    """sha256 over every Python source of flydsl (compiler, runtime, passes). The
+    same wherever ``flydsl.passes`` lives: beside the package (an install from this
+    repository) or inside it (a GPU kit's copy), so keys match between the two."""
     import flydsl.passes as passes
-    roots = [_PKG_DIR, os.path.dirname(os.path.abspath(passes.__file__))]
+    return sources_hash(_PKG_DIR, os.path.dirname(os.path.abspath(passes.__file__)))
+
+
+def sources_hash(package: str, passes: str) -> str:
+    """:func:`flydsl_sources_hash` of the flydsl package folder ``package`` whose
+    ``flydsl.passes`` is the folder ``passes`` (a copy's, say)."""
+    roots = list(dict.fromkeys([os.path.abspath(package), os.path.abspath(passes)]))
     h = hashlib.sha256()
-    for root in dict.fromkeys(roots):
+    for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if os.path.join(dirpath, d) not in roots)
             for name in sorted(filenames):
                 if name.endswith(".py"):
                     path = os.path.join(dirpath, name)

@@ -1,0 +1,108 @@
+"""The kernels the kit carries: the examples the GPU benchmarks run (vector add, row
+softmax, layernorm, the tiled matmul in fp32 and fp16, the layout-model GEMM and
+128-bit vector add), each with its inputs, its torch reference and its work.
+
+``build`` and ``run`` read the same list, so the kernels compiled are those launched.
+Inputs come from an *arrays* object (:class:`HostArrays` at build time, torch on the
+GPU at run time) so shapes, dtypes and specializations match on both sides.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+
+class HostArrays:
+    """Host stand-ins (build side): uninitialized numpy arrays of the real shapes."""
+
+    def randn(self, shape, dtype="float32"):
+        return np.empty(shape, dtype)
+
+    empty = randn
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel the kit runs: ``module.fn(*make(arrays))`` writes ``args[out]``."""
+
+    name: str
+    module: str                       # under examples/: "vector_add", "layout.layout_gemm"
+    fn: str
+    make: Callable                    # arrays -> argument tuple
+    out: int                          # index of the output argument
+    reference: Callable               # (torch, args) -> expected output
+    torch_op: Callable                # (torch, args) -> a callable doing the same in torch
+    work: float                       # bytes moved (rate in GB/s) or flops (TFLOP/s)
+    unit: str                         # "GB/s" or "TFLOP/s"
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    triton: Optional[str] = None      # name in .triton_kernels, if any
+
+    def function(self):
+        """The flydsl function to launch (examples/ must be on sys.path)."""
+        return getattr(importlib.import_module(self.module), self.fn)
+
+
+def _vadd(n: int) -> Case:
+    return Case(f"vector_add f32 n=2^{n.bit_length() - 1}", "vector_add", "vadd",
+                lambda t: (t.randn(n), t.randn(n), t.empty(n), n), 2,
+                lambda torch, a: a[0] + a[1],
+                lambda torch, a: lambda: torch.add(a[0], a[1], out=a[2]),
+                12.0 * n, "GB/s", 0, 0, triton="vadd")
+
+
+def _softmax(rows: int, cols: int) -> Case:
+    return Case(f"row softmax f32 {rows}x{cols}", "softmax", "softmax",
+                lambda t: (t.randn((rows, cols)), t.empty((rows, cols)), 256), 1,
+                lambda torch, a: torch.softmax(a[0], dim=1),
+                lambda torch, a: lambda: torch.softmax(a[0], dim=1),
+                8.0 * rows * cols, "GB/s", 1e-4, 1e-6, triton="softmax")
+
+
+def _layernorm(rows: int, cols: int) -> Case:
+    return Case(f"layernorm f32 {rows}x{cols}", "layernorm", "layernorm",
+                lambda t: (t.randn((rows, cols)), t.randn(cols), t.randn(cols),
+                           t.empty((rows, cols))), 3,
+                lambda torch, a: torch.nn.functional.layer_norm(a[0], (cols,), a[1], a[2]),
+                lambda torch, a: lambda: torch.nn.functional.layer_norm(a[0], (cols,), a[1], a[2]),
+                8.0 * rows * cols, "GB/s", 1e-4, 1e-4)
+
+
+def _matmul(n: int, dtype: str) -> Case:
+    return Case(f"tiled matmul {dtype} {n}^3", "matmul", "matmul",
+                lambda t: (t.randn((n, n), dtype), t.randn((n, n), dtype),
+                           t.empty((n, n), dtype)), 2,
+                lambda torch, a: (a[0].float() @ a[1].float()).to(a[2].dtype),
+                lambda torch, a: lambda: torch.matmul(a[0], a[1]),
+                2.0 * n ** 3, "TFLOP/s", 1e-2, (1e-3 if dtype == "float32" else 2e-2) * n ** 0.5)
+
+
+def _layout_gemm(n: int) -> Case:
+    return Case(f"layout GEMM f16->f32 {n}^3 (mma.sync)", "layout_gemm", "gemm",
+                lambda t: (t.randn((n, n), "float16"), t.randn((n, n), "float16"),
+                           t.empty((n, n), "float32")), 2,
+                lambda torch, a: a[0].float() @ a[1].float().T,
+                lambda torch, a: lambda: torch.matmul(a[0], a[1].T),
+                2.0 * n ** 3, "TFLOP/s", 1e-2, 2e-2 * n ** 0.5)
+
+
+def _vadd_2d(m: int, n: int) -> Case:
+    return Case(f"128-bit vector add f32 {m}x{n}", "vector_add_2d", "vector_add",
+                lambda t: (t.randn((m, n)), t.randn((m, n)), t.empty((m, n))), 2,
+                lambda torch, a: a[0] + a[1],
+                lambda torch, a: lambda: torch.add(a[0], a[1], out=a[2]),
+                12.0 * m * n, "GB/s", 0, 0)
+
+
+def all_cases() -> list:
+    """Every case, in the order the run reports them."""
+    return [_vadd(1 << 24), _vadd(1 << 20), _softmax(4096, 4096), _layernorm(4096, 4096),
+            _matmul(2048, "float32"), _matmul(2048, "float16"), _layout_gemm(4096),
+            _vadd_2d(8192, 8192)]
+
+
+#: Folders under the kit's examples/ that hold the cases' modules.
+EXAMPLE_DIRS = ("", "layout")
