@@ -1,6 +1,7 @@
-"""The kernels the kit carries: the examples the GPU benchmarks run (vector add, row
-softmax, layernorm, the tiled matmul in fp32 and fp16, the layout-model GEMM and
-128-bit vector add), each with its inputs, its torch reference and its work.
+"""The kernels the kit carries: the examples the GPU benchmarks and GPU tests run
+(vector add, row softmax, layernorm, the tiled matmul in fp32 and fp16, the
+layout-model GEMM and 128-bit vector add, the atomic block sum and warp-shuffle
+sums), each with its inputs, its torch reference and its work.
 
 ``build`` and ``run`` read the same list, so the kernels compiled are those launched.
 Inputs come from an *arrays* object (:class:`HostArrays` at build time, torch on the
@@ -22,6 +23,7 @@ class HostArrays:
         return np.empty(shape, dtype)
 
     empty = randn
+    zeros = randn
 
 
 @dataclass(frozen=True)
@@ -97,11 +99,30 @@ def _vadd_2d(m: int, n: int) -> Case:
                 12.0 * m * n, "GB/s", 0, 0)
 
 
+def _block_sum(n: int) -> Case:
+    """Shared memory, barriers and a float atomic (tests/test_gpu_runtime.py's)."""
+    return Case(f"block sum (atomics) f32 n={n}", "block_sum", "block_sum",
+                lambda t: (t.randn(n), t.zeros(1)), 1,
+                lambda torch, a: a[0].double().sum().reshape(1),
+                lambda torch, a: lambda: a[0].sum(),
+                4.0 * n, "GB/s", 1e-5, 1e-4 * n ** 0.5)
+
+
+def _warp_sums(rows: int) -> Case:
+    """Warp shuffles: one sum per 32 lanes (tests/test_gpu_runtime.py's)."""
+    return Case(f"warp shuffle sums f32 {rows}x32", "warp_reduce", "warp_sums",
+                lambda t: (t.randn(rows * 32), t.empty(rows)), 1,
+                lambda torch, a: a[0].view(rows, 32).sum(dim=1),
+                lambda torch, a: lambda: a[0].view(rows, 32).sum(dim=1),
+                4.0 * rows * 33, "GB/s", 1e-5, 1e-5)
+
+
 def all_cases() -> list:
     """Every case, in the order the run reports them."""
     return [_vadd(1 << 24), _vadd(1 << 20), _softmax(4096, 4096), _layernorm(4096, 4096),
             _matmul(2048, "float32"), _matmul(2048, "float16"), _layout_gemm(4096),
-            _vadd_2d(8192, 8192)]
+            _vadd_2d(8192, 8192), _block_sum(100_000), _block_sum(1 << 24),
+            _warp_sums(1 << 18)]
 
 
 #: Folders under the kit's examples/ that hold the cases' modules.
