@@ -119,7 +119,7 @@ LAYERS = {
     # do_bench times autotune's candidates, so it sits with the user API (it imports
     # only the compiler and runtime layers); the rest of testing/ is an integration.
     "flydsl.testing.bench": 4,
-    "flydsl.torch": 5, "flydsl.testing": 5,
+    "flydsl.torch": 5, "flydsl.testing": 5, "flydsl.gpu_kit": 5,
 }
 
 
