@@ -409,3 +409,22 @@ def test_a_kernel_built_by_other_tools_is_rebuilt_where_a_compiler_is_and_used_w
     offset_kernel.cache_clear()
     launch_offset(d)                                   # ...and stamped by them
     assert len(kernel_compiler.compiled_keys) == before + 1
+
+
+def test_a_helper_is_keyed_by_its_source_not_by_the_bytecode_an_interpreter_made(tmp_path):
+    """Each Python version compiles the same source to other bytecode; here optimize=2
+    (asserts stripped) stands in for another interpreter."""
+    from flydsl.compiler.content_hash import content_hash
+    path = tmp_path / "helper_source.py"
+    path.write_text("def epilogue(x):\n    assert x is not None\n    return x * 2\n")
+    made = []
+    for optimize in (0, 2):
+        scope = {"__name__": "helper_source"}
+        exec(compile(path.read_text(), str(path), "exec", optimize=optimize), scope)
+        made.append(scope["epilogue"])
+    assert made[0].__code__.co_code != made[1].__code__.co_code
+    assert content_hash(made[0]) == content_hash(made[1])
+    path.write_text("def epilogue(x):\n    assert x is not None\n    return x * 3\n")
+    scope = {"__name__": "helper_source"}
+    exec(compile(path.read_text(), str(path), "exec"), scope)
+    assert content_hash(scope["epilogue"]) != content_hash(made[0])
