@@ -304,7 +304,7 @@ def test_writing_over_a_bundle_of_other_kernels_is_refused_unless_asked_and_merg
 
 def test_FLYDSL_CAPTURE_writes_the_run_at_exit_and_FLYDSL_OFFLINE_runs_it_compiler_free(
         tmp_path):
-    capture = tmp_path / "fleet.tar.gz"
+    capture = tmp_path / "fleet.tgz"
     env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "build"),
                FLYDSL_COMPILE_BACKEND="cpu", FLYDSL_CAPTURE=str(capture))
     p = subprocess.run([sys.executable, CHILD, "add", "scale2"], env=env,
@@ -321,6 +321,15 @@ def test_FLYDSL_CAPTURE_writes_the_run_at_exit_and_FLYDSL_OFFLINE_runs_it_compil
     p = subprocess.run([sys.executable, CHILD, "scale3"], env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode != 0 and "NotPrecompiled" in p.stderr and "S=3" in p.stderr
+    # a second capture to the same path keeps the first and writes beside it
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "build"),
+               FLYDSL_COMPILE_BACKEND="cpu", FLYDSL_CAPTURE=str(capture))
+    p = subprocess.run([sys.executable, CHILD, "scale3"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    [aside] = [f for f in os.listdir(tmp_path) if f.startswith("fleet-")]
+    assert aside.endswith(".tgz") and f"went to {tmp_path / aside}" in p.stderr
+    assert len(bundles.Bundle(str(capture)).entry_keys()) == 2
+    assert len(bundles.Bundle(str(tmp_path / aside)).entry_keys()) == 1
 
 
 def test_a_signature_can_give_real_shapes_and_unsigned_dtypes():

@@ -130,9 +130,8 @@ def _write_at_exit(session: capture) -> None:
     try:
         session.write()
     except FileExistsError:
-        stem, dot, ext = session.path.partition(".tar") if ".tar" in session.path else (
-            session.path, "", "")
-        aside = f"{stem}-{os.getpid()}{dot}{ext}"
+        suffix = next((s for s in (".tar.gz", ".tgz", ".tar") if session.path.endswith(s)), "")
+        aside = f"{session.path[:len(session.path) - len(suffix)]}-{os.getpid()}{suffix}"
         session.write(aside)
         print(f"flydsl: FLYDSL_CAPTURE: {session.path} holds other kernels; this run's "
               f"{session.count} kernel(s) went to {aside} (join them: flydsl bundle merge "
