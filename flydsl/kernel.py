@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -15,8 +15,8 @@ from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
                                constexpr_token, dim3, env_token)
-from .runtime.specialization import int_divisible
-from .runtime.tensors import as_tensor
+from .runtime.specialization import checked_pairs, int_divisible, overlap
+from .runtime.tensors import as_tensor, range_of, tensor_range
 
 _MAX_THREADS = MAX_THREADS_PER_DIM
 _DEFAULT = launch_context.DEFAULT
@@ -36,7 +36,8 @@ class KernelFunction:
     and ``.launch(grid=..., block=...)`` the result, or launch directly with
     ``kernel[grid, block](*args)``."""
 
-    def __init__(self, fn: Callable, do_not_specialize: Sequence[str] = ()):
+    def __init__(self, fn: Callable, do_not_specialize: Sequence[str] = (),
+                 may_alias: Sequence[str] = ()):
         self.fn = fn
         self.name = fn.__name__
         self.__name__ = fn.__name__
@@ -59,15 +60,11 @@ class KernelFunction:
             kind = annotation_kind(ann) if ann is not inspect.Parameter.empty else "infer"
             params.append(_Param(p.name, kind, ann, p.default))
         self.params = tuple(params)
-        if isinstance(do_not_specialize, str):
-            do_not_specialize = (do_not_specialize,)
-        unknown = sorted(set(do_not_specialize) - {p.name for p in params})
-        if unknown:
-            raise _arg_error(f"do_not_specialize names no parameter: {', '.join(unknown)} "
-                             f"(parameters: {', '.join(p.name for p in params)})",
-                             kernel=self.name)
         #: Parameters never specialized on alignment or divisibility (runtime.specialization).
-        self.do_not_specialize = frozenset(do_not_specialize)
+        self.do_not_specialize = self._parameter_names("do_not_specialize", do_not_specialize)
+        #: Tensor parameters never checked for overlap: taken to share memory with every
+        #: other tensor, so no pointer they may alias is marked noalias.
+        self.may_alias = self._parameter_names("may_alias", may_alias)
         # Keyword arguments can be turned into positions (for the warm path) unless a
         # parameter is keyword-only or positional-only.
         self._kwargs_as_positions = all(p.kind == p.POSITIONAL_OR_KEYWORD
@@ -79,9 +76,21 @@ class KernelFunction:
         self._pinned_last = None      # (pinned context, its last warm launch)
         self._configs: dict = {}      # kernel[grid, block] -> launcher
         self._lock = threading.Lock()
+        self._stored: Optional[frozenset] = None   # parameters the source may write
 
     def __repr__(self) -> str:
         return f"<flydsl.kernel {self.name}>"
+
+    def _parameter_names(self, option: str, names) -> frozenset:
+        """``names`` (a name or several) of an option, each one a parameter's."""
+        if isinstance(names, str):
+            names = (names,)
+        unknown = sorted(set(names) - {p.name for p in self.params})
+        if unknown:
+            raise _arg_error(f"{option} names no parameter: {', '.join(unknown)} "
+                             f"(parameters: {', '.join(p.name for p in self.params)})",
+                             kernel=self.name)
+        return frozenset(names)
 
     # -- calling -------------------------------------------------------
     def __call__(self, *args, **kwargs) -> "KernelCall":
@@ -157,7 +166,7 @@ class KernelFunction:
         except TypeError:   # an unhashable argument: take the slow path
             hit = key = None
         if hit is not None and hit(args, grid3, block3, smem, stream):
-            self._remember(pinned, hit)
+            self._remember(pinned, getattr(hit, "flydsl_last", hit))
             return None
         return self._launch_slow(args, kwargs, grid3, block3, smem, stream, key, context)
 
@@ -217,13 +226,29 @@ class KernelFunction:
                    else ("default", p.default)
                    for i, p in enumerate(self.params) if p.kind != "constexpr"]
         constexprs = [(i, args[i]) for i in self._constexpr_pos if i < nargs]
-        fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name)
+        pairs = self._checked_overlaps(bound, [e[-1] if e[0] == "arg" else e[1]
+                                               for e in runtime])
+        fast = build_fast_launch(bound, nargs, key[0], constexprs, runtime, self.name, pairs)
         fast.flydsl_bound = bound      # for prepare()
+        fast.flydsl_overlaps = pairs
         with self._lock:
             if len(self._dispatch) > 1024:
                 self._dispatch.clear()
-            self._dispatch[key] = fast
+            self._dispatch[key] = _either(fast, self._dispatch.get(key))
         self._remember(key[1], fast)
+
+    def _checked_overlaps(self, bound, runtime: list) -> tuple:
+        """``(i, j, overlapping)`` for each pair of runtime tensors (indices into
+        ``runtime``, the arguments) whose overlap decides the noalias attributes of
+        ``bound``'s kernel: its warm launch checks that they still hold."""
+        names = [p.name for p in self.params if p.kind != "constexpr"]
+        tensors = [i for i, (kind, _) in enumerate(bound.layout) if kind == "tensor"]
+        unchecked = {i for i in tensors if names[i] in self.may_alias}
+        pairs = checked_pairs(tensors, bound.written, unchecked)
+        if not pairs:
+            return ()
+        ranges = {i: range_of(runtime[i]) for i in {k for pair in pairs for k in pair}}
+        return tuple((i, j, overlap(ranges[i], ranges[j])) for i, j in pairs)
 
     def prepare(self, args: tuple, grid, block, smem: int = 0, stream=None):
         """A prepared launch (:func:`~flydsl.runtime.prepared.prepare_launch`) of the
@@ -243,18 +268,31 @@ class KernelFunction:
             fast = self._dispatch.get(key)
         except TypeError:
             return None
+        params = [(i, p.default) for i, p in enumerate(self.params) if p.kind != "constexpr"]
+        runtime = [args[i] if i < len(args) else default for i, default in params]
+        fast = self._variant_for(fast, runtime)
         if fast is None:
             # The launch took the last specialization, whose guards accept more than
-            # its key (an int of another bit length): install these args' own entry.
+            # its key (an int of another bit length), or another overlap's variant:
+            # install these args' own entry.
             self._launch_slow(args, {}, None, None, smem, stream, key, _DEFAULT, launch=False)
-            fast = self._dispatch.get(key)
+            fast = self._variant_for(self._dispatch.get(key), runtime)
         bound = getattr(fast, "flydsl_bound", None)
         if bound is None:
             return None
-        params = [(i, p.default) for i, p in enumerate(self.params) if p.kind != "constexpr"]
         constexprs = [(i, args[i]) for i in self._constexpr_pos if i < len(args)]
         grid3, block3 = dim3(grid, "grid", self.name), dim3(block, "block", self.name)
-        return prepare_launch(bound, args, params, constexprs, (grid3, block3, smem, stream))
+        return prepare_launch(bound, args, params, constexprs, (grid3, block3, smem, stream),
+                              fast.flydsl_overlaps)
+
+    @staticmethod
+    def _variant_for(entry: Optional[Callable], runtime: list) -> Optional[Callable]:
+        """The warm launch of a keyed ``entry`` specialized on the overlaps of the
+        ``runtime`` arguments, if any."""
+        for fast in getattr(entry, "flydsl_candidates", (entry,) if entry else ()):
+            if _holds(fast, runtime):
+                return fast
+        return None
 
     def _remember(self, pinned, fast) -> None:
         """``fast`` ran last in its context (None: the default one)."""
@@ -276,7 +314,7 @@ class KernelFunction:
     def specialize(self, values: list) -> tuple:
         """(ParamSpec per parameter, runtime argument per runtime parameter)."""
         from .compiler.frontend.params import ParamSpec
-        specs, runtime = [], []
+        specs, runtime, ranges = [], [], {}
         for p, v in zip(self.params, values):
             kind = p.kind
             if kind == "constexpr":
@@ -308,6 +346,7 @@ class KernelFunction:
                                        inner_contiguous=t.inner_contiguous,
                                        aligned=t.aligned and p.name not in self.do_not_specialize,
                                        wide=t.wide))
+                ranges[len(specs) - 1] = tensor_range(t)
                 runtime.append(v)
                 continue
             if t is not None:
@@ -329,7 +368,37 @@ class KernelFunction:
                          and int_divisible(int(v)))
             specs.append(ParamSpec(p.name, "scalar", dtype=dtype, divisible=divisible))
             runtime.append(v)
-        return tuple(specs), runtime
+        return self._with_overlaps(specs, ranges), runtime
+
+    def _with_overlaps(self, specs: list, ranges: dict) -> tuple:
+        """``specs`` with each tensor's ``overlaps``: the other tensors whose byte ranges
+        (``ranges``: spec index -> :func:`~flydsl.runtime.specialization.byte_range`)
+        meet its own, or whose overlap with it is not checked (either is ``may_alias``,
+        or the source stores through neither: then it does not matter, and leaving it
+        out keeps ``k(a, a, out)`` on the binary of ``k(a, b, out)``)."""
+        unchecked = self.may_alias
+        stored = self._maybe_written()
+        for i, r in ranges.items():
+            name = specs[i].name
+            shared = tuple(other for other, q in ((specs[j].name, q) for j, q in ranges.items()
+                                                  if j != i)
+                           if name in unchecked or other in unchecked
+                           or (name not in stored and other not in stored) or overlap(r, q))
+            if shared:
+                specs[i] = replace(specs[i], overlaps=shared)
+        return tuple(specs)
+
+    def _maybe_written(self) -> frozenset:
+        """Tensor parameters the kernel's source may store through (all of them when
+        the source cannot be read), found once."""
+        if self._stored is None:
+            from .compiler.frontend.stores import parameters_maybe_written
+            every = frozenset(p.name for p in self.params)
+            try:
+                self._stored = parameters_maybe_written(self.fn, every)
+            except FlydslError:
+                self._stored = every
+        return self._stored
 
     def compiled_for(self, specs: tuple, backend, options):
         """The compiled kernel for a specialization (from memory, the disk cache, or built)."""
@@ -358,6 +427,35 @@ class KernelFunction:
             self._dispatch.clear()
             self._last = self._pinned_last = None
             self._configs.clear()
+
+
+def _either(fast: Callable, previous: Optional[Callable]) -> Callable:
+    """The keyed warm launch of ``fast`` where ``previous`` held the same key: one key
+    covers the variants of every overlap of its arguments (in place or not), so each
+    is kept and tried in turn (the newest first) instead of being replaced."""
+    if previous is None:
+        return fast
+    kept = [f for f in getattr(previous, "flydsl_candidates", (previous,))
+            if f.flydsl_overlaps != fast.flydsl_overlaps]
+    if not kept:
+        return fast
+    candidates = (fast, *kept)
+
+    def either(args, grid, block, smem, stream) -> bool:
+        for f in candidates:
+            if f(args, grid, block, smem, stream):
+                either.flydsl_last = f   # the kernel's next launch tries it alone first
+                return True
+        return False
+    either.flydsl_candidates = candidates
+    either.flydsl_last = fast
+    return either
+
+
+def _holds(fast: Callable, runtime: list) -> bool:
+    """The overlaps ``fast`` was specialized on hold of the ``runtime`` arguments."""
+    return all(overlap(range_of(runtime[i]), range_of(runtime[j])) is o
+               for i, j, o in fast.flydsl_overlaps)
 
 
 def _is_stream(x) -> bool:
@@ -452,12 +550,19 @@ class KernelCall:
             raise
 
 
-def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = ()) -> Any:
+def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = (),
+           may_alias: Sequence[str] = ()) -> Any:
     """Decorator marking a SIMT kernel (see the README's "Writing kernels").
 
     ``do_not_specialize``: names of parameters never specialized on 16-byte alignment
     (tensors) or divisibility by 16 (ints), e.g. an int that takes many values, to
-    keep one compiled variant (:mod:`flydsl.runtime.specialization`)."""
+    keep one compiled variant (:mod:`flydsl.runtime.specialization`).
+
+    ``may_alias``: names of tensor parameters whose memory may be shared with other
+    tensor arguments, never checked at launch: the kernel never assumes that they,
+    or a tensor they may overlap where either is written, are disjoint (no LLVM
+    ``noalias``). Other tensors are checked at each launch; a kernel whose written
+    tensors overlap no other argument compiles with ``noalias`` pointers."""
     if fn is None:
-        return lambda f: KernelFunction(f, do_not_specialize)
-    return KernelFunction(fn, do_not_specialize)
+        return lambda f: KernelFunction(f, do_not_specialize, may_alias)
+    return KernelFunction(fn, do_not_specialize, may_alias)

@@ -216,7 +216,7 @@ def test_pipeline_and_targets_are_text():
     # flydsl's own passes (the barrier check and the float flags first, the precise
     # sqrt after the NVVM lowering) and MLIR pipeline text
     assert [f.name for f in frags if not isinstance(f, str)] == [
-        "barrier-check", "fp-flags", "nvvm-sqrt"]
+        "barrier-check", "fp-flags", "noalias-record", "nvvm-sqrt", "noalias-apply"]
     assert "convert-gpu-to-nvvm" in ",".join(f for f in frags if isinstance(f, str))
     assert backend.gpu_module_targets() == ['#nvvm.target<chip = "sm_90", O = 3>']
     assert backend.gpu_module_targets(CompileOptions(opt_level=1)) == [

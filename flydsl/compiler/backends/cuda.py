@@ -72,12 +72,14 @@ class CudaBackend(BaseBackend):
             # a barrier some threads of a block skip: an error or a warning
             PythonPass("barrier-check", "flydsl.passes.barrier_divergence:run"),
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
+            PythonPass("noalias-record", "flydsl.passes.noalias:record"),
             # Strided/sub-view memref metadata -> affine.apply -> arith; then structured
             # control flow -> cf, so that the NVVM conversion sees only flat CFGs.
             "gpu.module(expand-strided-metadata,lower-affine,convert-scf-to-cf)",
             # gpu/arith/math/memref/index -> llvm+nvvm; math becomes libdevice __nv_* calls.
             "gpu.module(convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse)",
             PythonPass("nvvm-sqrt", "flydsl.passes.nvvm_sqrt:run"),  # sqrt.rn, as nvcc
+            PythonPass("noalias-apply", "flydsl.passes.noalias:apply"),
             "reconcile-unrealized-casts",
         ]
 

@@ -78,12 +78,14 @@ class RocmBackend(BaseBackend):
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
             # math without ocml; after fp-flags, so its IEEE code keeps no flags
             PythonPass("portable-math", "flydsl.passes.math_portable:run"),
+            PythonPass("noalias-record", "flydsl.passes.noalias:record"),
             # bf16 math runs in f32; f16 math stays native.
             "gpu.module(math-extend-to-supported-types{extra-types=f16 target-type=f32},"
             "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
             f"convert-gpu-to-rocdl{{chipset={arch} index-bitwidth=64 runtime=HIP}},"
             "canonicalize,cse)",
             "reconcile-unrealized-casts",
+            PythonPass("noalias-apply", "flydsl.passes.noalias:apply"),
             PythonPass("rocm-lower-device-calls", rp + "lower_device_calls"),
             PythonPass("rocm-hsa-abi", rp + "hsa_abi"),
             PythonPass("rocm-check-device-libs", rp + "check_device_libs"),

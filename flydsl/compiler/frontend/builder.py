@@ -72,18 +72,34 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
         check_trace_size(tctx, func_op)
         written = tuple(p.name for p, arg in zip(runtime, entry.arguments)
                         if p.kind == "tensor" and may_write(arg))
+        func_op.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [param_attributes(p, unaliased(p, written)) for p in runtime])
     return TracedKernel(module=module, name=name, params=params,
                         shared_bytes=tctx.extra.get("shared_bytes", 0), extra=tctx.extra,
                         dependencies=tctx.deps.finish(), written=written)
 
 
-def param_attributes(p) -> ir.DictAttr:
+def param_attributes(p, noalias: bool = False) -> ir.DictAttr:
     """LLVM argument attributes of a runtime parameter: ``llvm.align`` on an aligned
-    tensor's pointers (PTX ``.param .ptr .align 16``)."""
+    tensor's pointers (PTX ``.param .ptr .align 16``), ``llvm.noalias`` on those of a
+    tensor that shares no memory with another argument where either is written."""
+    attrs = {}
     if p.kind == "tensor" and p.aligned:
         i64 = ir.IntegerType.get_signless(64)
-        return ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(i64, ALIGNMENT)})
-    return ir.DictAttr.get({})
+        attrs["llvm.align"] = ir.IntegerAttr.get(i64, ALIGNMENT)
+    if noalias:
+        attrs["llvm.noalias"] = ir.UnitAttr.get()
+    return ir.DictAttr.get(attrs)
+
+
+def unaliased(p, written) -> bool:
+    """Whether tensor parameter ``p`` may be ``noalias``: no tensor it may overlap
+    (``p.overlaps``, :mod:`flydsl.runtime.specialization`) is written, nor is ``p``
+    when it overlaps any."""
+    if p.kind != "tensor":
+        return False
+    return not p.overlaps or (p.name not in written
+                              and not any(q in written for q in p.overlaps))
 
 
 def assume_specializations(params: tuple, scope: dict) -> None:

@@ -1,0 +1,129 @@
+"""Launches specialize on whether written tensors overlap other tensor arguments:
+disjoint ones compile with noalias pointers (128-bit accesses on GPUs), overlapping
+ones (in place, views of one buffer) with the general variant, and both compute
+what sequential numpy code computes."""
+import re
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import DSLTypeError
+
+
+@flydsl.kernel
+def axpy4_k(x: fx.Tensor, y: fx.Tensor, out: fx.Tensor, a: fx.Float32, n: fx.Int32):
+    base = (fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x) * 4
+    if base + 3 < n:
+        for k in range(4):
+            out[base + k] = a * x[base + k] + y[base + k]
+
+
+@flydsl.kernel(may_alias=("x", "out"))
+def axpy4_aliased_k(x: fx.Tensor, y: fx.Tensor, out: fx.Tensor, a: fx.Float32, n: fx.Int32):
+    base = (fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x) * 4
+    if base + 3 < n:
+        for k in range(4):
+            out[base + k] = a * x[base + k] + y[base + k]
+
+
+@flydsl.kernel
+def add_first_k(x: fx.Tensor, out: fx.Tensor, n: fx.Int32):
+    """out[i] = x[0] + 1 for i = 0..n-1 in order, by one thread: where out is x, the
+    first store changes x[0] for every later one (a noalias variant would load x[0]
+    once, before the loop)."""
+    if fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x == 0:
+        for i in range(n):
+            out[i] = x[0] + 1.0
+
+
+N = 256
+
+
+def _launch_axpy(kernel, x, y, out, a=2.0):
+    kernel[(N // 4 + 31) // 32, 32](x, y, out, a, N)
+
+
+def test_disjoint_in_place_and_aliased_launches_compute_what_numpy_does():
+    rng = np.random.default_rng(0)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    for kernel in (axpy4_k, axpy4_aliased_k):
+        x, y, out = x0.copy(), y0.copy(), np.zeros(N, np.float32)
+        _launch_axpy(kernel, x, y, out)
+        np.testing.assert_allclose(out, 2 * x0 + y0, rtol=1e-6)
+        _launch_axpy(kernel, x, y, x)        # in place: x = 2x + y
+        np.testing.assert_allclose(x, 2 * x0 + y0, rtol=1e-6)
+        _launch_axpy(kernel, y, y, y)        # every argument one array
+        np.testing.assert_allclose(y, 3 * y0, rtol=1e-6)
+
+
+def _add_first_reference(x, out):
+    for i in range(len(out)):
+        out[i] = x[0] + 1
+
+
+def test_launches_alternating_disjoint_and_in_place_each_see_their_own_stores():
+    """Same argument types each time: the in-place launch must not take the disjoint
+    one's warm launch (nor the reverse), and a view of the same buffer counts as it."""
+    for case in ("disjoint", "in place", "disjoint", "view", "in place", "disjoint"):
+        buf = np.arange(64, dtype=np.float32)
+        x = buf.copy() if case == "disjoint" else buf[:] if case == "view" else buf
+        want = buf.copy()
+        _add_first_reference(want if x is buf or x.base is buf else x.copy(), want)
+        add_first_k[1, 32](x, buf, 64)
+        np.testing.assert_array_equal(buf, want, err_msg=case)
+        # the variant that ran is tried first next time (not each variant in turn)
+        assert "return False" in add_first_k.warm_launch_source()
+
+
+def _ptx(kernel, *args, backend="cuda", arch="sm_90", stage="ptx"):
+    @flydsl.jit
+    def run(x: fx.Tensor, y: fx.Tensor, out: fx.Tensor):
+        kernel(x, y, out, 2.0, N).launch(grid=(N // 128, 1, 1), block=(32, 1, 1))
+    return flydsl.compile(run, *args, backend=backend, arch=arch).asm[stage]
+
+
+_V4_LOAD = re.compile(r"ld\.global(\.nc)?\.v4\.[bf]32")
+_V4_STORE = re.compile(r"st\.global\.v4\.[bf]32")
+
+
+def test_disjoint_arguments_get_128_bit_loads_and_stores_on_sm90():
+    x, y, out = (np.zeros(N, np.float32) for _ in range(3))
+    ptx = _ptx(axpy4_k, x, y, out)
+    assert len(_V4_LOAD.findall(ptx)) == 2 and len(_V4_STORE.findall(ptx)) == 1, ptx
+
+
+def test_an_in_place_launch_takes_the_general_variant_on_sm90():
+    x, y = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    ptx = _ptx(axpy4_k, x, y, x)
+    assert not _V4_STORE.search(ptx) and len(re.findall(r"st\.global\.[bf]32", ptx)) == 4
+    assert len(_V4_LOAD.findall(ptx)) == 1   # y overlaps nothing written: still merged
+
+
+def test_may_alias_parameters_keep_the_general_variant():
+    x, y, out = (np.zeros(N, np.float32) for _ in range(3))
+    ptx = _ptx(axpy4_aliased_k, x, y, out)
+    assert not _V4_STORE.search(ptx)
+
+
+def test_disjoint_arguments_get_dwordx4_on_gfx942():
+    x, y, out = (np.zeros(N, np.float32) for _ in range(3))
+    asm = _ptx(axpy4_k, x, y, out, backend="rocm", arch="gfx942", stage="amdgcn")
+    assert "global_store_dwordx4" in asm and asm.count("global_load_dwordx4") == 2, asm
+
+
+def test_may_alias_must_name_parameters():
+    with pytest.raises(DSLTypeError, match="may_alias names no parameter: z"):
+        flydsl.kernel(may_alias=("z",))(axpy4_k.fn)
+
+
+def test_a_prepared_launch_sends_back_tensors_overlapping_unlike_its_own():
+    torch = pytest.importorskip("torch")
+    x, out = torch.arange(64, dtype=torch.float32), torch.zeros(64)
+    launch = add_first_k.prepare((x, out, 64), 1, 32)
+    assert launch((x, out, 64)) and out.tolist() == [1.0] * 64
+    assert not launch((out, out, 64))             # in place: the general variant's
+    in_place = add_first_k.prepare((out, out, 64), 1, 32)
+    assert in_place((out, out, 64)) and out.tolist() == [2.0] + [3.0] * 63
+    assert not in_place((x, out, 64))
