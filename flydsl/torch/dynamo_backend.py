@@ -290,7 +290,8 @@ def _rewrite_and_partition(gm: GraphModule, device_type: str, min_group_size: in
             continue
         done = None
         if node.target in table:
-            done = inline_decomposition(new.graph, node, table[node.target], is_fusible)
+            done = inline_decomposition(new.graph, node, table[node.target], is_fusible,
+                                        table)
         else:
             done = split_addmm(new.graph, node, is_fusible)
         if done is not None:

@@ -72,6 +72,12 @@ class EmitContext:
 
     dtype: Optional[torch.dtype]   # compute dtype of a float result, None for int/bool results
     out_dtype: torch.dtype         # the op's result dtype
+    operands: Optional[torch.dtype] = None   # the dtype the operands were converted to
+
+    @property
+    def float_operands(self) -> bool:
+        """Whether the operands are floats (``isnan`` of an int is False, ...)."""
+        return self.operands is not None and self.operands.is_floating_point
 
 
 def _is(x, value) -> bool:
@@ -98,9 +104,11 @@ def _float_only(fn: str) -> Callable[..., Optional[str]]:
 def _div(c: EmitContext, self, other, rounding_mode=None) -> Optional[str]:
     if rounding_mode is None:
         return f"({self} / {other})"
-    if rounding_mode == "floor" and c.dtype is not None:   # integer division may trap on 0
+    if c.dtype is None:             # integer division may trap on 0
+        return None
+    if rounding_mode == "floor":
         return f"({self} // {other})"
-    return None
+    return f"fx.trunc({self} / {other})" if rounding_mode == "trunc" else None
 
 
 def _clamp(c: EmitContext, self, min=None, max=None) -> str:
@@ -132,6 +140,95 @@ def _transcendental(fn: str) -> Callable[..., Optional[str]]:
     return emit
 
 
+def _float_math(fn: str) -> Callable[..., str]:
+    """An ``fx`` math function of any arity (ints are promoted to the float result)."""
+    return lambda c, **args: f"{fn}({', '.join(args.values())})"
+
+
+def _float_test(fn: str, on_ints: str) -> Callable[..., str]:
+    """A float predicate (``fx.isnan``, ...): the constant ``on_ints`` for ints and bools."""
+    return lambda c, self: f"{fn}({self})" if c.float_operands else on_ints
+
+
+def _signbit(c: EmitContext, self) -> str:
+    if c.float_operands:      # the sign bit of -0.0 and of NaNs too
+        return f"(fx.copysign(1.0, {self}) < 0)"
+    return "False" if c.operands is torch.bool else f"({self} < 0)"
+
+
+def _sign(c: EmitContext, self) -> str:
+    if c.operands is torch.bool:
+        return self
+    return f"(fx.select({self} > 0, 1, 0) - fx.select({self} < 0, 1, 0))"
+
+
+def _round(c: EmitContext, self, decimals=None) -> Optional[str]:
+    if c.dtype is None:
+        return self
+    d = 0 if decimals is None else decimals.value
+    if d == 0:
+        return f"fx.rint({self})"
+    scale = Lit(10.0 ** abs(d))      # as torch: scaled, rounded to even, scaled back
+    if d > 0:
+        return f"(fx.rint({self} * {scale}) / {scale})"
+    return f"(fx.rint({self} / {scale}) * {scale})"
+
+
+def _nan_ignoring(fn: str) -> Callable[..., str]:
+    """``fmax``/``fmin``: a NaN operand gives the other one."""
+    def emit(c: EmitContext, self, other) -> str:
+        if c.dtype is None:
+            return f"{fn}({self}, {other})"
+        return (f"fx.select(fx.isnan({self}), {other}, fx.select(fx.isnan({other}), "
+                f"{self}, {fn}({self}, {other})))")
+    return emit
+
+
+def _remainder(c: EmitContext, self, other) -> Optional[str]:
+    """Python's ``%`` for floats, as torch computes it: fmod, moved to ``other``'s sign."""
+    if c.dtype is None:
+        return None      # integer division by zero traps; eager raises
+    mod = f"fx.fmod({self}, {other})"
+    return (f"fx.select(({mod} != 0) & (({other} < 0) != ({mod} < 0)), "
+            f"{mod} + {other}, {mod})")
+
+
+def _int_only(sym: str) -> Callable[..., Optional[str]]:
+    """A bitwise operator: integers and bools only, as in torch."""
+    return lambda c, self, other: None if c.dtype is not None else f"({self} {sym} {other})"
+
+
+def _bitwise_not(c: EmitContext, self) -> Optional[str]:
+    if c.dtype is not None:
+        return None
+    return f"({self} ^ True)" if c.operands is torch.bool else f"(-1 - {self})"
+
+
+def _shift(left: bool) -> Callable[..., Optional[str]]:
+    """Shifts by a count outside [0, bits) give 0 (left) or the sign fill (right), as in torch."""
+    def emit(c: EmitContext, self, other) -> Optional[str]:
+        if c.operands is None or c.operands.is_floating_point or c.operands is torch.bool:
+            return None
+        bits = c.operands.itemsize * 8
+        ok = f"(({other} >= 0) & ({other} < {bits}))"
+        if left:
+            return f"fx.select({ok}, {self} << fx.select({ok}, {other}, 0), 0)"
+        return f"({self} >> fx.select({ok}, {other}, {bits - 1}))"
+    return emit
+
+
+def _angle(c: EmitContext, self) -> str:
+    return f"fx.select(fx.isnan({self}), {self}, fx.select({self} < 0, {math.pi!r}, 0.0))"
+
+
+def _pow_any(c: EmitContext, self, exponent) -> Optional[str]:
+    """``pow``: exact products for small integer literals, ``fx.pow`` for floats."""
+    out = _pow(c, self, exponent)
+    if out is None and c.dtype is not None:
+        return f"fx.pow({self}, {exponent})"
+    return out
+
+
 #: Base op name -> DSL expression emitter (see the module docstring).
 EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "add": lambda c, self, other, alpha=None: f"({self} + {_scaled(other, alpha)})",
@@ -160,13 +257,38 @@ EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "clamp": _clamp,
     "clamp_min": lambda c, self, min: f"fx.max({self}, {min})",
     "clamp_max": lambda c, self, max: f"fx.min({self}, {max})",
-    "pow": _pow,
+    "pow": _pow_any,
     "where": lambda c, condition, self, other: f"fx.select({condition}, {self}, {other})",
     "lt": _binary("<"), "le": _binary("<="), "gt": _binary(">"), "ge": _binary(">="),
     "eq": _binary("=="), "ne": _binary("!="),
     "logical_not": lambda c, self: f"(fx.cast({self}, fx.Bool) ^ True)",
     "logical_and": lambda c, self, other: f"(fx.cast({self}, fx.Bool) & fx.cast({other}, fx.Bool))",
     "logical_or": lambda c, self, other: f"(fx.cast({self}, fx.Bool) | fx.cast({other}, fx.Bool))",
+    "tan": _float_math("fx.tan"), "asin": _float_math("fx.asin"),
+    "acos": _float_math("fx.acos"), "atan": _float_math("fx.atan"),
+    "atan2": _float_math("fx.atan2"), "sinh": _float_math("fx.sinh"),
+    "cosh": _float_math("fx.cosh"), "asinh": _float_math("fx.asinh"),
+    "acosh": _float_math("fx.acosh"), "atanh": _float_math("fx.atanh"),
+    "exp2": _float_math("fx.exp2"), "expm1": _float_math("fx.expm1"),
+    "log2": _float_math("fx.log2"), "log10": _float_math("fx.log10"),
+    "log1p": _float_math("fx.log1p"), "erfc": _float_math("fx.erfc"),
+    "hypot": _float_math("fx.hypot"), "copysign": _float_math("fx.copysign"),
+    "fmod": lambda c, self, other: f"fx.fmod({self}, {other})" if c.dtype is not None else None,
+    "remainder": _remainder,
+    "trunc": _float_only("fx.trunc"),
+    "round": _round,
+    "sign": _sign,
+    "signbit": _signbit,
+    "isnan": _float_test("fx.isnan", "False"),
+    "isinf": _float_test("fx.isinf", "False"),
+    "isfinite": _float_test("fx.isfinite", "True"),
+    "angle": _angle,
+    "fmax": _nan_ignoring("fx.max"), "fmin": _nan_ignoring("fx.min"),
+    "bitwise_and": _int_only("&"), "bitwise_or": _int_only("|"),
+    "bitwise_xor": _int_only("^"), "bitwise_not": _bitwise_not,
+    "__lshift__": _shift(True), "__rshift__": _shift(False),
+    "bitwise_left_shift": _shift(True), "bitwise_right_shift": _shift(False),
+    "logical_xor": lambda c, self, other: f"(fx.cast({self}, fx.Bool) ^ fx.cast({other}, fx.Bool))",
     # Casts: the conversion to the result dtype is what every op ends with.
     "convert_element_type": lambda c, a, dtype: a,
     "clone": lambda c, self, memory_format=None: self,
@@ -216,8 +338,7 @@ class PointwiseOp:
 def _arg_kind(jit_type) -> Optional[str]:
     kind = jit_type.kind()
     if kind == "OptionalType":
-        inner = _arg_kind(jit_type.getElementType())
-        return inner if inner in ("number", "const") else None
+        return _arg_kind(jit_type.getElementType())   # None: left out of the call
     if kind == "TensorType":
         return "tensor"
     if kind in ("NumberType", "IntType", "FloatType", "SymIntType", "SymFloatType"):
@@ -228,12 +349,20 @@ def _arg_kind(jit_type) -> Optional[str]:
     return None
 
 
+#: prims ops (most untagged, met in torch._refs decompositions) whose ATen namesake's
+#: emitter would be wrong for them: prims.div truncates integers.
+_PRIMS_DIFFER = frozenset({"div"})
+
+
 def describe(op) -> Optional[PointwiseOp]:
     """The table entry for ``op``, or None if it is not a fusible pointwise op."""
-    if not isinstance(op, torch._ops.OpOverload) or torch.Tag.pointwise not in op.tags:
+    if not isinstance(op, torch._ops.OpOverload):
         return None
     schema = op._schema
-    base = schema.name.split("::")[-1]
+    namespace, base = schema.name.split("::")
+    if torch.Tag.pointwise not in op.tags and not (
+            namespace == "prims" and base in EMITTERS and base not in _PRIMS_DIFFER):
+        return None
     emit = EMITTERS.get(base)
     if emit is None or schema.is_mutable or len(schema.returns) != 1:
         return None
@@ -293,21 +422,29 @@ def decompositions() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def inline_decompositions() -> dict:
-    """Functional pointwise ops with no emitter but a core-ATen decomposition
-    (``silu``, ``addcmul``, ``lerp``, ``sigmoid_backward``, ...): the backend
-    inlines one where the pieces land in a fused kernel
+    """Functional pointwise ops with no emitter but a decomposition in torch's tables
+    (``torch._decomp.decomposition_table``, which holds the core-ATen ones and
+    the ``torch._refs`` definitions: ``silu``, ``addcmul``, ``lerp``, ``logaddexp``,
+    ``hardtanh``, ``xlogy``, ...): the backend inlines one, decomposing
+    recursively, where all the pieces land in a fused kernel
     (:func:`flydsl.torch.rewrites.inline_decomposition`)."""
-    from torch._decomp import core_aten_decompositions
+    from torch._decomp import core_aten_decompositions, decomposition_table
     table = {}
-    for op, fn in core_aten_decompositions().items():
-        if not isinstance(op, torch._ops.OpOverload) or torch.Tag.pointwise not in op.tags:
-            continue
-        schema = op._schema
-        if schema.is_mutable or schema.name.split("::")[-1] in EMITTERS:
-            continue
-        if len(schema.returns) == 1 and schema.returns[0].alias_info is None:
-            table[op] = fn
+    for source in (decomposition_table, core_aten_decompositions()):
+        for op, fn in source.items():
+            if isinstance(op, torch._ops.OpOverload) and _decomposable(op):
+                table.setdefault(op, fn)
     return table
+
+
+def _decomposable(op) -> bool:
+    """Whether ``op`` is a functional pointwise op with no emitter."""
+    if torch.Tag.pointwise not in op.tags:
+        return False
+    schema = op._schema
+    if schema.is_mutable or schema.name.split("::")[-1] in EMITTERS:
+        return False
+    return len(schema.returns) == 1 and schema.returns[0].alias_info is None
 
 
 # -- emitting one call ----------------------------------------------------------
@@ -415,7 +552,6 @@ def emit_call(entry: PointwiseOp, bound: dict, out_dtype: torch.dtype,
     or (text, None) for a runtime scalar (a symbolic int/float/bool).
     """
     is_float = out_dtype.is_floating_point
-    ctx = EmitContext(register_dtype(out_dtype) if is_float else None, out_dtype)
     # The dtype the operands are converted to: a float result is computed in its own
     # (op-math) dtype; otherwise (comparisons, logical ops, integer math) torch converts
     # the operands to their common dtype, e.g. a half tensor compared with 0.1 compares
@@ -423,6 +559,7 @@ def emit_call(entry: PointwiseOp, bound: dict, out_dtype: torch.dtype,
     comp = out_dtype if is_float else common_dtype(entry, bound)
     if comp is None or comp not in FX_DTYPES:
         return None
+    ctx = EmitContext(register_dtype(out_dtype) if is_float else None, out_dtype, comp)
     kwargs = {}
     for spec in entry.args:
         value = bound[spec.name]
@@ -452,6 +589,8 @@ def emit_call(entry: PointwiseOp, bound: dict, out_dtype: torch.dtype,
                                and entry.base not in _WRAPS_SCALARS):
                 return None     # eager refuses an integer scalar out of range here
             kwargs[spec.name] = lit
+        elif value is None and spec.has_default:      # an optional argument left out
+            kwargs[spec.name] = None
         elif spec.kind != "tensor" and isinstance(value, _CONSTANT_TYPES):
             kwargs[spec.name] = value
         else:

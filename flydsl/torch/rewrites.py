@@ -49,9 +49,11 @@ def _fake_mode(node: Node):
 
 
 def inline_decomposition(graph: Graph, node: Node, fn: Callable,
-                         fusible: Callable[[Node], bool]) -> Optional[Rewrite]:
+                         fusible: Callable[[Node], bool],
+                         table: Optional[dict] = None) -> Optional[Rewrite]:
     """Replace ``node`` by the ATen graph of ``fn`` (its decomposition) when every
-    op of that graph is ``fusible``; None (graph unchanged) otherwise."""
+    op of that graph is ``fusible``; None (graph unchanged) otherwise. Ops of
+    ``table`` (op -> decomposition) met while tracing ``fn`` are decomposed too."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.utils._pytree import tree_flatten, tree_unflatten
     mode = _fake_mode(node)
@@ -71,9 +73,10 @@ def inline_decomposition(graph: Graph, node: Node, fn: Callable,
         return fn(*a, **kw)
     try:
         with mode:
-            sub = make_fx(call, tracing_mode="real")(*vals)
+            sub = make_fx(call, decomposition_table=table or {}, tracing_mode="real")(*vals)
     except Exception:  # noqa: BLE001 - a decomposition that does not trace: keep the op
         return None
+    _fold_constant_scalars(sub.graph)
     body = [n for n in sub.graph.nodes if n.op == "call_function"]
     if not body or not all(fusible(n) for n in body):
         return None
@@ -93,6 +96,53 @@ def inline_decomposition(graph: Graph, node: Node, fn: Callable,
     node.replace_all_uses_with(env[out])
     graph.erase_node(node)
     return Rewrite(node.name, created)
+
+
+#: Ops that create a tensor filled with one of their arguments (by position).
+_FILLS = {aten.scalar_tensor.default: 0, torch.ops.prims.scalar_tensor.default: 0,
+          aten.full.default: 1, aten.new_full.default: 2}
+
+
+def _constant_scalars(graph: Graph) -> dict:
+    """The 0-d tensor nodes of ``graph`` computed from constants alone
+    (``scalar_tensor``, ``full([], v)`` and ops on them), evaluated: node -> tensor."""
+    from torch.utils._pytree import tree_map
+    known: dict = {}
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, torch.Tensor) or val.dim() != 0:
+            continue
+        filled = _FILLS.get(node.target)
+        if filled is not None and isinstance(node.args[filled], (bool, int, float)):
+            known[node] = torch.tensor(node.args[filled], dtype=val.dtype)
+            continue
+        if not all(a in known for a in node.all_input_nodes):
+            continue
+        args, kwargs = tree_map(lambda a: known.get(a, a), (node.args, node.kwargs))
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
+        try:
+            known[node] = node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - not evaluable here: it stays a graph op
+            continue
+    return known
+
+
+def _fold_constant_scalars(graph: Graph) -> None:
+    """Decompositions spell constants as 0-d tensors (``where(x > 0, x, scalar_tensor(0.))``):
+    pass them to their users as numbers, which promote alike (a 0-d tensor or a number
+    only raises the category of a dimensioned operand) and become kernel literals."""
+    from torch.utils._pytree import tree_map
+    known = _constant_scalars(graph)
+    for node, value in known.items():
+        number = value.item()
+        users = [u for u in node.users if u not in known
+                 and any(a not in known for a in u.all_input_nodes)]
+        for user in users:      # an op on constants alone stays a tensor op
+            user.args = tree_map(lambda a: number if a is node else a, user.args)
+            user.kwargs = tree_map(lambda a: number if a is node else a, user.kwargs)
+    for node in reversed(list(known)):
+        if not node.users:
+            graph.erase_node(node)
 
 
 def split_addmm(graph: Graph, node: Node, fusible: Callable[[Node], bool]) -> Optional[Rewrite]:
