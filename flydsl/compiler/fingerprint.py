@@ -5,9 +5,9 @@ A key has two parts:
 * the *base key* (:func:`base_key`): flydsl's version and sources, the kernel's
   own source and where it sits, the specialization (argument dtypes, ranks and
   layouts, constexpr values by content), and the backend's hash (target, pipeline
-  text, options). The toolchain's versions are stamped on each entry instead, and
-  checked where a compiler is installed (see ``kernel_compiler``): a deployment
-  without one cannot know them;
+  text, options). The toolchain's versions are stamped on each stored dependency
+  set instead, and matched where a compiler is installed (see ``kernel_compiler``):
+  a deployment without one cannot know them;
 * the values the trace read (:mod:`.dependencies`): every global, closure variable,
   attribute and helper, hashed by content. :func:`entry_key` combines them.
 

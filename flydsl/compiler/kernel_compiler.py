@@ -44,8 +44,6 @@ class CompiledKernel:
         #: What the trace read (its dependency set): with the keys, what a bundle's
         #: manifest records for it (None if unknown).
         self.variant = None
-        #: The toolchain that built it (``backend.toolchain_stamp()``; "" if unknown).
-        self.toolchain = ""
         #: Tensor parameters the kernel may write: read-only arguments are refused there.
         self.written = tuple(written)
         #: The driver's launcher (binary loaded), made by the runtime on first launch.
@@ -80,8 +78,6 @@ class CompiledKernel:
                 "stages": list(self.asm), "text_stages": sorted(text),
                 "written": list(self.written)}
         blobs = {k: (v.encode() if isinstance(v, str) else bytes(v)) for k, v in self.asm.items()}
-        if self.toolchain:
-            meta["toolchain"] = self.toolchain
         return disk_cache.CacheEntry(meta, blobs)
 
     @classmethod
@@ -131,17 +127,17 @@ def compile_specialization(fn, name: str, specs: tuple, backend, options) -> Com
         if deps.problems:
             _warn_memory_only(name, deps.problems)
             return _build(name, traced, specs, backend, options, "", base)
-        key = entry_key(base, deps.variant, deps.hashes)
-        hit = _load(store, key, specs, base, backend)   # compiled before, manifest lost it
+        variant = _stamped(deps.variant, backend.toolchain_stamp())
+        key = entry_key(base, variant, [*deps.hashes, _TOOLCHAIN])
+        hit = _load(store, key, specs, base)   # compiled before, but the manifest lost it
         if hit is None:
             hit = _build(name, traced, specs, backend, options, key, base)
-            hit.toolchain = backend.toolchain_stamp()
             if not hit.complete:   # a stage is missing (no linker): never cached as whole
                 hit.cache_key = ""
                 return hit
             store.put(key, hit.to_entry())
-        store.add_variant(base, deps.variant)
-        hit.variant = deps.variant
+        store.add_variant(base, variant)
+        hit.variant = variant
         return _captured(hit)
 
 
@@ -155,40 +151,72 @@ def _lookup(store, base: str, fn, constexprs: dict, specs: tuple,
             backend) -> Optional[CompiledKernel]:
     unusable: set = set()    # keys whose entry failed to load (a bundle's cannot be removed)
     variants: dict = {}      # key -> the dependency set it came from
+    usable_stamp = _toolchain_filter(backend)
 
     def key_for(variant):
-        hashes = resolve_hashes(fn, constexprs, variant)
-        key = entry_key(base, variant, hashes) if hashes is not None else None
+        deps, stamp = _split_stamp(variant)
+        if not usable_stamp(stamp):
+            return None
+        hashes = resolve_hashes(fn, constexprs, deps)
+        if hashes is None:
+            return None
+        key = entry_key(base, variant, [*hashes, _TOOLCHAIN] if stamp is not None else hashes)
         variants[key] = variant
         return key if key not in unusable else None
     while True:
         found = store.find(base, key_for)
         if found is None:
             return None
-        hit = _from_entry(store, found[1], specs, found[0], base, backend)
+        hit = _from_entry(store, found[1], specs, found[0], base)
         if hit is not None:
             hit.variant = variants.get(found[0])
             return hit
         unusable.add(found[0])
 
 
-def _load(store, key: str, specs: tuple, base: str, backend) -> Optional[CompiledKernel]:
+def _load(store, key: str, specs: tuple, base: str) -> Optional[CompiledKernel]:
     entry = store.get(key)
-    return _from_entry(store, entry, specs, key, base, backend) if entry is not None else None
+    return _from_entry(store, entry, specs, key, base) if entry is not None else None
 
 
-def _from_entry(store, entry, specs: tuple, key: str, base: str,
-                backend) -> Optional[CompiledKernel]:
-    stamp = entry.meta.get("toolchain", "")
-    if stamp and stamp != backend.toolchain_stamp() and backend.can_compile():
-        return None    # built by other tools: rebuilt here (a deployment uses it as is)
+def _from_entry(store, entry, specs: tuple, key: str, base: str) -> Optional[CompiledKernel]:
     try:
-        hit = CompiledKernel.from_entry(entry, specs, key, base)
+        return CompiledKernel.from_entry(entry, specs, key, base)
     except Exception as e:  # noqa: BLE001 - a well-formed file with bad contents: rebuild
         store.remove(key, f"has unusable contents ({type(e).__name__}: {e})")
         return None
-    hit.toolchain = stamp
-    return hit
+
+
+#: The last item of a stored dependency set: the toolchain that built the entry. The
+#: base key leaves the toolchain out (a deployment without a compiler cannot know
+#: it); a machine with a compiler uses only entries its own tools built, one without
+#: uses what it finds, and entries of several toolchains live side by side.
+_TOOLCHAIN = "@toolchain"
+
+
+def _stamped(variant, stamp: str) -> list:
+    return [*variant, [_TOOLCHAIN, stamp]]
+
+
+def _split_stamp(variant) -> tuple:
+    """(dependency set, toolchain stamp or None for a set stored without one)."""
+    if variant and isinstance(variant[-1], (list, tuple)) and variant[-1][0] == _TOOLCHAIN:
+        return variant[:-1], variant[-1][1]
+    return variant, None
+
+
+def _toolchain_filter(backend):
+    """Which stamps this machine may load: its own toolchain's where it can compile,
+    any where it cannot (the toolchain is looked up once, on the first stamp seen)."""
+    own: list = []
+
+    def usable(stamp) -> bool:
+        if stamp is None:
+            return True
+        if not own:
+            own.append(backend.toolchain_stamp() if backend.can_compile() else None)
+        return own[0] is None or stamp == own[0]
+    return usable
 
 
 def _warn_memory_only(kernel_name: str, problems) -> None:
