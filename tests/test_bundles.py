@@ -441,3 +441,17 @@ def test_a_helper_is_keyed_by_its_source_not_by_the_bytecode_an_interpreter_made
     scope = {"__name__": "helper_source"}
     exec(compile(path.read_text(), str(path), "exec"), scope)
     assert content_hash(scope["epilogue"]) != content_hash(made[0])
+
+
+def test_a_capture_whose_run_fails_keeps_what_ran_and_writes_nothing_if_nothing_did(
+        tmp_path, monkeypatch, fresh_run):
+    d = time.time_ns() % 100000 + 7
+    with pytest.raises(ZeroDivisionError):
+        with flydsl.capture(str(tmp_path / "none.tar")):
+            1 / 0
+    assert not (tmp_path / "none.tar").exists()
+    with pytest.raises(ZeroDivisionError):
+        with flydsl.capture(str(tmp_path / "some.tar")):
+            launch_offset(d)
+            1 / 0
+    assert len(bundles.Bundle(str(tmp_path / "some.tar")).entry_keys()) == 1

@@ -77,10 +77,11 @@ class capture:
             _active.append(self)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         with _lock:
             _active.remove(self)
-        self.write()
+        if exc_type is None or self.index:   # a failed run still keeps what it ran
+            self.write()
 
     def add(self, kernel, variant) -> None:
         """Record ``kernel`` (a CompiledKernel with its keys) and its dependency set."""
