@@ -33,6 +33,15 @@ def _cpu_backend_by_default(monkeypatch, session_cache_dir):
         monkeypatch.delenv(name, raising=False)
 
 
+def marked_line(path: str, marker: str) -> int:
+    """The one line of the file ``path`` ending in the comment ``# marker`` (where a
+    test expects an error to point)."""
+    with open(path) as f:
+        hits = [n for n, line in enumerate(f, 1) if line.rstrip().endswith("# " + marker)]
+    assert len(hits) == 1, marker
+    return hits[0]
+
+
 def count_slow_launches(monkeypatch, kernel) -> list:
     """A list that gets one entry per launch of ``kernel`` taking the slow path (bind,
     specialize, bind the launcher) instead of a warm one."""

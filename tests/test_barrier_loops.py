@@ -14,6 +14,7 @@ import flydsl
 import flydsl.expr as fx
 from flydsl.errors import (DivergentBarrierError, DivergentBarrierWarning,
                            UnsupportedConstructError)
+from conftest import marked_line
 
 STEPS = [0, 1, 2, 3, 5]
 
@@ -347,11 +348,7 @@ HAZARD = "every thread of a block must reach the same barriers"
 
 
 def line_of(marker: str) -> int:
-    """The line of this file holding ``marker`` (a trailing comment)."""
-    with open(__file__) as f:
-        hits = [n for n, line in enumerate(f, 1) if line.rstrip().endswith("# " + marker)]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return marked_line(__file__, marker)
 
 
 @flydsl.kernel

@@ -18,16 +18,13 @@ from flydsl.compiler.options import CompileOptions
 from flydsl.errors import (CompileTimeValueRequired, DSLError, DSLTypeError, FlydslRuntimeError,
                            UnsupportedConstructError)
 from flydsl.runtime.debug_checks import DeviceAssertError, OutOfBoundsError
+from conftest import marked_line
 
 DEBUG = CompileOptions(debug=True)
 
 
 def line_of(marker: str) -> int:
-    """The line of this file holding ``marker`` (a trailing comment)."""
-    with open(__file__) as f:
-        hits = [n for n, line in enumerate(f, 1) if line.rstrip().endswith("# " + marker)]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return marked_line(__file__, marker)
 
 
 def c_string(ptx: str, name_prefix: str) -> list[str]:

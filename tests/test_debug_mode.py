@@ -13,6 +13,7 @@ import flydsl
 import flydsl.expr as fx
 from flydsl.errors import FlydslError, FlydslRuntimeError
 from flydsl.runtime.debug_checks import OutOfBoundsError
+from conftest import marked_line
 
 
 @pytest.fixture(autouse=True)
@@ -21,11 +22,7 @@ def debug_mode(monkeypatch):
 
 
 def line_of(marker: str) -> int:
-    """The line of this file holding ``marker`` (a trailing comment)."""
-    with open(__file__) as f:
-        hits = [n for n, line in enumerate(f, 1) if line.rstrip().endswith("# " + marker)]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return marked_line(__file__, marker)
 
 
 def guarded(shape, fill, dtype=np.float32, pad=8):

@@ -18,15 +18,11 @@ import flydsl
 import flydsl.expr as fx
 from flydsl.errors import DSLNameError, DSLTypeError, is_internal_file
 from flydsl.tracebacks import TRIMMED_NOTE
+from conftest import marked_line
 
 
 def line_of(marker: str) -> int:
-    """The line of this file that carries ``marker`` in a comment."""
-    with open(__file__) as f:
-        for n, line in enumerate(f, 1):
-            if line.rstrip().endswith(f"# {marker}"):
-                return n
-    raise AssertionError(marker)
+    return marked_line(__file__, marker)
 
 
 def frames_of(exc: BaseException) -> list:
