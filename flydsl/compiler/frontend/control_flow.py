@@ -275,13 +275,9 @@ class ControlFlow:
                        iter=ast.Name(id=hidden + "_range", ctx=ast.Load()),
                        body=[head] + list(node.body), orelse=[])
         ast.fix_missing_locations(ast.copy_location(loop, node))
-        bind = {hidden + "_item": lambda k: _row(t, k), hidden + "_range": fxb.range(t.shape[0])}
-        self.scope.update(bind)
-        try:
+        with self.hidden_names({hidden + "_item": lambda k: _row(t, k),
+                                hidden + "_range": fxb.range(t.shape[0])}):
             self.stmt_For(loop)
-        finally:
-            for n in bind:
-                self.scope.pop(n, None)
 
     def _range_for(self, node: ast.For, kind, args: list) -> None:
         """``range``, ``fx.range`` and ``fx.range_constexpr`` loops (see the module
@@ -472,9 +468,15 @@ class ControlFlow:
                          op=ast.BitAnd(), right=not_broken(flags, node))
         loop = ast.While(test=test, body=head + rewrite_body(node.body, flags), orelse=[])
         ast.fix_missing_locations(ast.copy_location(loop, node))   # new nodes: node's line
+        with self.hidden_names(bind):
+            self._dynamic_while(loop)
+
+    @contextlib.contextmanager
+    def hidden_names(self, bind: dict) -> Iterator[None]:
+        """Names a rewritten loop reads (counters, bounds, helpers), bound meanwhile."""
         self.scope.update(bind)
         try:
-            self._dynamic_while(loop)
+            yield
         finally:
             for n in bind:
                 self.scope.pop(n, None)
