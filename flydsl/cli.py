@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", default=None,
                    help="output file (default: stdout, or nothing with --bundle); an "
                         "existing directory gets one file per kernel, NAME.EXT")
+    c.add_argument("--stats", action="store_true",
+                   help="print each kernel's registers, spills, shared memory, max "
+                        "threads per block and occupancy (instead of a stage, unless -o)")
     c.set_defaults(func=_cmd_compile)
 
     bp = sub.add_parser("bundle", help="inspect or join bundles of precompiled kernels")
@@ -252,9 +255,19 @@ def _cmd_compile(args) -> int:
             raise ValueError(f"{args.target} launched no kernel")
     if args.bundle is not None:
         _write_bundle(args.bundle, [k for prog in progs for k in prog.kernels], args.force)
-    if args.output is not None or args.bundle is None:
+    if args.stats:
+        _print_stats(progs)
+    if args.output is not None or (args.bundle is None and not args.stats):
         _emit(progs[0], args.emit, args.kernel, args.output or "-")
     return 0
+
+
+def _print_stats(progs: list) -> None:
+    """One line per compiled kernel: its resource metadata."""
+    from .compiler.kernel_metadata import occupancy_text
+    for prog in progs:
+        for name, k in zip(prog.kernel_names, prog.kernels):
+            print(f"{name} ({k.backend_name}/{k.target.arch}): {occupancy_text(k.metadata)}")
 
 
 def _definition_site(fn) -> tuple:

@@ -109,7 +109,8 @@ class CompiledProgram:
     - ``kernels``: every kernel the function launched, each distinct specialization
       once, in launch order; each a ``CompiledKernel`` with ``.kernel_name`` (the
       Python name), ``.asm`` (its stages: ``mlir``, ``llir``, ``ptx``, ``cubin``,
-      ``amdgcn``, ``hsaco``, ...), ``.specs`` and ``.target``.
+      ``amdgcn``, ``hsaco``, ...), ``.specs``, ``.target`` and ``.metadata`` (registers,
+      spills, shared memory, occupancy: docs/gpu-profiling.md).
     - ``kernel_names``: their names; a name launched with several specializations
       is numbered, ``scan#1``, ``scan#2``. ``kernel(name)`` gives one kernel,
       ``asm_by_kernel`` maps each name to its stages.

@@ -60,6 +60,7 @@ class KernelFunction:
             kind = annotation_kind(ann) if ann is not inspect.Parameter.empty else "infer"
             params.append(_Param(p.name, kind, ann, p.default))
         self.params = tuple(params)
+        self._last_compiled = None   # for ``metadata``
         #: Parameters never specialized on alignment or divisibility (runtime.specialization).
         self.do_not_specialize = self._parameter_names("do_not_specialize", do_not_specialize)
         #: Tensor parameters never checked for overlap: taken to share memory with every
@@ -205,6 +206,9 @@ class KernelFunction:
         specs, runtime = self.specialize(values)
         backend, options = context.resolve(runtime)
         compiled = self.compiled_for(specs, backend, options)
+        if grid3 is not None:   # what its metadata's occupancy is for
+            compiled.launch_shape = (block3[0] * block3[1] * block3[2], smem)
+        self._last_compiled = compiled
         if context.record is not None:  # flydsl.compile(): record instead of running
             context.record.append(compiled)
             return None
@@ -413,6 +417,15 @@ class KernelFunction:
                 hit = compile_specialization(self.fn, self.name, specs, backend, options)
                 self._compiled[key] = hit
         return hit
+
+    @property
+    def metadata(self):
+        """Registers, spills, shared memory, max threads per block and occupancy
+        (:class:`~flydsl.compiler.kernel_metadata.KernelMetadata`) of the
+        specialization the latest first launch compiled or loaded, its occupancy
+        at that launch's block; None before any launch."""
+        last = self._last_compiled
+        return last.metadata if last is not None else None
 
     def warm_launch_source(self) -> Optional[str]:
         """The Python source generated for the warm launch that ran last (None before

@@ -51,6 +51,9 @@ class CompiledArtifact:
     #: The module's text after each pipeline fragment, keyed by stage name, in order.
     stages: dict[str, str] = field(default_factory=dict)
     kernel_names: list[str] = field(default_factory=list)
+    #: Kernel name -> what the toolchain reported of its resources (registers, spills,
+    #: shared memory: :mod:`flydsl.compiler.kernel_metadata`); empty where it reports none.
+    resources: dict[str, dict] = field(default_factory=dict)
     #: Backend-specific loaded state (the CPU backend's ExecutionEngine).
     engine: Optional[Any] = None
 

@@ -26,7 +26,8 @@ class CompiledKernel:
     def __init__(self, *, kernel_name: str, name: str, specs: tuple, asm: dict,
                  binary_stage: str, backend_name: str, driver: str, target: GPUTarget,
                  shared_bytes: int, cache_key: str = "", base_key: str = "",
-                 from_cache: bool = False, written: tuple = ()):
+                 from_cache: bool = False, written: tuple = (),
+                 resources: Optional[dict] = None):
         self.kernel_name = kernel_name
         self.name = name
         self.specs = specs
@@ -46,6 +47,12 @@ class CompiledKernel:
         self.variant = None
         #: Tensor parameters the kernel may write: read-only arguments are refused there.
         self.written = tuple(written)
+        #: What the toolchain reported of the binary's resources (kept in the cache
+        #: entry, so a kernel loaded without the compiler has them): see ``metadata``.
+        self.resources = dict(resources or {})
+        #: (threads per block, dynamic shared bytes) of the launch that brought this
+        #: kernel in (or that flydsl.compile recorded): what ``metadata.occupancy`` is for.
+        self.launch_shape: Optional[tuple] = None
         #: The driver's launcher (binary loaded), made by the runtime on first launch.
         self.launcher = None
         self.lock = threading.Lock()
@@ -64,6 +71,15 @@ class CompiledKernel:
             return None
 
     @property
+    def metadata(self):
+        """Registers, spills, shared memory, max threads and occupancy
+        (:class:`~flydsl.compiler.kernel_metadata.KernelMetadata`)."""
+        from .kernel_metadata import metadata_of
+        meta = metadata_of(self.backend_name, self.target.arch, self.resources,
+                           self.shared_bytes)
+        return meta.at_launch(*self.launch_shape) if self.launch_shape else meta
+
+    @property
     def complete(self) -> bool:
         """Whether every stage was produced (False without a tool such as ``ld.lld``)."""
         return not getattr(self.asm, "missing", None)
@@ -76,7 +92,7 @@ class CompiledKernel:
                 "target": [self.target.backend, self.target.arch, self.target.warp_size],
                 "binary_stage": self.binary_stage, "shared_bytes": self.shared_bytes,
                 "stages": list(self.asm), "text_stages": sorted(text),
-                "written": list(self.written)}
+                "written": list(self.written), "resources": self.resources}
         blobs = {k: (v.encode() if isinstance(v, str) else bytes(v)) for k, v in self.asm.items()}
         return disk_cache.CacheEntry(meta, blobs)
 
@@ -93,7 +109,7 @@ class CompiledKernel:
                    driver=m["driver"], target=GPUTarget(*m["target"]),
                    shared_bytes=m["shared_bytes"], cache_key=key, base_key=base,
                    from_cache=True,
-                   written=tuple(m["written"]))
+                   written=tuple(m["written"]), resources=m.get("resources"))
 
 
 def compile_specialization(fn, name: str, specs: tuple, backend, options) -> CompiledKernel:
@@ -263,4 +279,5 @@ def _build(name: str, traced, specs: tuple, backend, options, key: str,
                           asm=artifact.asm, binary_stage=artifact.binary_stage,
                           backend_name=backend.name, driver=backend.driver or backend.name,
                           target=backend.target, shared_bytes=traced.shared_bytes,
-                          cache_key=key, base_key=base, written=traced.written)
+                          cache_key=key, base_key=base, written=traced.written,
+                          resources=artifact.resources.get(traced.name))

@@ -19,6 +19,7 @@ import tempfile
 from typing import Optional
 
 from ...errors import CompilationError, ToolchainError
+from ..kernel_metadata import parse_ptxas_log
 from ..options import CompileOptions
 from ..toolchain import file_identity, find_ptxas
 from .base import BaseBackend, GPUTarget, PythonPass, detect_device_target
@@ -118,7 +119,8 @@ class CudaBackend(BaseBackend):
         if ptxas is None:
             artifact.binary_stage = "ptx"  # the driver JIT-compiles PTX
             return
-        artifact.asm["cubin"] = _run_ptxas(ptxas, ptx, self.target.arch, options, kernel)
+        artifact.asm["cubin"], log = _run_ptxas(ptxas, ptx, self.target.arch, options, kernel)
+        artifact.resources = {name: parse_ptxas_log(log, name) for name in artifact.kernel_names}
 
 
 def _single_gpu_module(module, kernel: str):
@@ -181,13 +183,15 @@ def _emit_ptx(module, kernel: str) -> str:
                            stage="gpu-module-to-binary", kernel=kernel)
 
 
-def _run_ptxas(ptxas: str, ptx: str, arch: str, options: CompileOptions, kernel: str) -> bytes:
+def _run_ptxas(ptxas: str, ptx: str, arch: str, options: CompileOptions,
+               kernel: str) -> tuple[bytes, str]:
+    """The cubin, and ptxas' ``-v`` report of each kernel's resources."""
     with tempfile.TemporaryDirectory(prefix="flydsl-ptxas-") as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         out = os.path.join(tmp, "kernel.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        cmd = [ptxas, f"-arch={arch}", f"-O{options.opt_level}", src, "-o", out]
+        cmd = [ptxas, "-v", f"-arch={arch}", f"-O{options.opt_level}", src, "-o", out]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True)
         except OSError as e:
@@ -198,4 +202,4 @@ def _run_ptxas(ptxas: str, ptx: str, arch: str, options: CompileOptions, kernel:
                                  stage="ptxas", diagnostics=(proc.stderr or proc.stdout).strip(),
                                  kernel=kernel)
         with open(out, "rb") as f:
-            return f.read()
+            return f.read(), proc.stderr + proc.stdout

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...errors import CompilationError
+from ..kernel_metadata import parse_amdgpu_metadata
 from ..options import CompileOptions
 from .base import BaseBackend, GPUTarget, detect_device_target, PythonPass
 
@@ -130,6 +131,8 @@ class RocmBackend(BaseBackend):
             asm, obj = emit_amdgcn(llir, self.target.arch, opt_level=options.opt_level,
                                    features=self.features())
             artifact.asm["amdgcn"] = asm
+            artifact.resources = {name: parse_amdgpu_metadata(asm, name)
+                                  for name in artifact.kernel_names}
             kernel = ",".join(artifact.kernel_names)
             lld = find_lld()
             if lld is None:   # the assembly is still worth having: only launching needs this
