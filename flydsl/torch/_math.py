@@ -55,6 +55,87 @@ def gelu(x, approximate: str = "none"):
     return 0.5 * x * (1.0 + erf(x * math.sqrt(0.5)))
 
 
+# -- special functions torch defines only as prims (lgamma, digamma, erfinv) -------------
+# Computed in Float64 from a Float32 (or narrower) value, so that the result, rounded
+# once to the result type, is within a few ulps of libm's; Float64 results stay eager.
+
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028,
+            771.32342877765313, -176.61502916214059, 12.507343278686905,
+            -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7)
+
+
+def _f64(x):
+    return fx.cast(x, fx.Float64)
+
+
+def _lgamma_positive(z):
+    """log(Gamma(z)) for z >= 0.5 (Lanczos, g = 7)."""
+    z = z - 1.0
+    series = _LANCZOS[0]
+    for k in range(1, len(_LANCZOS)):
+        series = series + _LANCZOS[k] / (z + k)
+    t = z + 7.5
+    return 0.5 * math.log(2 * math.pi) + (z + 0.5) * fx.log(t) - t + fx.log(series)
+
+
+def lgamma(x):
+    """log|Gamma(x)| (C's ``lgamma``: +inf at the poles 0, -1, -2, ... and at +-inf)."""
+    if _is_scalar(x):
+        return math.lgamma(x)
+    y = _f64(x)
+    pole = (y <= 0.0) & (y == fx.floor(y))
+    big = fx.isinf(y) | pole
+    safe = fx.select(big | fx.isnan(y), 2.0, y)        # keep the formula finite there
+    reflected = fx.log(math.pi / fx.abs(fx.sin(math.pi * safe))) \
+        - _lgamma_positive(1.0 - safe)
+    value = fx.select(safe < 0.5, reflected, _lgamma_positive(fx.max(safe, 0.5)))
+    value = fx.select((safe == 1.0) | (safe == 2.0), 0.0, value)   # exact zeros
+    return fx.select(fx.isnan(y), y, fx.select(big, float("inf"), value))
+
+
+def _digamma_positive(z):
+    """psi(z) for z > 0: ten steps of psi(z) = psi(z + 1) - 1/z, then the asymptotic series."""
+    shift = 0.0
+    for k in range(10):
+        shift = shift + 1.0 / (z + k)
+    w = z + 10.0
+    w2 = 1.0 / (w * w)
+    tail = w2 * (1 / 12 - w2 * (1 / 120 - w2 * (1 / 252 - w2 * (1 / 240 - w2 / 132))))
+    return fx.log(w) - 0.5 / w - tail - shift
+
+
+def digamma(x):
+    """psi(x), the derivative of lgamma (torch's: -inf at +0, +inf at -0, NaN at the
+    negative integers and -inf)."""
+    if _is_scalar(x):
+        raise TypeError("digamma of a constant")
+    y = _f64(x)
+    pole = (y < 0.0) & (y == fx.floor(y))
+    safe = fx.select(pole | (y == 0.0) | fx.isnan(y), 0.5, y)
+    reflected = _digamma_positive(1.0 - safe) - math.pi / fx.tan(math.pi * safe)
+    value = fx.select(safe < 0.0, reflected, _digamma_positive(fx.abs(safe)))
+    value = fx.select(y == 0.0, fx.copysign(float("inf"), -y), value)
+    return fx.select(pole | fx.isnan(y), float("nan"), value)
+
+
+def erfinv(x):
+    """The inverse error function: +-inf at +-1, NaN outside [-1, 1] (Winitzki's
+    approximation, then four Newton steps on ``fx.erf`` in Float64)."""
+    if _is_scalar(x):
+        raise TypeError("erfinv of a constant")
+    y = _f64(x)
+    inside = fx.abs(y) < 1.0
+    safe = fx.select(inside, y, 0.0)
+    ln = fx.log(1.0 - safe * safe)
+    b = 2.0 / (math.pi * 0.147) + 0.5 * ln
+    guess = fx.copysign(fx.sqrt(fx.sqrt(b * b - ln / 0.147) - b), safe)
+    for _ in range(4):
+        guess = guess - (fx.erf(guess) - safe) / (2.0 / math.sqrt(math.pi)
+                                                 * fx.exp(-guess * guess))
+    edge = fx.select(fx.abs(y) == 1.0, fx.copysign(float("inf"), y), float("nan"))
+    return fx.select(inside, fx.select(y == 0.0, y, guess), edge)
+
+
 _FOLD = {"sum": lambda a, b: a + b, "max": fx.max, "min": fx.min}
 
 

@@ -229,6 +229,12 @@ def _pow_any(c: EmitContext, self, exponent) -> Optional[str]:
     return out
 
 
+def _via_float64(fn: str) -> Callable[..., Optional[str]]:
+    """A :mod:`flydsl.torch._math` function computed in Float64 for Float32 (and
+    narrower) results; Float64 results would need more: they stay eager."""
+    return lambda c, self: f"{fn}({self})" if c.dtype is torch.float32 else None
+
+
 #: Base op name -> DSL expression emitter (see the module docstring).
 EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "add": lambda c, self, other, alpha=None: f"({self} + {_scaled(other, alpha)})",
@@ -283,6 +289,8 @@ EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "isinf": _float_test("fx.isinf", "False"),
     "isfinite": _float_test("fx.isfinite", "True"),
     "angle": _angle,
+    "lgamma": _via_float64("fm.lgamma"), "digamma": _via_float64("fm.digamma"),
+    "erfinv": _via_float64("fm.erfinv"),
     "fmax": _nan_ignoring("fx.max"), "fmin": _nan_ignoring("fx.min"),
     "bitwise_and": _int_only("&"), "bitwise_or": _int_only("|"),
     "bitwise_xor": _int_only("^"), "bitwise_not": _bitwise_not,
