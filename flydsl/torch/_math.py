@@ -136,6 +136,48 @@ def erfinv(x):
     return fx.select(inside, fx.select(y == 0.0, y, guess), edge)
 
 
+def _bessel_i(a, order: int, scaled: bool):
+    """I_order(a) for a >= 0 (times e**-a if ``scaled``): the power series up to 15,
+    the asymptotic series e**a / sqrt(2 pi a) * sum c_k / a**k above."""
+    term = 1.0 if order == 0 else a * 0.5
+    series = term
+    quarter = a * a * 0.25
+    for k in range(1, 50):
+        term = term * quarter / (k * (k + order))
+        series = series + term
+    big = fx.max(a, 15.0)
+    coef, asym, power = 1.0, 1.0, 1.0
+    for k in range(1, 26):
+        coef = coef * -(4 * order * order - (2 * k - 1) ** 2) / (8 * k)
+        power = power / big
+        asym = asym + coef * power
+    asym = asym / fx.sqrt(2 * math.pi * big)
+    if scaled:
+        return fx.select(a <= 15.0, series * fx.exp(-a), asym)
+    # NaN at +-inf, as torch's (Cephes') i0/i1 give
+    return fx.select(a <= 15.0, series, fx.select(fx.isinf(a), math.nan, asym * fx.exp(big)))
+
+
+def _bessel(order: int, scaled: bool):
+    def fn(x):
+        y = _f64(x)
+        value = _bessel_i(fx.abs(y), order, scaled)
+        if order == 1:          # I1 is odd, I0 even
+            value = fx.copysign(value, y)
+        return fx.select(fx.isnan(y), y, value)
+    return fn
+
+
+i0 = _bessel(0, False)
+i0.__doc__ = "The modified Bessel function of the first kind of order 0."
+i0e = _bessel(0, True)
+i0e.__doc__ = "``i0(x) * exp(-|x|)``."
+i1 = _bessel(1, False)
+i1.__doc__ = "The modified Bessel function of the first kind of order 1."
+i1e = _bessel(1, True)
+i1e.__doc__ = "``i1(x) * exp(-|x|)``."
+
+
 _FOLD = {"sum": lambda a, b: a + b, "max": fx.max, "min": fx.min}
 
 
