@@ -136,6 +136,24 @@ def erfinv(x):
     return fx.select(inside, fx.select(y == 0.0, y, guess), edge)
 
 
+def erfcx(x):
+    """The scaled complementary error function, e**(x*x) * erfc(x) (its asymptotic
+    series from 26 on, where e**(x*x) overflows in Float64)."""
+    y = _f64(x)
+    big = fx.max(y, 26.0)
+    w = 1.0 / (big * big)
+    asym = (1.0 - w * (0.5 - w * (0.75 - w * 1.875))) / (big * math.sqrt(math.pi))
+    small = fx.exp(y * y) * fx.erfc(y)      # y is a Float32 value: y * y is exact
+    return fx.select(y < 26.0, small, asym)
+
+
+def spherical_bessel_j0(x):
+    """sin(x) / x (1 at 0, 0 at +-inf)."""
+    y = _f64(x)
+    safe = fx.select((y == 0.0) | fx.isinf(y), 1.0, y)
+    return fx.select(y == 0.0, 1.0, fx.select(fx.isinf(y), 0.0, fx.sin(safe) / safe))
+
+
 def _bessel_i(a, order: int, scaled: bool):
     """I_order(a) for a >= 0 (times e**-a if ``scaled``): the power series up to 15,
     the asymptotic series e**a / sqrt(2 pi a) * sum c_k / a**k above."""

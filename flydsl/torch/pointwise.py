@@ -232,7 +232,10 @@ def _pow_any(c: EmitContext, self, exponent) -> Optional[str]:
 def _via_float64(fn: str) -> Callable[..., Optional[str]]:
     """A :mod:`flydsl.torch._math` function computed in Float64 for Float32 (and
     narrower) results; Float64 results would need more: they stay eager."""
-    return lambda c, self: f"{fn}({self})" if c.dtype is torch.float32 else None
+    def emit(c: EmitContext, **args) -> Optional[str]:      # one operand: self or x
+        (x,) = args.values()
+        return f"{fn}({x})" if c.dtype is torch.float32 else None
+    return emit
 
 
 #: Base op name -> DSL expression emitter (see the module docstring).
@@ -295,6 +298,9 @@ EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "special_i1": _via_float64("fm.i1"), "special_i1e": _via_float64("fm.i1e"),
     "special_modified_bessel_i0": _via_float64("fm.i0"),
     "special_modified_bessel_i1": _via_float64("fm.i1"),
+    "special_erfcx": _via_float64("fm.erfcx"), "erfcx": _via_float64("fm.erfcx"),
+    "special_spherical_bessel_j0": _via_float64("fm.spherical_bessel_j0"),
+    "spherical_bessel_j0": _via_float64("fm.spherical_bessel_j0"),
     "fmax": _nan_ignoring("fx.max"), "fmin": _nan_ignoring("fx.min"),
     "bitwise_and": _int_only("&"), "bitwise_or": _int_only("|"),
     "bitwise_xor": _int_only("^"), "bitwise_not": _bitwise_not,
