@@ -112,7 +112,13 @@ def fuses(op, dtype: torch.dtype) -> bool:
         return False
     fused = fuse_pointwise(gm, "cpu", min_group_size=1, cost_rule=False)
     return fused is not gm and all(
-        n.target is operator.getitem for n in fused.graph.nodes if n.op == "call_function")
+        n.target is operator.getitem or _is_constant(n)
+        for n in fused.graph.nodes if n.op == "call_function")
+
+
+def _is_constant(node) -> bool:
+    """A 0-d constant a decomposition made (a kernel input, not an op on the data)."""
+    return node.target is torch.ops.aten.scalar_tensor.default and not node.all_input_nodes
 
 
 def fusion_dtype(op) -> Optional[torch.dtype]:

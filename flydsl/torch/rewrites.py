@@ -78,7 +78,7 @@ def inline_decomposition(graph: Graph, node: Node, fn: Callable,
         return None
     _fold_constant_scalars(sub.graph)
     body = [n for n in sub.graph.nodes if n.op == "call_function"]
-    if not body or not all(fusible(n) for n in body):
+    if not body or not all(fusible(n) or _is_constant(n) for n in body):
         return None
     out = sub.graph.output_node().args[0]
     if not isinstance(out, Node):
@@ -95,7 +95,7 @@ def inline_decomposition(graph: Graph, node: Node, fn: Callable,
             created.append(new)
     node.replace_all_uses_with(env[out])
     graph.erase_node(node)
-    return Rewrite(node.name, created)
+    return Rewrite(node.name, [n for n in created if not _is_constant(n)])
 
 
 #: Ops that create a tensor filled with one of their arguments (by position).
@@ -128,21 +128,26 @@ def _constant_scalars(graph: Graph) -> dict:
 
 
 def _fold_constant_scalars(graph: Graph) -> None:
-    """Decompositions spell constants as 0-d tensors (``where(x > 0, x, scalar_tensor(0.))``):
-    pass them to their users as numbers, which promote alike (a 0-d tensor or a number
-    only raises the category of a dimensioned operand) and become kernel literals."""
-    from torch.utils._pytree import tree_map
+    """Decompositions compute constants on 0-d tensors (``where(x > 0, x,
+    scalar_tensor(0.))``, ``abs(new_full(x, [], w)) >= 0.5``): each constant that an
+    op on other inputs uses becomes one ``scalar_tensor`` of its value (left outside
+    the kernel, a 0-d input to it), and the ops on constants alone go."""
     known = _constant_scalars(graph)
     for node, value in known.items():
-        number = value.item()
-        users = [u for u in node.users if u not in known
-                 and any(a not in known for a in u.all_input_nodes)]
-        for user in users:      # an op on constants alone stays a tensor op
-            user.args = tree_map(lambda a: number if a is node else a, user.args)
-            user.kwargs = tree_map(lambda a: number if a is node else a, user.kwargs)
+        if any(u not in known for u in node.users):
+            val = node.meta["val"]
+            node.target = aten.scalar_tensor.default
+            node.args = (value.item(),)
+            node.kwargs = {"dtype": val.dtype, "device": val.device}
     for node in reversed(list(known)):
         if not node.users:
             graph.erase_node(node)
+
+
+def _is_constant(node: Node) -> bool:
+    """Whether ``node`` is a ``scalar_tensor`` of a number (see :func:`_fold_constant_scalars`)."""
+    return node.op == "call_function" and node.target is aten.scalar_tensor.default \
+        and not node.all_input_nodes
 
 
 def split_addmm(graph: Graph, node: Node, fusible: Callable[[Node], bool]) -> Optional[Rewrite]:
