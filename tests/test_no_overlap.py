@@ -127,3 +127,33 @@ def test_a_prepared_launch_sends_back_tensors_overlapping_unlike_its_own():
     in_place = add_first_k.prepare((out, out, 64), 1, 32)
     assert in_place((out, out, 64)) and out.tolist() == [2.0] + [3.0] * 63
     assert not in_place((x, out, 64))
+
+
+@flydsl.kernel
+def copy_through_views(x: fx.Tensor, out: fx.Tensor):
+    """Writes ``out`` only through a 128-bit fx.copy of views: no ``out[...] =``."""
+    i = fx.thread_idx.x
+    atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+    src = fx.make_view(x, fx.make_layout((4, 32), (1, 4)))
+    dst = fx.make_view(out, fx.make_layout((4, 32), (1, 4)))
+    fx.copy(atom, fx.slice(src, (None, i)), fx.slice(dst, (None, i)))
+
+
+def test_a_tensor_written_only_through_copies_of_views_counts_as_written():
+    # Such writes went unseen (a view made from the tensor's base buffer was not
+    # followed): overlapping launches got noalias / ld.global.nc, and a read-only
+    # output was accepted.
+    a = np.arange(128, dtype=np.float32)
+    ptx = flydsl.compile(copy_through_views, a, a, backend="cuda", arch="sm_90").asm["ptx"]
+    assert "ld.global.nc" not in ptx
+    ptx = flydsl.compile(copy_through_views, a, np.zeros_like(a), backend="cuda",
+                         arch="sm_90").asm["ptx"]
+    assert "ld.global.nc.v4" in ptx
+    frozen = np.zeros_like(a)
+    frozen.flags.writeable = False
+    with pytest.raises(flydsl.LaunchError, match="out"):
+        copy_through_views[1, 32](a, frozen)
+    assert not frozen.any()
+    out = np.zeros_like(a)
+    copy_through_views[1, 32](a, out)
+    np.testing.assert_array_equal(out, a)

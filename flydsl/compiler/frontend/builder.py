@@ -115,14 +115,19 @@ def assume_specializations(params: tuple, scope: dict) -> None:
 
 #: Ops through which a memref is only read (or only looked at).
 _READS = frozenset({"memref.load", "memref.dim", "memref.rank", "vector.load",
-                    "vector.transfer_read", "memref.extract_strided_metadata",
-                    "memref.extract_aligned_pointer_as_index"})
+                    "vector.transfer_read"})
 
 
 def may_write(value) -> bool:
     """Whether the memref ``value`` (or a view of it) may be written: anything but a
-    known read counts as a write (stores, atomics, copies, calls)."""
-    todo, seen = [value], set()
+    known read counts as a write (stores, atomics, copies, calls). Views are
+    followed, so is the base buffer of ``memref.extract_strided_metadata`` (flat
+    views of a tensor are made from it), and a raw address
+    (``memref.extract_aligned_pointer_as_index``) counts as a write once it becomes
+    a pointer (buffer resources, pointer copies); alignment tests on it are reads."""
+    # Ops seen, by id, with the op kept alive: an id is unique only while its Python
+    # wrapper lives (a freed one's id was reused, and a view op skipped as seen).
+    todo, seen = [value], {}
     while todo:
         v = todo.pop()
         for use in v.uses:
@@ -130,15 +135,32 @@ def may_write(value) -> bool:
             name = op.name
             if name in _READS:
                 continue
-            if name in MEMREF_VIEW_OPS:
-                key = id(op)
-                if key not in seen:
-                    seen.add(key)
-                    todo.extend(op.results)
+            if name in MEMREF_VIEW_OPS or name == "memref.extract_strided_metadata":
+                if seen.setdefault(id(op), op) is op:
+                    todo.append(op.results[0]) if name.endswith("metadata") else \
+                        todo.extend(op.results)
+                continue
+            if name == "memref.extract_aligned_pointer_as_index":
+                if _address_escapes(op.results[0]):
+                    return True
                 continue
             if name == "memref.store" and use.operand_number == 0:
                 continue   # the memref is the value being stored (into a memref of memrefs)
             return True
+    return False
+
+
+def _address_escapes(address) -> bool:
+    """Whether an integer address flows into anything but integer arithmetic and
+    comparisons (into a pointer, a call, memory)."""
+    todo, seen = [address], {}
+    while todo:
+        for use in todo.pop().uses:
+            op = use.owner
+            if not op.name.startswith("arith."):
+                return True
+            if seen.setdefault(id(op), op) is op:
+                todo.extend(op.results)
     return False
 
 
