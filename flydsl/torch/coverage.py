@@ -20,10 +20,14 @@ SAMPLE_DTYPES = (torch.float32, torch.int64, torch.bool)
 
 @functools.lru_cache(maxsize=None)
 def pointwise_overloads() -> tuple:
-    """The functional (no mutation, no aliased result) overloads of every
-    ``aten`` op tagged ``torch.Tag.pointwise``, sorted by name."""
+    """The functional (no mutation, no aliased result, tensor results) overloads of
+    every ``aten`` op tagged ``torch.Tag.pointwise``, sorted by name."""
     found = []
-    for name in dir(torch.ops.aten):
+    # Every registered aten op by name: dir(torch.ops.aten) lists only the packets
+    # already looked up, so its answer depended on what ran before.
+    names = {n[len("aten::"):].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
+             if n.startswith("aten::")}
+    for name in sorted(names):
         packet = getattr(torch.ops.aten, name, None)
         if not isinstance(packet, torch._ops.OpOverloadPacket):
             continue
@@ -31,7 +35,8 @@ def pointwise_overloads() -> tuple:
             op = getattr(packet, overload)
             schema = op._schema
             if torch.Tag.pointwise in op.tags and not schema.is_mutable \
-                    and all(r.alias_info is None for r in schema.returns):
+                    and all(r.alias_info is None for r in schema.returns) \
+                    and all(str(r.type) == "Tensor" for r in schema.returns):
                 found.append(op)
     return tuple(sorted(found, key=str))
 
