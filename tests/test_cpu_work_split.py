@@ -190,18 +190,38 @@ def test_little_work_on_a_big_grid_stays_on_the_launching_thread(monkeypatch, sp
     assert (x == 6).all()
 
 
+class SteppingClock:
+    """The CPU driver's ``time`` module with a ``perf_counter_ns`` that advances
+    ``step`` ns per read: a timed launch (two reads) measures ``step`` ns, whatever
+    the machine's load (the first launch of a kernel on a cold cache took longer than
+    the 16 us this test's split allows, on some hosts)."""
+
+    def __init__(self, step: int):
+        self.step, self.now = step, 0
+
+    def perf_counter_ns(self) -> int:
+        self.now += self.step
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
 def test_a_small_grid_without_estimate_runs_serially_and_is_measured(monkeypatch, split,
                                                                      claims):
     monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
     split(2_000.0, quick=True)               # serial below 16 us of work
+    clock = SteppingClock(1_000)             # the 1-step launch measures 1 us
+    monkeypatch.setattr(cpu_driver, "time", clock)
     x = np.zeros(8 * 64, np.float32)
     k = fresh(busy)[8, 64]                   # 512 threads: below the no-estimate rule
     k(x, 1)
     assert claims == []
+    clock.step = 5_000_000                   # from now on a timed launch measures 5 ms
     k(x, 1_000)                              # estimated from 1 step: still serial...
     assert claims == []
     for launches in range(1, cpu_driver.UNTIMED_LAUNCHES + 2):
-        k(x, 1_000)                          # ...until timed at 1000 steps (~ms): parallel
+        k(x, 1_000)                          # ...until timed at 1000 steps: parallel
         if claims:
             break
     assert len(claims) == 1
