@@ -6,8 +6,66 @@ from typing import Any, Optional
 import numpy as np
 
 
-class DType:
-    """A DSL scalar type such as ``fx.Float32``.
+class NarrowFloatFormat:
+    """The encoding of a storage-only float type (8 bits or fewer): ``exp_bits``,
+    ``man_bits``, ``bias``, the special values it has, and what converting a value
+    too large for it gives.
+
+    ``specials`` is ``"ieee"`` (the all-ones exponent holds inf and NaN), ``"fn"``
+    (no inf; only the all-ones code ``S.1111.111`` is NaN), ``"fnuz"`` (no inf, no
+    negative zero: ``0x80`` is the only NaN), ``"fnu"`` (Float8E8M0FNU: unsigned, a
+    power of two, ``0xFF`` is NaN) or ``"none"`` (no inf, no NaN: the FP6/FP4 types).
+    ``overflow`` is ``"saturate"`` (to the largest finite value), ``"inf"`` or ``"nan"``.
+    """
+
+    __slots__ = ("exp_bits", "man_bits", "bias", "specials", "overflow")
+
+    def __init__(self, exp_bits: int, man_bits: int, bias: int, specials: str, overflow: str):
+        self.exp_bits, self.man_bits, self.bias = exp_bits, man_bits, bias
+        self.specials, self.overflow = specials, overflow
+
+    @property
+    def signed(self) -> bool:
+        return self.specials != "fnu"
+
+    @property
+    def max_code(self) -> int:
+        """The magnitude bits of the largest finite value."""
+        top = (1 << (self.exp_bits + self.man_bits)) - 1
+        if self.specials == "ieee":
+            return top - (1 << self.man_bits)        # exponent all ones is inf/NaN
+        if self.specials in ("fn", "fnu"):
+            return top - 1                           # the all-ones code is NaN
+        return top                                   # fnuz, none
+
+    def decode(self, code: int) -> float:
+        """The value of ``code`` (a Python float; NaN for the NaN codes)."""
+        bits = self.exp_bits + self.man_bits + (1 if self.signed else 0)
+        code &= (1 << bits) - 1
+        sign = -1.0 if self.signed and code >> (bits - 1) else 1.0
+        mag = code & ((1 << (self.exp_bits + self.man_bits)) - 1)
+        if self.specials == "fnuz" and code == 1 << (bits - 1):
+            return float("nan")
+        if self.specials in ("fn", "fnu") and mag == (1 << (self.exp_bits + self.man_bits)) - 1:
+            return float("nan")
+        e, m = mag >> self.man_bits, mag & ((1 << self.man_bits) - 1)
+        if self.specials == "ieee" and e == (1 << self.exp_bits) - 1:
+            return sign * float("inf") if m == 0 else float("nan")
+        if self.specials == "fnu":
+            return 2.0 ** (e - self.bias)
+        if e == 0:
+            return sign * m * 2.0 ** (1 - self.bias - self.man_bits)
+        return sign * (1 + m / (1 << self.man_bits)) * 2.0 ** (e - self.bias)
+
+    @property
+    def max_value(self) -> float:
+        return self.decode(self.max_code)
+
+
+class DType(type):
+    """A DSL scalar type such as ``fx.Float32``: a class (``fx.Float32.__name__ ==
+    "Float32"``, ``issubclass(fx.Float32, fx.numeric.Float)``) whose metaclass is
+    ``DType``, as FlyDSL's numeric types are classes.
 
     Used as a parameter annotation (``n: fx.Int32``), as a cast target
     (``fx.cast(x, fx.Float16)``) and, inside kernels, as a constructor:
@@ -18,75 +76,189 @@ class DType:
 
     Example: ``k = fx.Int32(x[i] * 100.0)``  # a cast: truncates toward zero
 
-    Attributes: ``.name``, ``.kind`` (``"int"``, ``"float"``, ``"bool"``), ``.bits``,
-    ``.signed``, ``.np_dtype`` (None for BFloat16), ``.is_float``, ``.is_int``,
-    ``.int_limits``.
+    Attributes: ``.name`` (= ``__name__``), ``.kind`` (``"int"``, ``"float"``,
+    ``"bool"``), ``.bits`` (= ``.width``), ``.signed``, ``.np_dtype`` (None for
+    BFloat16 and the narrow floats), ``.is_float``, ``.is_int``, ``.int_limits``,
+    ``.ir_type``, ``.format`` (the :class:`NarrowFloatFormat` of a storage-only float,
+    else None), ``.storage_only``.
     """
 
-    def __init__(self, name: str, kind: str, bits: int, mlir: str, np_dtype: Optional[str],
-                 signed: bool = True):
-        self.name = name
-        self.kind = kind          # "int", "float" or "bool"
-        self.bits = bits
+    def __new__(mcs, name: str, bases: tuple, namespace: dict, **_: Any):
+        return super().__new__(mcs, name, bases, dict(namespace))
+
+    def __init__(cls, name: str, bases: tuple, namespace: dict, *, kind: str = "int",
+                 bits: int = 32, mlir: str = "i32", np_dtype: Optional[str] = None,
+                 signed: bool = True, fmt: Optional[NarrowFloatFormat] = None):
+        super().__init__(name, bases, namespace)
+        cls.name = name
+        cls.kind = kind           # "int", "float" or "bool"
+        cls.bits = bits
         #: False for the unsigned integers (UInt8..UInt64): same MLIR type as the signed
         #: ones (MLIR integers are signless), unsigned division, comparison and casts.
-        self.signed = signed if kind == "int" else kind == "float"
-        self.mlir = mlir          # MLIR type spelling: i32, f16, bf16, i1, ...
-        self.np_dtype = np.dtype(np_dtype) if np_dtype else None
+        cls.signed = signed if kind == "int" else kind == "float"
+        cls.mlir = mlir           # MLIR type spelling: i32, f16, bf16, i1, f8E4M3FN, ...
+        cls.np_dtype = np.dtype(np_dtype) if np_dtype else None
+        cls.format = fmt
 
-    def __repr__(self) -> str:
-        return f"fx.{self.name}"
+    def __repr__(cls) -> str:
+        return f"fx.{cls.name}"
 
-    def __reduce__(self):
-        return (_dtype_by_name, (self.name,))
-
-    def __call__(self, value: Any):
+    def __call__(cls, value: Any):
         from .implementation import ops
-        return ops().cast(value, self)
+        return ops().cast(value, cls)
 
     @property
-    def is_float(self) -> bool:
-        return self.kind == "float"
+    def width(cls) -> int:
+        """FlyDSL's name of ``.bits``."""
+        return cls.bits
 
     @property
-    def is_int(self) -> bool:
-        return self.kind == "int"
+    def is_float(cls) -> bool:
+        return cls.kind == "float"
 
     @property
-    def int_limits(self) -> tuple[int, int]:
+    def is_int(cls) -> bool:
+        return cls.kind == "int"
+
+    @property
+    def is_integer(cls) -> bool:
+        return cls.kind in ("int", "bool")
+
+    @property
+    def storage_only(cls) -> bool:
+        """True for the narrow floats (FP8/FP6/FP4): they are stored, loaded and
+        converted to and from the other types, not computed in."""
+        return cls.format is not None
+
+    @property
+    def storage_np_dtype(cls) -> Optional[np.dtype]:
+        """The numpy dtype holding one element: ``uint8`` for the narrow floats."""
+        return np.dtype("uint8") if cls.format is not None else cls.np_dtype
+
+    @property
+    def numpy_dtype(cls) -> Optional[np.dtype]:
+        return cls.np_dtype
+
+    @property
+    def int_limits(cls) -> tuple[int, int]:
         """``(lo, hi)``: the values an integer type holds are ``lo <= v < hi``
         (``(0, 2)`` for Bool)."""
-        if self.kind == "bool":
+        if cls.kind == "bool":
             return 0, 2
-        if self.kind != "int":
-            raise TypeError(f"{self!r} is not an integer type")
-        if self.signed:
-            return -(1 << (self.bits - 1)), 1 << (self.bits - 1)
-        return 0, 1 << self.bits
+        if cls.kind != "int":
+            raise TypeError(f"{cls!r} is not an integer type")
+        if cls.signed:
+            return -(1 << (cls.bits - 1)), 1 << (cls.bits - 1)
+        return 0, 1 << cls.bits
 
-    def mlir_type(self):
+    @property
+    def ir_type(cls):
+        """The MLIR type (needs an MLIR context)."""
+        return cls.mlir_type()
+
+    def mlir_type(cls):
         import mlir.ir as ir
-        return ir.Type.parse(self.mlir)
+        return ir.Type.parse(cls.mlir)
 
 
-Bool = DType("Bool", "bool", 1, "i1", "bool")
-Int8 = DType("Int8", "int", 8, "i8", "int8")
-Int16 = DType("Int16", "int", 16, "i16", "int16")
-Int32 = DType("Int32", "int", 32, "i32", "int32")
-Int64 = DType("Int64", "int", 64, "i64", "int64")
-UInt8 = DType("UInt8", "int", 8, "i8", "uint8", signed=False)
-UInt16 = DType("UInt16", "int", 16, "i16", "uint16", signed=False)
-UInt32 = DType("UInt32", "int", 32, "i32", "uint32", signed=False)
-UInt64 = DType("UInt64", "int", 64, "i64", "uint64", signed=False)
-Float16 = DType("Float16", "float", 16, "f16", "float16")
-BFloat16 = DType("BFloat16", "float", 16, "bf16", None)  # numpy has no bfloat16
-Float32 = DType("Float32", "float", 32, "f32", "float32")
-Float64 = DType("Float64", "float", 64, "f64", "float64")
+#: FlyDSL's name of the metaclass of its numeric types.
+NumericMeta = DType
 
+
+class Numeric:
+    """Base class of every DSL scalar type (``issubclass(fx.Int32, Numeric)``)."""
+
+
+class Integer(Numeric):
+    """Base class of the integer types (and of Boolean)."""
+
+
+class Float(Numeric):
+    """Base class of the float types, the narrow (storage-only) ones included."""
+
+
+def _make(name: str, base: type, doc: str = "", **kw: Any) -> DType:
+    ns = {"__module__": __name__, "__qualname__": name, "__doc__": doc or f"fx.{name}"}
+    return DType(name, (base,), ns, **kw)
+
+
+def _int(name: str, bits: int, signed: bool = True, mlir: Optional[str] = None,
+         np_name: Optional[str] = None) -> DType:
+    if np_name is None and bits in (8, 16, 32, 64):
+        np_name = f"{'' if signed else 'u'}int{bits}"
+    return _make(name, Integer, kind="int", bits=bits, mlir=mlir or f"i{bits}",
+                 np_dtype=np_name, signed=signed)
+
+
+def _narrow(name: str, bits: int, mlir: str, fmt: NarrowFloatFormat, doc: str) -> DType:
+    return _make(name, Float, doc, kind="float", bits=bits, mlir=mlir, fmt=fmt)
+
+
+Bool = _make("Bool", Integer, kind="bool", bits=1, mlir="i1", np_dtype="bool")
+Int8 = _int("Int8", 8)
+Int16 = _int("Int16", 16)
+Int32 = _int("Int32", 32)
+Int64 = _int("Int64", 64)
+UInt8 = _int("UInt8", 8, signed=False)
+UInt16 = _int("UInt16", 16, signed=False)
+UInt32 = _int("UInt32", 32, signed=False)
+UInt64 = _int("UInt64", 64, signed=False)
+Float16 = _make("Float16", Float, kind="float", bits=16, mlir="f16", np_dtype="float16")
+BFloat16 = _make("BFloat16", Float, kind="float", bits=16, mlir="bf16")  # numpy has none
+Float32 = _make("Float32", Float, kind="float", bits=32, mlir="f32", np_dtype="float32")
+Float64 = _make("Float64", Float, kind="float", bits=64, mlir="f64", np_dtype="float64")
+
+# -- FlyDSL's further integer types ---------------------------------------------------
+#: A 4-bit signed integer (arithmetic and casts; no tensors of it).
+Int4 = _int("Int4", 4)
+#: 128-bit integers (arithmetic and casts; numpy has no such tensors).
+Int128 = _int("Int128", 128)
+UInt128 = _int("UInt128", 128, signed=False)
+#: MLIR's ``index`` (64 bits here, signed as ``arith.index_cast``).
+Index = _int("Index", 64, mlir="index")
+#: FlyDSL's spellings of the unsigned types (the same classes).
+Uint8, Uint16, Uint32, Uint64, Uint128 = UInt8, UInt16, UInt32, UInt64, UInt128
+
+# -- the narrow floats: storage and conversion types -----------------------------------
+Float8E4M3FN = _narrow("Float8E4M3FN", 8, "f8E4M3FN", NarrowFloatFormat(4, 3, 7, "fn", "saturate"),
+                       "OCP FP8 E4M3 (max 448, NaN 0x7F/0xFF, no inf); torch.float8_e4m3fn.")
+Float8E4M3FNUZ = _narrow("Float8E4M3FNUZ", 8, "f8E4M3FNUZ",
+                         NarrowFloatFormat(4, 3, 8, "fnuz", "nan"),
+                         "AMD gfx942 FP8 E4M3 (bias 8, max 240, NaN 0x80); "
+                         "torch.float8_e4m3fnuz.")
+Float8E5M2 = _narrow("Float8E5M2", 8, "f8E5M2", NarrowFloatFormat(5, 2, 15, "ieee", "inf"),
+                     "OCP FP8 E5M2 (IEEE-like, max 57344, inf); torch.float8_e5m2.")
+Float8E5M2FNUZ = _narrow("Float8E5M2FNUZ", 8, "f8E5M2FNUZ",
+                         NarrowFloatFormat(5, 2, 16, "fnuz", "nan"),
+                         "AMD gfx942 BF8 (bias 16, max 57344, NaN 0x80); "
+                         "torch.float8_e5m2fnuz.")
+Float8E4M3 = _narrow("Float8E4M3", 8, "f8E4M3", NarrowFloatFormat(4, 3, 7, "ieee", "inf"),
+                     "IEEE-like FP8 E4M3 (max 240, inf).")
+Float8E4M3B11FNUZ = _narrow("Float8E4M3B11FNUZ", 8, "f8E4M3B11FNUZ",
+                            NarrowFloatFormat(4, 3, 11, "fnuz", "nan"),
+                            "FP8 E4M3 with bias 11 (max 30, NaN 0x80).")
+Float8E8M0FNU = _narrow("Float8E8M0FNU", 8, "f8E8M0FNU", NarrowFloatFormat(8, 0, 127, "fnu", "nan"),
+                        "OCP MX scale E8M0: 2**(code - 127), NaN 0xFF; torch.float8_e8m0fnu.")
+Float6E2M3FN = _narrow("Float6E2M3FN", 6, "f6E2M3FN", NarrowFloatFormat(2, 3, 1, "none", "saturate"),
+                       "OCP MX FP6 E2M3 (max 7.5, no inf/NaN), one per uint8 in memory.")
+Float6E3M2FN = _narrow("Float6E3M2FN", 6, "f6E3M2FN", NarrowFloatFormat(3, 2, 3, "none", "saturate"),
+                       "OCP MX FP6 E3M2 (max 28, no inf/NaN), one per uint8 in memory.")
+Float4E2M1FN = _narrow("Float4E2M1FN", 4, "f4E2M1FN", NarrowFloatFormat(2, 1, 1, "none", "saturate"),
+                       "OCP MX FP4 E2M1 (max 6, no inf/NaN), one per uint8 in memory.")
+
+NARROW_FLOATS = (Float8E4M3FN, Float8E4M3FNUZ, Float8E5M2, Float8E5M2FNUZ, Float8E4M3,
+                 Float8E4M3B11FNUZ, Float8E8M0FNU, Float6E2M3FN, Float6E3M2FN, Float4E2M1FN)
 ALL_DTYPES = (Bool, Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32, UInt64, Float16, BFloat16,
-              Float32, Float64)
+              Float32, Float64, Int4, Int128, UInt128, Index) + NARROW_FLOATS
 _BY_NAME = {t.name: t for t in ALL_DTYPES}
-_BY_NUMPY = {t.np_dtype: t for t in ALL_DTYPES if t.np_dtype is not None}
+_BY_NUMPY = {t.np_dtype: t for t in ALL_DTYPES if t.np_dtype is not None and t.bits in (1, 8, 16, 32, 64)
+             and t is not Index}
+_BY_TORCH = {"bool": Bool, "int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64,
+             "uint8": UInt8, "uint16": UInt16, "uint32": UInt32, "uint64": UInt64,
+             "float16": Float16, "bfloat16": BFloat16, "float32": Float32, "float64": Float64,
+             "float8_e4m3fn": Float8E4M3FN, "float8_e4m3fnuz": Float8E4M3FNUZ,
+             "float8_e5m2": Float8E5M2, "float8_e5m2fnuz": Float8E5M2FNUZ,
+             "float8_e8m0fnu": Float8E8M0FNU}
 
 
 def _dtype_by_name(name: str) -> DType:
@@ -98,11 +270,20 @@ def dtype_from_numpy(np_dtype) -> Optional[DType]:
 
 
 def dtype_from_torch(torch_dtype) -> Optional[DType]:
-    name = str(torch_dtype).replace("torch.", "")
-    return {"bool": Bool, "int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64,
-            "uint8": UInt8, "uint16": UInt16, "uint32": UInt32, "uint64": UInt64,
-            "float16": Float16, "bfloat16": BFloat16, "float32": Float32,
-            "float64": Float64}.get(name)
+    """The DType of a torch dtype (the float8 ones included), or None."""
+    return _BY_TORCH.get(str(torch_dtype).replace("torch.", ""))
+
+
+def torch_dtype_of(dtype: DType):
+    """The torch dtype holding ``dtype`` (``torch.uint8`` for the FP6/FP4 types and the
+    FP8 types this torch lacks)."""
+    import torch
+    for name, t in _BY_TORCH.items():
+        if t is dtype and hasattr(torch, name):
+            return getattr(torch, name)
+    if dtype.storage_only:
+        return torch.uint8
+    raise TypeError(f"{dtype!r} has no torch dtype")
 
 
 class ConstexprAnnotation:

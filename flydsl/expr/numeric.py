@@ -1,5 +1,18 @@
 """Numeric builtins beyond the basic math: integer bit operations, float classification,
-rounding and the rest of the C math library.
+rounding and the rest of the C math library; and FlyDSL's scalar types.
+
+The types (FlyDSL's ``flydsl.expr.numeric`` names, all also ``fx.<name>``) are classes
+(``fx.Float32.__name__``, ``.width``, ``issubclass(fx.Int8, numeric.Integer)``):
+``Boolean``, ``Int4``..``Int128``, ``Uint8``..``Uint128`` (the same classes as
+``UInt8``..), ``Index``, ``Float16``, ``BFloat16``, ``Float32``, ``Float64`` and the
+narrow floats ``Float8E4M3FN``, ``Float8E4M3FNUZ``, ``Float8E5M2``, ``Float8E5M2FNUZ``,
+``Float8E4M3``, ``Float8E4M3B11FNUZ``, ``Float8E8M0FNU``, ``Float6E2M3FN``,
+``Float6E3M2FN``, ``Float4E2M1FN``. The narrow floats are storage and conversion types:
+tensors of torch's float8 dtypes, loads, stores, constants (``fx.Float8E4M3FN(1.5)``)
+and ``fx.cast``/``.to()`` to and from every other type, rounding to nearest-even with
+torch's overflow rules (:mod:`flydsl.compiler.frontend.narrow_types`); compute in
+Float32. ``Int4``/``Int128``/``Uint128``/``Index`` are arithmetic and cast types
+(no tensors of them).
 
 Types and promotion (the README's "Types" section):
 
@@ -44,9 +57,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from .dtypes import (
+    BFloat16, Bool, DType, Float, Float4E2M1FN, Float6E2M3FN, Float6E3M2FN, Float8E4M3,
+    Float8E4M3B11FNUZ, Float8E4M3FN, Float8E4M3FNUZ, Float8E5M2, Float8E5M2FNUZ,
+    Float8E8M0FNU, Float16, Float32, Float64, Index, Int4, Int8, Int16, Int32, Int64, Int128,
+    Integer, Numeric, NumericMeta, UInt8, UInt16, UInt32, UInt64, UInt128, Uint8, Uint16,
+    Uint32, Uint64, Uint128,
+)
 from .implementation import ops as _ops
 
-__all__ = [
+#: The scalar types (FlyDSL's ``flydsl.expr.numeric`` names): classes whose metaclass is
+#: :class:`~flydsl.expr.dtypes.DType`, with ``.width`` and ``__name__``. The narrow
+#: floats are storage and conversion types (see
+#: :mod:`flydsl.compiler.frontend.narrow_types` for their rounding and overflow rules).
+TYPES = [
+    "Numeric", "NumericMeta", "Integer", "Float", "Boolean", "Int4", "Int8", "Int16", "Int32",
+    "Int64", "Int128", "Uint8", "Uint16", "Uint32", "Uint64", "Uint128", "Float16",
+    "BFloat16", "Float32", "Float64", "Float8E5M2", "Float8E5M2FNUZ", "Float8E4M3FN",
+    "Float8E4M3FNUZ", "Float8E4M3B11FNUZ", "Float8E4M3", "Float6E2M3FN", "Float6E3M2FN",
+    "Float8E8M0FNU", "Float4E2M1FN", "Index", "UInt128",
+]
+#: FlyDSL's spelling of fx.Bool.
+Boolean = Bool
+
+__all__ = TYPES + [
     "clz", "popc", "brev", "ffs", "isnan", "isinf", "isfinite",
     "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh",
     "exp2", "expm1", "log2", "log10", "log1p", "pow", "erf", "erfc", "copysign", "fmod",

@@ -131,6 +131,9 @@ def literal_dtype(x: Scalar) -> DType:
 
 
 def constant(x: Scalar, dtype: DType) -> Value:
+    if dtype.storage_only:   # narrow floats: encoded by their own module
+        from .narrow_types import constant as narrow_constant
+        return narrow_constant(x, dtype)
     t = dtype.mlir_type()
     if dtype.kind == "bool":
         return Value(arith.constant(t, 1 if x else 0), dtype)
