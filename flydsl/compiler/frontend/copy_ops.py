@@ -16,6 +16,8 @@ What each call becomes:
 * a buffer tensor (``fx.rocdl.make_buffer_tensor``): on gfx9 a ``raw.ptr.buffer``
   load/store through a resource covering the tensor (the hardware returns 0 past it
   and drops stores); elsewhere the same semantics with bounds checks.
+* ``fx.rocdl.BufferCopyLDS*`` (buffer tensor to shared memory) and
+  ``fx.rocdl.BufferAtomic*`` (values to a buffer tensor): see :mod:`.rocdl_ops`.
 """
 from __future__ import annotations
 
@@ -50,6 +52,10 @@ def copy(atom, src, dst, pred=None) -> None:
             raise DSLTypeError(f"fx.copy: the predicate has {pred.size()} elements but the "
                                f"copy makes {calls} atom calls of {width} elements "
                                f"(one predicate per call)")
+    kind = getattr(atom.op, "kind", "")
+    if kind in ("buffer_lds", "buffer_atomic"):
+        _rocdl_copy(kind, atom, src, dst, pred, width, calls)
+        return
     vectorizable = _contiguous_runs(src.layout, width) and _contiguous_runs(dst.layout, width)
     for j in range(calls):
         if pred is None:
@@ -57,6 +63,34 @@ def copy(atom, src, dst, pred=None) -> None:
             continue
         with when(_bool(pred[j])):
             _copy_call(src, dst, j * width, width, vectorizable)
+
+
+def _rocdl_copy(kind: str, atom, src: TensorView, dst: TensorView, pred, width: int,
+                calls: int) -> None:
+    """``BufferCopyLDS*`` / ``BufferAtomic*`` calls (:mod:`.rocdl_ops`)."""
+    from .rocdl_ops import buffer_atomic_copy, buffer_lds_copy
+    if kind == "buffer_lds":
+        if src.memory.records is None or src.memory.space != "global":
+            raise DSLTypeError(f"fx.copy with {atom!r}: the source must be a buffer tensor "
+                               "(fx.rocdl.make_buffer_tensor of a global tensor)")
+        if dst.memory.space != "shared":
+            raise DSLTypeError(f"fx.copy with {atom!r}: the destination must be shared "
+                               f"memory (LDS), got a {dst.memory.label()}")
+        if not _contiguous_runs(src.layout, width):
+            raise DSLTypeError(f"fx.copy with {atom!r}: each call's {width} source elements "
+                               f"must be contiguous, got the layout {src.layout!r}")
+    for j in range(calls):
+        def one(j=j):
+            if kind == "buffer_lds":
+                buffer_lds_copy(atom, src, dst, j * width, width,
+                                src.element_offset(j * width), dst.element_offset(j * width))
+            else:
+                buffer_atomic_copy(atom, src, dst, j * width, width)
+        if pred is None:
+            one()
+            continue
+        with when(_bool(pred[j])):
+            one()
 
 
 def _check_views(atom, src: TensorView, dst: TensorView) -> None:

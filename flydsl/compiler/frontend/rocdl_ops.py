@@ -1,0 +1,197 @@
+"""The AMD-specific builtins of ``fx.rocdl`` beyond plain copies and MMAs: scheduling
+hints and waits, ``readfirstlane``, buffer loads straight to LDS and buffer atomics.
+
+* **ROCm (gfx9)**: the instruction (``s_waitcnt``, ``s_setprio``, the
+  ``llvm.amdgcn.sched.*`` directives, ``v_readfirstlane_b32``,
+  ``llvm.amdgcn.raw.ptr.buffer.load.lds``, ``buffer_atomic_*``).
+* **CPU and CUDA**: the same semantics with portable operations: hints are no-ops,
+  ``readfirstlane`` is a shuffle from the first active lane, a buffer-to-LDS load is a
+  predicated load (0 past the buffer's records) and a store at the wave's destination
+  plus the lane's offset, a buffer atomic is an atomic read-modify-write skipped past
+  the records.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import mlir.ir as ir
+from mlir.dialects import arith, llvm, memref, rocdl
+
+from ...errors import DSLTypeError
+from ...expr import dtypes as dt
+from . import context
+from .values import Value, as_value, cast, to_index
+from .views import TensorView, vector_load, vector_store, vector_type, when
+
+__all__ = ["rocdl_hint", "rocdl_readfirstlane", "buffer_lds_copy", "buffer_atomic_copy"]
+
+#: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
+#: the wave's LDS base on every target.
+WAVE_LANES = 64
+
+
+def _backend() -> str:
+    return context.current().target.backend
+
+
+def _i32(n: int) -> ir.Value:
+    return arith.constant(ir.IntegerType.get_signless(32), n)
+
+
+# -- scheduling hints and waits -----------------------------------------------------------
+
+def rocdl_hint(kind: str, *args: int) -> None:
+    """``kind`` in sched_barrier, sched_group_barrier, s_waitcnt, s_setprio with its
+    checked compile-time ints: the instruction on ROCm, nothing elsewhere."""
+    context.current()
+    if _backend() != "rocm":
+        return
+    if kind == "sched_barrier":
+        rocdl.sched_barrier(args[0])
+    elif kind == "sched_group_barrier":
+        rocdl.sched_group_barrier(*args)
+    elif kind == "s_waitcnt":
+        rocdl.s_waitcnt(args[0])
+    elif kind == "s_setprio":
+        rocdl.s_setprio(args[0])
+    else:
+        raise AssertionError(kind)
+
+
+# -- readfirstlane ----------------------------------------------------------------------
+
+def _first_active_lane() -> ir.Value:
+    from .warp_ops import _active_raw
+    mask = _active_raw()
+    first = llvm.intr_cttz(mask, False)
+    width = ir.IntegerType(mask.type).width
+    return first if width == 32 else arith.trunci(ir.IntegerType.get_signless(32), first)
+
+
+def _uniform(v: Value) -> Value:
+    from .warp_ops import _map_words, _shuffle, _warp
+    if _backend() == "rocm":
+        return _map_words(v, lambda w: rocdl.readfirstlane(w.type, w))
+    return _shuffle(v, "idx", _first_active_lane(), _warp())
+
+
+def rocdl_readfirstlane(value, dtype: Optional[dt.DType]) -> Value:
+    """``fx.rocdl.readfirstlane``: see :func:`flydsl.expr.rocdl.readfirstlane`."""
+    context.current()
+    v = as_value(value, None)
+    if not isinstance(v, Value) or v.dtype.kind == "bool" or v.dtype.bits not in (8, 16, 32, 64):
+        raise DSLTypeError(f"fx.rocdl.readfirstlane needs a number, got {value!r}")
+    if dtype is not None:
+        v = cast(v, dtype)
+    return _uniform(v)
+
+
+# -- buffer loads straight to LDS -----------------------------------------------------------
+
+def _wave_lane() -> ir.Value:
+    from .ops import block_thread_index
+    return (block_thread_index() % WAVE_LANES).v
+
+
+def buffer_lds_copy(atom, src: TensorView, dst: TensorView, first: int, width: int,
+                    so, do) -> None:
+    """One call of a ``BufferCopyLDS`` atom: ``width`` elements from ``src`` (per lane,
+    through the buffer resource) to LDS at the wave's destination ``do`` (the first active
+    lane's) plus ``lane * width`` elements."""
+    target = context.current().target
+    bits = atom.op.bits
+    if target.backend == "rocm":
+        from ...expr.rocdl.copies import LDS_WIDE_ARCHES
+        if not target.arch.startswith("gfx9"):
+            raise DSLTypeError(f"fx.copy with {atom!r}: buffer loads to LDS exist on CDNA "
+                               f"(gfx9) only, not {target.arch}")
+        if bits != 32 and target.arch not in LDS_WIDE_ARCHES:
+            raise DSLTypeError(f"fx.copy with {atom!r}: a {bits}-bit buffer load to LDS "
+                               f"exists on {', '.join(LDS_WIDE_ARCHES)} only, not "
+                               f"{target.arch}; use fx.rocdl.BufferCopyLDS32b()")
+    lane_first = as_value(_uniform(_as_i32(do)), None)
+    lane = Value(_wave_lane(), dt.Int32)
+    dst_off = lane_first + lane * width
+    sm, dm = src.memory, dst.memory
+    if target.backend == "rocm":
+        from .copy_ops import _address, _byte_offset, _resource
+        lds = llvm.inttoptr(llvm.PointerType.get(3),
+                            arith.index_cast(ir.IntegerType.get_signless(32),
+                                             _address(dm, lane_first)))
+        rocdl.raw_ptr_buffer_load_lds(_resource(sm), lds, _i32(bits // 8),
+                                      _byte_offset(sm, so), _i32(0), _i32(0), _i32(0))
+        return
+    from .copy_ops import _in_records
+    ok = _in_records(sm, so, width)
+    # in range: one load of the call; else element by element (0 past the records)
+    from mlir.dialects import scf
+    vtype = vector_type(width, sm.dtype)
+    branch = scf.IfOp(ok, [vtype], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp([vector_load(sm, so, width, sm.itemsize)])
+    with ir.InsertionPoint(branch.else_block):
+        from .copy_ops import _guarded_load
+        from mlir.dialects import vector
+        elems = [_guarded_load(sm, so + t if t else so).v for t in range(width)]
+        scf.YieldOp([vector.from_elements(vtype, elems)])
+    vector_store(dm, dst_off, branch.results[0], dm.itemsize)
+
+
+def _as_i32(offset) -> Value:
+    if isinstance(offset, int):
+        return as_value(offset, dt.Int32)
+    return cast(offset, dt.Int32) if offset.dtype is not dt.Int32 else offset
+
+
+# -- buffer atomics ------------------------------------------------------------------------
+
+_RMW = {("add", "float"): "addf", ("add", "int"): "addi", ("max", "float"): "maxnumf",
+        ("max", "int"): "maxs", ("max", "uint"): "maxu", ("min", "float"): "minnumf",
+        ("min", "int"): "mins", ("min", "uint"): "minu"}
+
+
+def buffer_atomic_copy(atom, src: TensorView, dst: TensorView, first: int, width: int) -> None:
+    """One call of a ``BufferAtomic*`` atom: ``dst[i] = op(dst[i], src[i])`` atomically
+    for the call's ``width`` elements, skipping those past ``dst``'s buffer records."""
+    op = atom.op
+    dm = dst.memory
+    if dm.records is None:
+        raise DSLTypeError(f"fx.copy with {atom!r}: the destination must be a buffer tensor "
+                           "(fx.rocdl.make_buffer_tensor)")
+    if dm.space != "global":
+        raise DSLTypeError(f"fx.copy with {atom!r}: the destination must be global memory")
+    d = dm.dtype
+    if op.dtype is not d:
+        raise DSLTypeError(f"fx.copy with {atom!r}: the atomic is on {op.dtype.name} but the "
+                           f"destination holds {d.name}")
+    kind = "float" if d.kind == "float" else ("int" if d.signed else "uint")
+    rmw = _RMW.get((op.op, kind))
+    if rmw is None:
+        raise DSLTypeError(f"fx.copy with {atom!r}: no atomic {op.op} on {d.name}")
+    target = context.current().target
+    for t in range(first, first + width):
+        so, do = src.element_offset(t), dst.element_offset(t)
+        val = src.memory.load(so)
+        if target.backend == "rocm" and target.arch.startswith("gfx9") and \
+                _gfx9_buffer_atomic(op.op, d, val, dm, do):
+            continue
+        from .copy_ops import _in_records
+        with when(_in_records(dm, do, 1)):
+            memref.atomic_rmw(getattr(arith.AtomicRMWKind, rmw), cast(val, d).v, dm.mem,
+                              [to_index(do)])
+
+
+def _gfx9_buffer_atomic(op: str, d: dt.DType, val: Value, dm, do) -> bool:
+    """The ``buffer_atomic_*`` instruction where ROCDL has it (f32 add/max, i32 smax,
+    u32 umin); False where not (the caller emits an atomic with a bounds check)."""
+    from .copy_ops import _byte_offset, _resource
+    fn = {("add", "float", 32): rocdl.raw_ptr_buffer_atomic_fadd,
+          ("max", "float", 32): rocdl.raw_ptr_buffer_atomic_fmax,
+          ("add", "float", 16): rocdl.raw_ptr_buffer_atomic_fadd,
+          ("max", "int", 32): rocdl.raw_ptr_buffer_atomic_smax,
+          ("min", "uint", 32): rocdl.raw_ptr_buffer_atomic_umin}.get(
+        (op, "float" if d.kind == "float" else ("int" if d.signed else "uint"), d.bits))
+    if fn is None or (d.bits == 16 and d.name != "Float16"):
+        return False
+    fn(cast(val, d).v, _resource(dm), _byte_offset(dm, do), _i32(0), _i32(0))
+    return True

@@ -1,0 +1,50 @@
+"""``fx.rocdl.cdna4``: FlyDSL's CDNA4 (gfx950-only) atoms, by name.
+
+flydsl does not target gfx950's new instructions (scaled MFMA, async LDS loads, LDS
+transpose reads, stochastic rounding); each name here exists so that FlyDSL code
+imports, and calling it is a ``DSLTypeError`` that says so (located at the kernel line
+when called in a kernel). The gfx942 equivalents are ``fx.rocdl.MFMA`` and
+``fx.rocdl.BufferCopyLDS32b``.
+
+Example::
+
+    >>> fx.rocdl.cdna4.MFMA_Scale(16, 16, 128, fx.Float32)
+    Traceback (most recent call last):
+    flydsl.errors.DSLTypeError: fx.rocdl.cdna4.MFMA_Scale: ...
+"""
+from __future__ import annotations
+
+from ...errors import DSLTypeError
+
+__all__ = [
+    "BufferLoadAsyncLDS", "BufferLoadAsyncLDS128b", "BufferLoadAsyncLDS32b",
+    "BufferLoadAsyncLDS96b", "GlobalLoadAsyncLDS", "GlobalLoadAsyncLDS128b",
+    "GlobalLoadAsyncLDS32b", "GlobalLoadAsyncLDS96b", "LDSReadTrans", "MFMAScale",
+    "MFMA_Scale", "cvt_sr_f32_to_bf16",
+]
+
+_INSTEAD = {
+    "MFMA_Scale": "fx.rocdl.MFMA (and scale the inputs or the result)",
+    "MFMAScale": "fx.rocdl.MFMA (and scale the inputs or the result)",
+    "LDSReadTrans": "a plain shared-memory copy (fx.copy with fx.UniversalCopy*)",
+    "cvt_sr_f32_to_bf16": "fx.BFloat16(x) (round to nearest even)",
+}
+
+
+def _gfx950_only(name: str):
+    instead = _INSTEAD.get(name, "fx.rocdl.BufferCopyLDS32b (a synchronous buffer-to-LDS "
+                                 "load)")
+
+    def unsupported(*args, **kwargs):
+        raise DSLTypeError(f"fx.rocdl.cdna4.{name}: a gfx950-only instruction, which "
+                           f"flydsl does not support (docs/not-supported.md); use {instead}")
+
+    unsupported.__name__ = unsupported.__qualname__ = name
+    unsupported.__doc__ = (f"FlyDSL's gfx950-only ``{name}``: calling it is a DSLTypeError; "
+                           f"use {instead}.\n\nExample: see the module docstring.")
+    return unsupported
+
+
+for _name in __all__:
+    globals()[_name] = _gfx950_only(_name)
+del _name

@@ -1,0 +1,292 @@
+"""fx.rocdl's AMD atoms under FlyDSL's names (issue 31 item 6, issue 32 item 4): buffer
+copies of every width, buffer loads straight to LDS, buffer atomics, scheduling hints,
+s_waitcnt, s_setprio and readfirstlane. Each runs exactly on the CPU (checked against
+numpy), emits its instruction on gfx942 and a portable equivalent on sm_90."""
+import re
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.expr.rocdl import cdna3, cdna4, sched
+from conftest import marked_line
+
+
+def _asm(kernel, args, backend, arch, stage):
+    return flydsl.compile(kernel, *args, backend=backend, arch=arch).asm[stage]
+
+
+# -- names -----------------------------------------------------------------------------------
+
+def test_flydsl_names_exist_under_their_module_paths():
+    import flydsl.expr.rocdl.cdna3 as c3
+    import flydsl.expr.rocdl.cdna4 as c4
+    assert c3 is fx.rocdl.cdna3 and c4 is fx.rocdl.cdna4
+    for name in ("BufferCopy", "BufferCopy8b", "BufferCopy16b", "BufferCopy32b",
+                 "BufferCopy64b", "BufferCopy128b", "BufferCopyLDS", "BufferCopyLDS32b",
+                 "BufferCopyLDS64b", "BufferCopyLDS128b", "BufferAtomic", "BufferAtomicAdd",
+                 "BufferAtomicMax", "BufferAtomicMin", "BufferAtomicPkAdd", "MFMA", "WMMA",
+                 "make_buffer_tensor", "sched_barrier", "sched_group_barrier", "sched_mfma",
+                 "sched_vmem", "sched_dsrd", "sched_dswr", "s_waitcnt", "s_setprio",
+                 "readfirstlane"):
+        assert callable(getattr(fx.rocdl, name)), name
+    assert fx.rocdl.BufferCopy(16) == fx.rocdl.BufferCopy16b() == fx.BufferCopy(16)
+    assert fx.rocdl.BufferCopy128b(cache_modifier=2).bits == 128
+    assert fx.rocdl.BufferCopyLDS32b() != fx.rocdl.BufferCopy32b()
+
+
+def test_invalid_atoms_are_errors():
+    with pytest.raises(flydsl.DSLError, match="8-byte"):
+        fx.rocdl.BufferCopyLDS64b()
+    with pytest.raises(flydsl.DSLError, match="bit_size"):
+        fx.rocdl.BufferCopyLDS(64)
+    with pytest.raises(flydsl.DSLError, match="bit_size"):
+        fx.rocdl.BufferCopy(24)
+    with pytest.raises(flydsl.DSLError, match="op must be"):
+        fx.rocdl.BufferAtomic("xor", fx.Int32)
+    with pytest.raises(flydsl.DSLError, match="Float16 or"):
+        fx.rocdl.BufferAtomicPkAdd(fx.Float32)
+    with pytest.raises(flydsl.DSLError, match="gfx950-only"):
+        cdna4.MFMA_Scale(16, 16, 128, fx.Float32)
+
+
+def test_gfx9_waitcnt_encoding():
+    # vmcnt low bits [3:0], high bits [15:14]; expcnt [6:4]; lgkmcnt [11:8]
+    assert sched.gfx9_waitcnt() == 0xCF7F
+    assert sched.gfx9_waitcnt(vmcnt=0) == 0x0F70
+    assert sched.gfx9_waitcnt(lgkmcnt=0) == 0xC07F
+    assert sched.gfx9_waitcnt(vmcnt=35, lgkmcnt=2, expcnt=1) == (3 | (2 << 14) | (1 << 4) | (2 << 8))
+
+
+def test_flydsl_positional_mfma_order_is_input_then_accumulator():
+    a = fx.rocdl.MFMA(16, 16, 16, fx.Float16, fx.Float32)
+    b = fx.rocdl.MFMA(16, 16, 16, fx.Float32, ab_dtype=fx.Float16)
+    c = fx.rocdl.MFMA(16, 16, 16, fx.Float16, elem_ty_acc=fx.Float32)
+    assert a == b == c and a.ab_dtype is fx.Float16 and a.acc_dtype is fx.Float32
+
+
+# -- hints: no-ops on the CPU, instructions on gfx942 ------------------------------------------
+
+@flydsl.kernel
+def hinted_copy(x: fx.Tensor, y: fx.Tensor):
+    i = fx.thread_idx.x
+    fx.rocdl.sched_barrier(0)
+    fx.rocdl.s_setprio(2)
+    v = x[i]
+    fx.rocdl.s_waitcnt(vmcnt=0)
+    fx.rocdl.cdna3.s_waitcnt(lgkmcnt=0)
+    fx.rocdl.s_waitcnt(0)
+    fx.rocdl.sched_group_barrier(fx.rocdl.mask_mfma, 1, 0)
+    fx.rocdl.sched_group_barrier("ds_read|ds_write", 2, 0)
+    fx.rocdl.sched_mfma(1)
+    fx.rocdl.sched_vmem(1)
+    fx.rocdl.sched_dsrd(1)
+    fx.rocdl.sched_dswr(1)
+    fx.rocdl.s_setprio(0)
+    y[i] = v * 2.0
+
+
+def test_hints_are_no_ops_on_the_cpu():
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros_like(x)
+    hinted_copy[1, 64](x, y)
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+def test_hints_emit_their_gfx942_instructions():
+    x = np.zeros(64, np.float32)
+    prog = flydsl.compile(hinted_copy, x, x, backend="rocm", arch="gfx942")
+    text, llir = prog.asm["amdgcn"], prog.asm["llir"]
+    assert re.search(r"s_setprio 2", text) and re.search(r"s_setprio 0", text)
+    assert re.search(r"s_waitcnt vmcnt\(0\)", text)
+    assert re.search(r"s_waitcnt lgkmcnt\(0\)", text)
+    # scheduling directives: no instruction, only the intrinsics the scheduler reads
+    assert "call void @llvm.amdgcn.sched.barrier(i32 0)" in llir
+    assert "call void @llvm.amdgcn.sched.group.barrier(i32 8, i32 1, i32 0)" in llir
+    assert "call void @llvm.amdgcn.sched.group.barrier(i32 768, i32 2, i32 0)" in llir
+    for mask in (32, 256, 512):
+        assert f"call void @llvm.amdgcn.sched.group.barrier(i32 {mask}, i32 1, i32 0)" in llir
+    ptx = _asm(hinted_copy, (x, x), "cuda", "sm_90", "ptx")
+    assert "setprio" not in ptx and "sched" not in ptx
+
+
+def test_hint_arguments_are_compile_time_ints():
+    @flydsl.kernel
+    def bad(x: fx.Tensor):
+        fx.rocdl.s_setprio(x[0])  # mark: setprio
+
+    with pytest.raises(flydsl.DSLError, match="compile-time int") as e:
+        bad[1, 1](np.zeros(1, np.float32))
+    assert f"test_flydsl_rocdl_atoms.py:{marked_line(__file__, 'mark: setprio')}:" in str(e.value)
+
+    @flydsl.kernel
+    def bad_range(x: fx.Tensor):
+        fx.rocdl.s_waitcnt(vmcnt=64)
+
+    with pytest.raises(flydsl.DSLError, match=r"vmcnt must be in \[0, 63\]"):
+        bad_range[1, 1](np.zeros(1, np.float32))
+
+
+# -- readfirstlane -------------------------------------------------------------------------
+
+@flydsl.kernel
+def first_lane(x: fx.Tensor, y: fx.Tensor, z: fx.Tensor):
+    i = fx.thread_idx.x
+    y[i] = fx.rocdl.readfirstlane(x[i])
+    if i % 8 >= 3:                      # lanes 0-2 of every 8 inactive
+        z[i] = fx.rocdl.readfirstlane(fx.Int32, x[i] * 10)
+
+
+def test_readfirstlane_is_the_first_active_lanes_value():
+    x = np.arange(100, 164, dtype=np.int32)
+    y = np.zeros_like(x)
+    z = np.full_like(x, -1)
+    first_lane[1, 64](x, y, z)
+    warp = 32                             # the CPU's warp
+    lanes = np.arange(64)
+    np.testing.assert_array_equal(y, x[lanes // warp * warp])
+    active = lanes % 8 >= 3
+    np.testing.assert_array_equal(z[~active], -1)
+    np.testing.assert_array_equal(z[active], 10 * x[lanes[active] // warp * warp + 3])
+
+
+def test_readfirstlane_instructions():
+    x = np.zeros(64, np.int32)
+    text = _asm(first_lane, (x, x, x), "rocm", "gfx942", "amdgcn")
+    assert "v_readfirstlane_b32" in text
+    ptx = _asm(first_lane, (x, x, x), "cuda", "sm_90", "ptx")
+    assert "shfl.sync.idx.b32" in ptx and "activemask.b32" in ptx
+
+
+# -- buffer copies of 8 and 16 bits --------------------------------------------------------
+
+@flydsl.kernel
+def narrow_buffer_copy(x: fx.Tensor, y: fx.Tensor, atom: fx.Constexpr):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    src = fx.flat_divide(fx.rocdl.make_buffer_tensor(x), (1,))[None, i]
+    dst = fx.flat_divide(fx.rocdl.make_buffer_tensor(y), (1,))[None, i]
+    regs = fx.make_fragment_like(src)
+    fx.copy(atom, src, regs)
+    fx.copy(atom, regs, dst)
+
+
+@pytest.mark.parametrize("make,dtype,npdt", [
+    (fx.rocdl.BufferCopy16b, fx.Float16, np.float16),
+    (fx.rocdl.BufferCopy8b, fx.Int8, np.int8),
+])
+def test_narrow_buffer_copies_run_on_the_cpu_and_are_buffer_instructions(make, dtype, npdt):
+    x = np.arange(100).astype(npdt)
+    y = np.zeros(100, npdt)
+    narrow_buffer_copy[2, 64](x, y, fx.make_copy_atom(make(), dtype))   # 128 threads: 28 past
+    np.testing.assert_array_equal(y, x)
+    text = _asm(narrow_buffer_copy, (x, y, fx.make_copy_atom(make(), dtype)), "rocm",
+                "gfx942", "amdgcn")
+    load, store = ("buffer_load_ushort", "buffer_store_short") if npdt is np.float16 else \
+        ("buffer_load_ubyte", "buffer_store_byte")
+    assert load in text and store in text
+
+
+# -- buffer loads straight to LDS -----------------------------------------------------------
+
+@flydsl.kernel
+def lds_dma(x: fx.Tensor, y: fx.Tensor, base: fx.Int32):
+    """Each wave loads 64 dwords of x (from element `base + 64 * wave`) to its LDS slice,
+    then every lane reads back the element of a neighbouring lane."""
+    tid = fx.thread_idx.x
+    wave = tid // 64
+    lane = tid % 64
+    tile = fx.shared_array((128,), fx.Float32)
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), fx.Float32)
+    src = fx.flat_divide(fx.rocdl.make_buffer_tensor(x), (1,))[None, base + wave * 64 + lane]
+    # the wave's destination: its first element, the same on all its lanes
+    dst = fx.flat_divide(tile, (1,))[None, fx.rocdl.readfirstlane(wave * 64)]
+    fx.copy(atom, src, dst)
+    fx.rocdl.s_waitcnt(vmcnt=0)
+    fx.barrier()
+    y[tid] = tile[(tid + 1) % 128]
+
+
+def test_buffer_load_to_lds_on_the_cpu_reads_zero_past_the_buffer():
+    x = np.arange(1, 101, dtype=np.float32)
+    y = np.zeros(128, np.float32)
+    lds_dma[1, 128](x, y, 0)
+    want = np.concatenate([x, np.zeros(28, np.float32)])     # reads past x give 0
+    np.testing.assert_array_equal(y, np.roll(want, -1))
+    lds_dma[1, 128](x, y, 50)
+    want = np.concatenate([x[50:], np.zeros(78, np.float32)])
+    np.testing.assert_array_equal(y, np.roll(want, -1))
+
+
+def test_buffer_load_to_lds_is_buffer_load_dword_lds_on_gfx942():
+    x = np.zeros(100, np.float32)
+    y = np.zeros(128, np.float32)
+    text = _asm(lds_dma, (x, y, 0), "rocm", "gfx942", "amdgcn")
+    assert re.search(r"buffer_load_dword\s.*\blds\b", text), text[:3000]
+    assert "s_mov_b32 m0" in text or re.search(r"s_\w+\s+m0,", text)
+    ptx = _asm(lds_dma, (x, y, 0), "cuda", "sm_90", "ptx")
+    assert "st.shared.f32" in ptx or "st.shared.b32" in ptx
+
+
+def test_a_128_bit_load_to_lds_is_an_error_on_gfx942():
+    @flydsl.kernel
+    def wide(x: fx.Tensor):
+        tile = fx.shared_array((256,), fx.Float32)
+        atom = fx.make_copy_atom(fx.rocdl.BufferCopyLDS128b(), fx.Float32)
+        src = fx.flat_divide(fx.rocdl.make_buffer_tensor(x), (4,))[None, fx.thread_idx.x]
+        fx.copy(atom, src, fx.flat_divide(tile, (4,))[None, 0])  # mark: wide lds
+
+    with pytest.raises(flydsl.DSLError, match="gfx950") as e:
+        _asm(wide, (np.zeros(256, np.float32),), "rocm", "gfx942", "amdgcn")
+    assert f"test_flydsl_rocdl_atoms.py:{marked_line(__file__, 'mark: wide lds')}:" in str(e.value)
+
+
+def test_buffer_load_to_lds_needs_a_buffer_source_and_a_shared_destination():
+    @flydsl.kernel
+    def plain(x: fx.Tensor, y: fx.Tensor):
+        atom = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), fx.Float32)
+        fx.copy(atom, fx.flat_divide(x, (1,))[None, 0], fx.flat_divide(y, (1,))[None, 0])
+
+    with pytest.raises(flydsl.DSLError, match="buffer tensor"):
+        plain[1, 1](np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+# -- buffer atomics ------------------------------------------------------------------------
+
+@flydsl.kernel
+def atomic_sums(vals: fx.Tensor, out: fx.Tensor, atom: fx.Constexpr):
+    """Thread t adds vals[t] into out[t % 8 + 4]; out's buffer covers elements 0..n-1 of
+    `out`, so the adds of slots >= n are dropped."""
+    t = fx.thread_idx.x
+    src = fx.flat_divide(vals, (1,))[None, t]
+    regs = fx.make_fragment_like(src)
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy32b(), vals.dtype), src, regs)
+    dst = fx.flat_divide(fx.rocdl.make_buffer_tensor(out), (1,))[None, t % 8 + 4]
+    fx.copy(atom, regs, dst)
+
+
+@pytest.mark.parametrize("op,npdt,dtype", [
+    ("add", np.float32, fx.Float32), ("add", np.int32, fx.Int32),
+    ("max", np.float32, fx.Float32), ("min", np.int32, fx.Int32),
+])
+def test_buffer_atomics_on_the_cpu_drop_updates_past_the_buffer(op, npdt, dtype):
+    rng = np.random.default_rng(3)
+    vals = rng.integers(-50, 50, 64).astype(npdt)
+    out = np.full(10, 7, npdt)        # slots 4..11 addressed; 10 and 11 are past the end
+    atom = fx.make_copy_atom(fx.rocdl.BufferAtomic(op, dtype), dtype)
+    atomic_sums[1, 64](vals, out, atom)
+    want = np.full(12, 7, npdt)
+    reduce = {"add": np.add, "max": np.maximum, "min": np.minimum}[op]
+    for t in range(64):
+        want[t % 8 + 4] = reduce(want[t % 8 + 4], vals[t])
+    np.testing.assert_array_equal(out, want[:10])
+
+
+def test_buffer_atomic_add_is_the_buffer_instruction_on_gfx942():
+    vals = np.zeros(64, np.float32)
+    out = np.zeros(10, np.float32)
+    atom = fx.make_copy_atom(fx.rocdl.BufferAtomicAdd(fx.Float32), fx.Float32)
+    text = _asm(atomic_sums, (vals, out, atom), "rocm", "gfx942", "amdgcn")
+    assert "buffer_atomic_add_f32" in text
+    ptx = _asm(atomic_sums, (vals, out, atom), "cuda", "sm_90", "ptx")
+    assert re.search(r"(red|atom)\.global\.add\.f32", ptx)
