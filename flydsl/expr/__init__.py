@@ -1,5 +1,5 @@
 """The DSL a kernel body uses: ``import flydsl.expr as fx``."""
-from . import debug, layout, memory, numeric, nvvm, rocdl, warp
+from . import debug, layout, memory, numeric, nvvm, pointer, rocdl, warp
 from .atoms import (
     BufferCopy, CopyAtom, MmaAtom, ThrCopy, ThrMma, TiledCopy, TiledMma, UniversalCopy,
     UniversalCopy32b, UniversalCopy64b, UniversalCopy128b, make_copy_atom, make_mma_atom,
@@ -20,6 +20,10 @@ from .dtypes import (
 )
 from .memory import *     # noqa: F401,F403
 from .numeric import *    # noqa: F401,F403
+from .pointer import *    # noqa: F401,F403
+# fx.struct is the decorator (flydsl.expr.struct the module, as in FlyDSL)
+from .struct import (Align, Arena, Array, SharedAllocator, Storage, Struct,  # noqa: F401
+                     Union, struct, union)
 from .warp import *       # noqa: F401,F403
 
 __all__ = [
@@ -32,6 +36,9 @@ __all__ = [
     "threadfence_system", "warp_size", "where",
 ]
 __all__ += debug.__all__ + memory.__all__ + numeric.__all__ + warp.__all__
+#: Pointers, element access and structured shared memory (FlyDSL's names).
+__all__ += pointer.__all__ + ["Align", "Arena", "Array", "SharedAllocator", "Storage",
+                              "Struct", "Union", "struct", "union"]
 #: The layout model (CuTe's algebra, views, copy and MMA atoms; fx.rocdl, fx.nvvm).
 __all__ += layout.__all__ + [
     "BufferCopy", "Boolean", "CopyAtom", "MmaAtom", "Stream", "ThrCopy", "ThrMma", "TiledCopy",

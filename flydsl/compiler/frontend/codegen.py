@@ -310,7 +310,8 @@ class Codegen(ControlFlow):
     def expr_Subscript(self, node: ast.Subscript) -> Any:
         base = self.eval_node(node.value)
         index = self.eval_node(node.slice)
-        if isinstance(base, TensorValue):
+        if isinstance(base, TensorValue) or ops.is_view(base) or \
+                getattr(base, "__flydsl_runtime_index__", False):   # views, pointers
             return base[index]
         if ops.reads_constant_memory(base, index):   # LUT[x[i] & 255]: constant memory
             self.deps.consume(base)                  # the array's content is in the key

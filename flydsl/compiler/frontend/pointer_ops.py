@@ -1,0 +1,434 @@
+"""Pointers and the memref access functions of FlyDSL (``fx.get_iter``, ``fx.add_offset``,
+``fx.recast_iter``, ``fx.ptr_load``/``ptr_store``, ``fx.ptrtoint``/``inttoptr``,
+``fx.memref_load``/``memref_store`` and their ``_vec`` forms), and the shared-memory
+byte pools ``fx.SharedAllocator`` carves.
+
+A :class:`PointerValue` is one of two kinds:
+
+* **into memory**: ``(memory, offset)``, element ``offset`` of a view's flat
+  :class:`~.views.Memory` (a kernel tensor, shared array, shared pool or register
+  fragment). Loads and stores index that memref, so ``FLYDSL_DEBUG=1`` bounds and
+  race checks see them, and ``fx.make_view(ptr, layout)`` is a view of the same memory.
+  Memory carved from a byte pool (:class:`PooledMemory`: shared allocations and
+  ``fx.get_dyn_shared()``) can be recast to another element type: a ``memref.view``
+  of the pool's bytes from the pointer's byte on.
+* **raw**: an integer address (``fx.inttoptr``, a recast of a global tensor's
+  pointer). Loads and stores are LLVM ``load``/``store`` through ``inttoptr`` in the
+  target's address space; no bounds checks.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import mlir.ir as ir
+from mlir.dialects import arith, llvm, memref, vector
+
+from ...errors import DSLTypeError
+from ...expr import dtypes as dt
+from ...expr import layout_algebra as la
+from ...expr.dtypes import DType
+from . import context
+from .memory_ops import _dynamic_shared_base, _space
+from .tensors import TensorValue, coerce_for_store, storage_type
+from .values import Value, as_value, cast, to_index
+from .views import FragmentValue, Memory, TensorView, add_offsets, as_view
+
+__all__ = [
+    "PointerValue", "add_offset", "get_dyn_shared", "get_iter", "inttoptr", "is_pointer",
+    "memref_load", "memref_load_vec", "memref_store", "memref_store_vec", "pointer_view",
+    "ptr_load", "ptr_store", "ptrtoint", "recast_iter", "shared_pool",
+]
+
+#: LLVM address space of a raw pointer per (backend, space); host backends use 0.
+_LLVM_SPACES = {"cuda": {"global": 0, "shared": 3}, "rocm": {"global": 1, "shared": 3}}
+
+
+class PooledMemory(Memory):
+    """Memory whose element 0 is byte ``pool_offset`` of the i8 memref ``pool``: a
+    shared allocation or the dynamic shared memory, recastable to other types."""
+
+    def __init__(self, mem: ir.Value, dtype: DType, space: str, name: str,
+                 pool: ir.Value, pool_offset):
+        super().__init__(mem, dtype, space, name)
+        self.pool, self.pool_offset = pool, pool_offset
+
+
+class PointerValue:
+    """A typed pointer inside a kernel (FlyDSL's ``!fly.ptr``).
+
+    ``p + k`` / ``fx.add_offset(p, k)`` moves it by ``k`` elements, ``p[k]`` reads
+    element ``k`` (``p[k] = v`` writes it), ``p.dtype`` is its element type and
+    ``p.address_space`` one of ``"global"``, ``"shared"``, ``"register"``."""
+
+    def __init__(self, dtype: DType, space: str, memory: Optional[Memory] = None,
+                 offset=0, address: Optional[Value] = None, alignment: int = 0):
+        self.dtype, self.space = dtype, space
+        self.memory, self.offset, self.address = memory, offset, address
+        self.alignment = alignment or _itemsize(dtype)
+
+    #: ``p[i]`` takes a runtime ``i`` (the front end's subscript check).
+    __flydsl_runtime_index__ = True
+    element_type = property(lambda self: self.dtype)
+    address_space = property(lambda self: self.space)
+    memspace = address_space
+
+    @property
+    def is_raw(self) -> bool:
+        return self.memory is None
+
+    def __repr__(self) -> str:
+        where = "raw address" if self.is_raw else self.memory.label()
+        return f"<flydsl pointer to {self.dtype.name} ({self.space}, {where})>"
+
+    def __add__(self, k) -> "PointerValue":
+        return add_offset(self, k)
+
+    __radd__ = __add__
+
+    def __sub__(self, k) -> "PointerValue":
+        return add_offset(self, -k)
+
+    def __getitem__(self, k) -> Value:
+        return ptr_load(add_offset(self, k))
+
+    def __setitem__(self, k, value) -> None:
+        ptr_store(value, add_offset(self, k))
+
+    def __flydsl_view__(self) -> TensorView:
+        """What ``fx.make_view(p, layout)`` sees: the memory ``p`` points into, from ``p`` on."""
+        if self.is_raw:
+            raise DSLTypeError("fx.make_view of a raw pointer (fx.inttoptr, or a global "
+                               "tensor's pointer recast to another type) is not supported: "
+                               "read and write it with fx.ptr_load/fx.ptr_store, or make "
+                               "the view from the tensor")
+        return TensorView(self.memory, self.offset, la.make_layout(1))
+
+    def byte_address(self) -> ir.Value:
+        """The pointer's address as an i64 (a host address on the CPU backend)."""
+        i64 = ir.IntegerType.get_signless(64)
+        if self.is_raw:
+            return cast(self.address, dt.Int64).v
+        idx_t = ir.IndexType.get()
+        mem = self.memory
+        base = memref.extract_aligned_pointer_as_index(mem.mem)
+        physical = getattr(mem, "physical", None)   # a swizzled view remaps offsets
+        offset = physical(self.offset) if physical is not None else self.offset
+        elems = arith.addi(memref.ExtractStridedMetadataOp(mem.mem).offset,
+                           to_index(offset))
+        addr = arith.addi(base, arith.muli(elems, arith.constant(idx_t, mem.itemsize)))
+        return arith.index_cast(i64, addr)
+
+    @property
+    def llvm_ptr(self) -> ir.Value:
+        """The pointer as an ``!llvm.ptr`` of the target's address space."""
+        backend = context.current().target.backend
+        space = _LLVM_SPACES.get(backend, {}).get(self.space, 0)
+        return llvm.inttoptr(llvm.PointerType.get(space), self.byte_address())
+
+
+def is_pointer(x) -> bool:
+    return isinstance(x, PointerValue)
+
+
+def _itemsize(dtype: DType) -> int:
+    return 1 if dtype.kind == "bool" else max(dtype.bits // 8, 1)
+
+
+def _need_pointer(fname: str, p) -> PointerValue:
+    if not isinstance(p, PointerValue):
+        raise DSLTypeError(f"fx.{fname} needs a pointer (fx.get_iter(t), an allocation's "
+                           f".ptr, fx.inttoptr(...)), got {type(p).__name__} {p!r}")
+    return p
+
+
+def _need_dtype(fname: str, dtype) -> DType:
+    dtype = getattr(dtype, "dtype", dtype) if not isinstance(dtype, DType) else dtype
+    if not isinstance(dtype, DType):
+        raise DSLTypeError(f"fx.{fname} needs an element type such as fx.Float32, "
+                           f"got {dtype!r}")
+    return dtype
+
+
+# -- making pointers --------------------------------------------------------------
+
+def get_iter(t) -> PointerValue:
+    """The pointer to element 0 of a tensor, shared array, view or fragment."""
+    if isinstance(t, PointerValue):
+        return t
+    view = as_view(t)
+    if view.memory is None:
+        raise DSLTypeError("fx.get_iter of a coordinate tensor: it has no memory to point at")
+    return PointerValue(view.memory.dtype, view.memory.space, view.memory, view.offset)
+
+
+def add_offset(p, k) -> PointerValue:
+    """``p`` moved by ``k`` elements (an int or an integer kernel value)."""
+    p = _need_pointer("add_offset", p)
+    if isinstance(k, tuple) and len(k) == 1:   # fx.make_int_tuple(n) (an IntTuple too)
+        k = k[0]
+    if not (isinstance(k, Value) or (isinstance(k, int) and not isinstance(k, bool))):
+        raise DSLTypeError(f"fx.add_offset moves a pointer by an integer number of elements, "
+                           f"got {k!r}")
+    if isinstance(k, Value) and k.dtype.kind != "int":
+        raise DSLTypeError(f"fx.add_offset moves a pointer by an integer, got a "
+                           f"{k.dtype.name} value")
+    if p.is_raw:
+        step = as_value(k, dt.Int64) if not isinstance(k, Value) else cast(k, dt.Int64)
+        addr = cast(p.address, dt.Int64) + step * _itemsize(p.dtype)
+        return PointerValue(p.dtype, p.space, address=addr, alignment=_itemsize(p.dtype))
+    return PointerValue(p.dtype, p.space, p.memory, add_offsets(p.offset, k),
+                        alignment=_itemsize(p.dtype))
+
+
+def recast_iter(dtype, p) -> PointerValue:
+    """``p`` seen as a pointer to ``dtype`` (C's ``reinterpret_cast``), same address."""
+    p = _need_pointer("recast_iter", p)
+    dtype = _need_dtype("recast_iter", dtype)
+    if dtype is p.dtype or (dtype.mlir == p.dtype.mlir and dtype.name == p.dtype.name):
+        return p
+    if p.is_raw:
+        return PointerValue(dtype, p.space, address=p.address)
+    mem = p.memory
+    if getattr(mem, "remap", None) is not None:
+        raise DSLTypeError(f"fx.recast_iter: the {mem.label()} is seen through a swizzle; "
+                           "recast the allocation's pointer before making the swizzled view")
+    if isinstance(mem, PooledMemory):
+        return _recast_pooled(mem, p.offset, dtype)
+    if mem.space == "register":
+        raise DSLTypeError(f"fx.recast_iter: a register fragment ({mem.label()}) cannot be "
+                           f"seen as {dtype.name}; make a fragment of {dtype.name} instead")
+    # a global tensor: a raw pointer at the same address
+    return PointerValue(dtype, p.space, address=Value(p.byte_address(), dt.Int64))
+
+
+def _recast_pooled(mem: PooledMemory, offset, dtype: DType) -> PointerValue:
+    idx_t = ir.IndexType.get()
+    size = _itemsize(dtype)
+    if isinstance(offset, int) and isinstance(mem.pool_offset, int):
+        start = mem.pool_offset + offset * mem.itemsize
+        shift = arith.constant(idx_t, start)
+    else:
+        start = None
+        base = mem.pool_offset if isinstance(mem.pool_offset, ir.Value) \
+            else arith.constant(idx_t, mem.pool_offset)
+        shift = arith.addi(base, arith.muli(to_index(offset),
+                                            arith.constant(idx_t, mem.itemsize)))
+    pool_bytes = ir.MemRefType(mem.pool.type).shape[0]
+    space = ir.MemRefType(mem.pool.type).memory_space
+    if start is not None and pool_bytes != ir.ShapedType.get_dynamic_size():
+        n = max((pool_bytes - start) // size, 0)
+        mtype = ir.MemRefType.get([n], storage_type(dtype), memory_space=space)
+        typed = memref.ViewOp(mtype, mem.pool, shift, []).result
+    else:
+        total = memref.dim(mem.pool, arith.constant(idx_t, 0))
+        left = arith.select(arith.cmpi(arith.CmpIPredicate.ugt, total, shift),
+                            arith.subi(total, shift), arith.constant(idx_t, 0))
+        n = arith.divui(left, arith.constant(idx_t, size))
+        mtype = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], storage_type(dtype),
+                                  memory_space=space)
+        typed = memref.ViewOp(mtype, mem.pool, shift, [n]).result
+    new = PooledMemory(typed, dtype, mem.space, mem.name, mem.pool,
+                       start if start is not None else shift)
+    return PointerValue(dtype, mem.space, new, 0)
+
+
+def shared_pool(nbytes: int, align: int, name: str) -> PointerValue:
+    """A new static shared-memory allocation of ``nbytes`` bytes aligned to ``align``
+    (a workgroup array named ``name`` in debug reports), as a UInt8 pointer."""
+    from .ops import name_shared_array, shared_array
+    t = shared_array((nbytes,), dt.UInt8)
+    func_op = context.current().func_op
+    k = int(t.name[len("shared"):])
+    _set_alignment(func_op, k, align)
+    if name:
+        name_shared_array(t, name)
+    return PointerValue(dt.UInt8, "shared", PooledMemory(t.mem, dt.UInt8, "shared",
+                                                         name or t.name, t.mem, 0), 0)
+
+
+def _set_alignment(func_op, k: int, align: int) -> None:
+    """``llvm.align`` on the ``k``-th workgroup attribution of the kernel."""
+    key = "workgroup_attrib_attrs"
+    attrs = list(ir.ArrayAttr(func_op.attributes[key])) if key in func_op.attributes else []
+    while len(attrs) <= k:
+        attrs.append(ir.DictAttr.get({}))
+    i64 = ir.IntegerType.get_signless(64)
+    attrs[k] = ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(i64, max(align, 1))})
+    func_op.attributes[key] = ir.ArrayAttr.get(attrs)
+
+
+def get_dyn_shared(dtype=None) -> PointerValue:
+    """The launch's dynamic shared memory (``extern __shared__``) as a pointer to
+    ``dtype`` (UInt8 bytes by default)."""
+    pool, _ = _dynamic_shared_base()
+    p = PointerValue(dt.UInt8, "shared",
+                     PooledMemory(pool, dt.UInt8, "shared", "dynamic shared memory", pool, 0), 0)
+    return p if dtype is None else recast_iter(dtype, p)
+
+
+def inttoptr(dtype, address, space: str = "global") -> PointerValue:
+    """A raw pointer to ``dtype`` at integer ``address`` (an integer kernel value)."""
+    dtype = _need_dtype("inttoptr", dtype)
+    if not isinstance(address, Value) or address.dtype.kind != "int":
+        raise DSLTypeError(f"fx.inttoptr needs an integer kernel value as address, "
+                           f"got {address!r}")
+    if space == "register":
+        raise DSLTypeError("fx.inttoptr: register memory has no address")
+    return PointerValue(dtype, space, address=cast(address, dt.Int64))
+
+
+def ptrtoint(p) -> Value:
+    """The address ``p`` points at, an Int64."""
+    p = _need_pointer("ptrtoint", p)
+    if p.space == "register":
+        raise DSLTypeError("fx.ptrtoint: register memory has no address")
+    return Value(p.byte_address(), dt.Int64)
+
+
+def pointer_view(p: PointerValue, layout: la.Layout) -> TensorView:
+    """``fx.make_view(ptr, layout)``: the memory ``p`` points into, seen through ``layout``
+    from ``p`` on."""
+    p.__flydsl_view__()      # a raw pointer: the error
+    return TensorView(p.memory, p.offset, layout)
+
+
+# -- loads and stores through pointers -----------------------------------------------
+
+def _vector_width(result_type, dtype: DType) -> tuple:
+    """(element dtype, lanes or 0 for a scalar) of a ptr_load ``result_type``."""
+    if result_type is None:
+        return dtype, 0
+    if isinstance(result_type, DType):
+        return result_type, 0
+    if isinstance(result_type, ir.Type) and _is_vector(result_type):
+        vt = ir.VectorType(result_type)
+        return _dtype_of(vt.element_type, dtype), vt.shape[0]
+    lanes = getattr(result_type, "lanes", None) or getattr(result_type, "size", None)
+    elem = getattr(result_type, "dtype", None) or getattr(result_type, "element_type", None)
+    if isinstance(lanes, int) and isinstance(elem, DType):
+        return elem, lanes
+    raise DSLTypeError(f"fx.ptr_load result_type must be an element type or a vector type, "
+                       f"got {result_type!r}")
+
+
+def _is_vector(t: ir.Type) -> bool:
+    try:
+        ir.VectorType(t)
+    except ValueError:
+        return False
+    return True
+
+
+def _dtype_of(t: ir.Type, like: DType) -> DType:
+    text = str(t)
+    if text == like.mlir:
+        return like
+    for d in (dt.Float32, dt.Float16, dt.BFloat16, dt.Float64, dt.Int32, dt.Int64, dt.Int16,
+              dt.Int8):
+        if d.mlir == text:
+            return d
+    raise DSLTypeError(f"fx.ptr_load: unsupported element type {text}")
+
+
+def ptr_load(p, result_type=None):
+    """One element (or a vector of them with a vector ``result_type``) at ``p``."""
+    p = _need_pointer("ptr_load", p)
+    dtype, lanes = _vector_width(result_type, p.dtype)
+    if dtype.mlir != p.dtype.mlir:
+        p = recast_iter(dtype, p)
+    if not p.is_raw:
+        if lanes == 0:
+            return p.memory.load(p.offset)
+        return FragmentValue([p.memory.load(add_offsets(p.offset, k)) for k in range(lanes)],
+                             (lanes,), dtype)
+    elem = storage_type(dtype)
+    if lanes == 0:
+        raw = llvm.load(elem, p.llvm_ptr, alignment=p.alignment)
+        return Value(raw, dtype) if dtype.kind != "bool" else Value(
+            arith.cmpi(arith.CmpIPredicate.ne, raw, arith.constant(elem, 0)), dt.Bool)
+    vec = llvm.load(ir.VectorType.get([lanes], elem), p.llvm_ptr, alignment=p.alignment)
+    i32 = ir.IntegerType.get_signless(32)
+    items = [Value(llvm.extractelement(vec, arith.constant(i32, k)), dtype)
+             for k in range(lanes)]
+    return FragmentValue(items, (lanes,), dtype)
+
+
+def ptr_store(value, p) -> None:
+    """Store ``value`` (a scalar, or a fragment/vector of consecutive elements) at ``p``."""
+    p = _need_pointer("ptr_store", p)
+    items = _elements(value)
+    if items is None:
+        items = [value]
+    for k, item in enumerate(items):
+        q = add_offset(p, k) if k else p
+        if not q.is_raw:
+            q.memory.store(q.offset, item)
+            continue
+        v = coerce_for_store(item, q.dtype, "fx.ptr_store")
+        raw = arith.extui(ir.IntegerType.get_signless(8), v.v) if q.dtype.kind == "bool" \
+            else v.v
+        llvm.store(raw, q.llvm_ptr, alignment=q.alignment)
+
+
+def _elements(value) -> Optional[list]:
+    """The element values of a fragment, vector or sequence; None for a scalar."""
+    if isinstance(value, FragmentValue):
+        return list(value.values)
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    to_list = getattr(value, "to_elements", None) or getattr(value, "elements", None)
+    if callable(to_list):
+        return list(to_list())
+    raw = value if isinstance(value, ir.Value) else None
+    if raw is None and isinstance(value, Value):
+        raw = value.v
+    if raw is not None and _is_vector(raw.type):
+        vt = ir.VectorType(raw.type)
+        dtype = _dtype_of(vt.element_type, dt.Float32)
+        return [Value(vector.extract(raw, [], [k]), dtype) for k in range(vt.shape[0])]
+    return None
+
+
+# -- memref_load / memref_store (FlyDSL's element access on views) ---------------------
+
+def _index(idx):
+    if isinstance(idx, list):
+        return tuple(idx)
+    return idx
+
+
+def memref_load(t, idx) -> Value:
+    """Element ``idx`` (an index or a coordinate) of tensor/view ``t``."""
+    view = as_view(t) if not isinstance(t, PointerValue) else None
+    if view is None:
+        return ptr_load(add_offset(t, idx))
+    return view[_index(idx)]
+
+
+def memref_store(value, t, idx) -> None:
+    """Store ``value`` into element ``idx`` of tensor/view ``t``."""
+    if isinstance(t, PointerValue):
+        ptr_store(value, add_offset(t, idx))
+        return
+    view = as_view(t)
+    view[_index(idx)] = value
+
+
+def memref_load_vec(t) -> FragmentValue:
+    """Every element of ``t`` (a view of constant size) in layout order."""
+    return as_view(t).load()
+
+
+def memref_store_vec(value, t) -> None:
+    """Store the elements of ``value`` into ``t`` (a view of as many elements)."""
+    view = as_view(t)
+    items = _elements(value)
+    if items is None:
+        view.store(value if isinstance(value, Value) else as_value(value, view.dtype))
+        return
+    n = view.size()
+    if len(items) != n:
+        raise DSLTypeError(f"fx.memref_store_vec: {len(items)} values into a view of {n} "
+                           f"elements ({view.layout!r})")
+    for k, item in enumerate(items):
+        view[k] = item

@@ -1,0 +1,273 @@
+"""Pointers and element access in FlyDSL's spelling (``flydsl.expr.primitive``'s
+``get_iter``, ``add_offset``, ``recast_iter``, ``ptr_load``, ``ptr_store``, ``ptrtoint``,
+``inttoptr``, ``make_ptr``, ``get_dyn_shared``, ``memref_load``/``memref_store`` and
+their ``_vec`` forms, ``memref_alloca``).
+
+A pointer points at an element of a tensor, shared allocation or register fragment
+(``fx.get_iter(t)``, an allocation's ``.ptr``): ``p + k`` moves it by ``k`` elements,
+``p[k]`` reads and ``p[k] = v`` writes, ``fx.make_view(p, layout)`` is a view of the
+memory from ``p`` on. Pointers into shared memory recast to other element types; a
+raw address (``fx.inttoptr``) is read and written with ``fx.ptr_load``/``ptr_store``.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Optional
+
+from .dtypes import DType
+from .implementation import ops as _ops
+
+__all__ = [
+    "AddressSpace", "Pointer", "PointerType", "add_offset", "get_dyn_shared", "get_iter",
+    "inttoptr", "make_ptr", "memref_alloca", "memref_load", "memref_load_vec",
+    "memref_store", "memref_store_vec", "ptr_load", "ptr_store", "ptrtoint", "recast_iter",
+]
+
+
+class AddressSpace(enum.IntEnum):
+    """Where a pointer points (FlyDSL's numbering): ``Generic`` 0, ``Global`` 1
+    (device memory), ``Shared`` 2 (workgroup memory / LDS), ``Register`` 3."""
+
+    Generic = 0
+    Global = 1
+    Shared = 2
+    Register = 3
+
+
+_SPACE_NAMES = {AddressSpace.Generic: "global", AddressSpace.Global: "global",
+                AddressSpace.Shared: "shared", AddressSpace.Register: "register"}
+
+
+def _space_name(space) -> str:
+    if isinstance(space, str):
+        return space
+    try:
+        return _SPACE_NAMES[AddressSpace(int(space))]
+    except (ValueError, TypeError):
+        raise ValueError(f"unknown address space {space!r}: use fx.AddressSpace.Global, "
+                         ".Shared or .Register") from None
+
+
+def _dtype(x) -> DType:
+    """A dtype from a dtype, a pointer type, or an MLIR type (``T.f32``)."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, PointerType):
+        return x.dtype
+    inner = getattr(x, "dtype", None)
+    if isinstance(inner, DType):
+        return inner
+    from . import dtypes as dt
+    text = str(x() if callable(x) and not isinstance(x, type) else x)
+    for name in ("Float32", "Float16", "BFloat16", "Float64", "Int32", "Int64", "Int16",
+                 "Int8", "Bool"):
+        d = getattr(dt, name)
+        if d.mlir == text:
+            return d
+    raise TypeError(f"{x!r} is not an element type (use fx.Float32, fx.Int32, ...)")
+
+
+class PointerType:
+    """A pointer's type: element type, address space and alignment in bytes, for
+    :func:`inttoptr` and :func:`make_ptr`.
+
+    Example: ``fx.PointerType.get(fx.Int32, fx.AddressSpace.Global, 4)``
+    """
+
+    def __init__(self, dtype: DType, address_space=AddressSpace.Global, alignment: int = 0):
+        self.dtype, self.address_space, self.alignment = dtype, address_space, alignment
+
+    @classmethod
+    def get(cls, elem_ty=None, address_space=AddressSpace.Global, alignment: int = 0, *,
+            dtype=None) -> "PointerType":
+        """The pointer type to ``elem_ty`` in ``address_space``."""
+        return cls(_dtype(elem_ty if elem_ty is not None else dtype), address_space,
+                   alignment)
+
+    element_type = property(lambda self: self.dtype)
+
+    def __repr__(self) -> str:
+        return f"PointerType({self.dtype!r}, {AddressSpace(int(self.address_space)).name}" \
+            f"{', align ' + str(self.alignment) if self.alignment else ''})" \
+            if not isinstance(self.address_space, str) else \
+            f"PointerType({self.dtype!r}, {self.address_space})"
+
+
+class _PointerAnnotation:
+    """``fx.Pointer`` (FlyDSL's pointer kernel parameter annotation). Pointer
+    parameters are not supported yet; inside a kernel make pointers with
+    :func:`get_iter`, an allocation's ``.ptr`` or :func:`inttoptr`."""
+
+    def __getitem__(self, dtype) -> PointerType:
+        return PointerType(_dtype(dtype))
+
+    def __repr__(self) -> str:
+        return "fx.Pointer"
+
+
+Pointer = _PointerAnnotation()
+
+
+def get_iter(t):
+    """The pointer to the first element of tensor, view, shared allocation or fragment ``t``.
+
+    Returns: a pointer of ``t``'s element type and memory.
+
+    Example: ``p = fx.get_iter(x); y[0] = p[3]``   # x's element 3
+    """
+    return _ops().get_iter(t)
+
+
+def add_offset(ptr, offset):
+    """``ptr`` moved by ``offset`` elements (an int, an integer kernel value, or a
+    one-element int tuple); ``ptr + offset`` is the same.
+
+    Returns: a pointer of the same type.
+
+    Example: ``row = fx.add_offset(fx.get_iter(x), r * n)``
+    """
+    return _ops().add_offset(ptr, offset)
+
+
+def recast_iter(result_type, src):
+    """``src`` seen as a pointer to ``result_type`` (a dtype or a ``PointerType``), the
+    same address (C's ``reinterpret_cast``). Pointers into shared memory stay views
+    (bounds-checked under ``FLYDSL_DEBUG=1``); a global tensor's pointer becomes a raw
+    address.
+
+    Returns: a pointer to ``result_type``.
+
+    Example: ``w = fx.recast_iter(fx.Int32, smem.ptr)  # the same bytes as Int32``
+    """
+    return _ops().recast_iter(_dtype(result_type), src)
+
+
+def ptr_load(ptr, result_type=None):
+    """The element ``ptr`` points at (of ``result_type``, the pointer's element type by
+    default; a vector type such as an MLIR ``vector<4xf32>`` reads that many
+    consecutive elements).
+
+    Returns: a value; for a vector type, the elements as a fragment value (``v[k]``,
+    elementwise arithmetic).
+
+    Example: ``v = fx.ptr_load(fx.get_iter(x) + 4)``
+    """
+    return _ops().ptr_load(ptr, result_type)
+
+
+def ptr_store(value, ptr) -> None:
+    """Store ``value`` at ``ptr`` (a fragment value or vector: its elements at ``ptr``,
+    ``ptr + 1``, ...), converted to the pointer's element type as stores are.
+
+    Example: ``fx.ptr_store(fx.Float32(1.0), fx.get_iter(y) + i)``
+    """
+    _ops().ptr_store(value, ptr)
+
+
+def ptrtoint(ptr):
+    """The address ``ptr`` points at, as an Int64 (a host address on the CPU backend).
+
+    Returns: an Int64 value.
+
+    Example: ``addr = fx.ptrtoint(fx.get_iter(x))``
+    """
+    return _ops().ptrtoint(ptr)
+
+
+def inttoptr(result_type, src):
+    """A raw pointer at the integer address ``src`` (``result_type``: a
+    ``PointerType``, or a dtype for a global pointer). Reads and writes through it are
+    not bounds-checked.
+
+    Returns: a pointer.
+
+    Example: ``q = fx.inttoptr(fx.PointerType.get(fx.Float32), fx.ptrtoint(p) + 16)``
+    """
+    space = _space_name(getattr(result_type, "address_space", AddressSpace.Global))
+    return _ops().inttoptr(_dtype(result_type), src, space)
+
+
+def make_ptr(result_type, args, *, dict_attrs=None):
+    """A pointer of ``result_type`` (a ``PointerType``) at the address ``args[0]``
+    (an integer kernel value), as :func:`inttoptr`.
+
+    Returns: a pointer.
+
+    Example: ``p = fx.make_ptr(fx.PointerType.get(fx.Int32), [addr])``
+    """
+    args = list(args) if isinstance(args, (list, tuple)) else [args]
+    if len(args) != 1:
+        raise TypeError("fx.make_ptr takes one address: fx.make_ptr(ptr_type, [address]); "
+                        "allocate shared memory with fx.SharedAllocator")
+    return inttoptr(result_type, args[0])
+
+
+def get_dyn_shared(dtype=None):
+    """The launch's dynamic shared memory (``launch(..., smem=bytes)``, CUDA's
+    ``extern __shared__``) as a pointer to ``dtype`` (bytes when None). Every call
+    sees the same bytes; reads past ``smem`` are out of bounds (reported under
+    ``FLYDSL_DEBUG=1``).
+
+    Returns: a shared-memory pointer.
+
+    Example: ``buf = fx.make_view(fx.get_dyn_shared(fx.Float32), fx.make_layout(256))``
+    """
+    return _ops().get_dyn_shared(None if dtype is None else _dtype(dtype))
+
+
+def memref_load(memref, indices):
+    """Element ``indices`` (an index or coordinate, through the view's layout) of a
+    tensor or view; a pointer reads ``ptr[indices]``.
+
+    Returns: a value of the element type.
+
+    Example: ``v = fx.memref_load(red, lane)``
+    """
+    return _ops().memref_load(memref, indices)
+
+
+def memref_store(value, memref, indices) -> None:
+    """Store ``value`` into element ``indices`` of a tensor or view (or ``ptr[indices]``).
+
+    Example: ``fx.memref_store(w, red, wave)``
+    """
+    _ops().memref_store(value, memref, indices)
+
+
+def memref_load_vec(memref):
+    """Every element of a view of constant size (a register fragment, a tile), in the
+    order of its layout.
+
+    Returns: a fragment value: ``v[k]``, ``len(v)``, ``.to(dtype)``, elementwise
+    arithmetic with values and other fragments.
+
+    Example: ``v = fx.memref_load_vec(regs) * 2.0``
+    """
+    return _ops().memref_load_vec(memref)
+
+
+def memref_store_vec(vector, memref) -> None:
+    """Store a fragment value (or vector, or list of values) into a view of as many
+    elements, in the order of its layout; a single value fills it.
+
+    Example: ``fx.memref_store_vec(fx.memref_load_vec(regs) * 2.0, regs)``
+    """
+    _ops().memref_store_vec(vector, memref)
+
+
+def memref_alloca(memref_type, layout):
+    """Per-thread registers of ``memref_type``'s element type (a dtype, or anything
+    with ``.dtype``/``.element_type``) seen through ``layout``: as
+    ``fx.make_rmem_tensor(layout, dtype)``.
+
+    Returns: a register fragment.
+
+    Example: ``acc = fx.memref_alloca(fx.Float32, fx.make_layout(4, 1))``
+    """
+    from .layout import make_rmem_tensor
+    dtype = memref_type if isinstance(memref_type, DType) else \
+        getattr(memref_type, "dtype", None) or getattr(memref_type, "element_type", None)
+    return make_rmem_tensor(layout, _dtype(dtype))
+
+
+del Any, Optional

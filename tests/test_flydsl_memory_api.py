@@ -1,0 +1,251 @@
+"""FlyDSL's memory API on the CPU backend: ``@fx.struct`` / ``fx.Array`` allocated by
+``fx.SharedAllocator``, ``fx.memref_load``/``memref_store`` (and ``_vec``),
+``fx.make_rmem_tensor``, and pointers (``fx.get_iter``, ``add_offset``, ``recast_iter``,
+``ptr_load``/``ptr_store``, ``ptrtoint``/``inttoptr``, ``fx.make_view(ptr, layout)``,
+``fx.get_dyn_shared``). Kernels run and are checked against numpy; the shared-memory
+ones also compile for sm_90 and gfx942, and FLYDSL_DEBUG=1 bounds and race checks see
+the arrays an allocator made, by their field names.
+"""
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import DSLError
+from flydsl.runtime.debug_checks import OutOfBoundsError, SharedMemoryRaceError
+from conftest import marked_line
+
+WARPS = 4
+
+
+@fx.struct
+class Smem:
+    s_red: fx.Array[fx.Float32, WARPS, 16]
+    count: fx.Int32
+
+
+@flydsl.kernel
+def block_sum(x: fx.Tensor, out: fx.Tensor):
+    """Sum of a block's 4 x 8 values: per-"warp" partial sums through a struct's array
+    (as upstream's softmax block_reduce), then thread 0 adds them."""
+    tid = fx.thread_idx.x
+    lds = fx.SharedAllocator().allocate(Smem).peek()
+    red = lds.s_red.view(fx.make_layout(WARPS, 1))
+    if tid < WARPS:
+        acc = 0.0
+        for k in fx.range_constexpr(8):
+            acc += x[fx.block_idx.x * 32 + tid * 8 + k]
+        fx.memref_store(acc, red, tid)
+    fx.barrier()
+    if tid == 0:
+        total = fx.memref_load(red, 0)
+        for w in fx.range_constexpr(1, WARPS):
+            total = total + fx.memref_load(red, w)
+        out[fx.block_idx.x] = total
+
+
+def test_struct_array_view_memref_load_store():
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(2, np.float32)
+    block_sum[2, 32](x, out)
+    np.testing.assert_array_equal(out, x.reshape(2, 32).sum(axis=1))
+
+
+def test_struct_layout_follows_c_rules():
+    assert fx.Array[fx.Float32, 4, 16].__dsl_size_of__() == 16
+    assert fx.Array[fx.Float32, 4, 16].__dsl_align_of__() == 16
+
+    @fx.struct
+    class Mixed:
+        a: fx.Int8
+        b: fx.Array[fx.Float32, 3, 16]
+        c: fx.Int16
+
+    # a at 0, b at 16 (12 bytes), c at 28: 30 bytes, rounded up to the alignment 16
+    assert Mixed.__dsl_size_of__() == 32 and Mixed.__dsl_align_of__() == 16
+    assert Mixed(a=1, b=2, c=3).replace(c=4).c == 4
+
+
+def test_array_and_struct_mistakes_are_clear():
+    with pytest.raises(TypeError, match="positive int"):
+        fx.Array[fx.Float32, 0]
+    with pytest.raises(TypeError, match="power of two"):
+        fx.Array[fx.Float32, 4, 12]
+    with pytest.raises(TypeError, match="cannot be stored"):
+        @fx.struct
+        class Bad:
+            a: int
+    with pytest.raises(DSLError, match="inside a @flydsl.kernel"):
+        fx.SharedAllocator()
+
+
+@flydsl.kernel
+def reverse_through_array(x: fx.Tensor, y: fx.Tensor):
+    """An array allocated directly; its elements through a[i] and its pointer."""
+    t = fx.thread_idx.x
+    a = fx.SharedAllocator().allocate(fx.Array[fx.Float32, 16]).peek()
+    a[t] = x[t]
+    fx.barrier()
+    p = fx.add_offset(a.ptr, 15 - t)
+    y[t] = fx.ptr_load(p) + a.ptr[0]
+
+
+def test_array_indexing_and_pointer_arithmetic():
+    x = np.arange(16, dtype=np.float32) + 1
+    y = np.zeros(16, np.float32)
+    reverse_through_array[1, 16](x, y)
+    np.testing.assert_array_equal(y, x[::-1] + x[0])
+
+
+@flydsl.kernel
+def bytes_as_ints(x: fx.Tensor, y: fx.Tensor):
+    """A raw byte allocation written as Float32 and read back as Int32 (its bits)."""
+    t = fx.thread_idx.x
+    raw = fx.SharedAllocator().allocate(64).peek()
+    f = fx.recast_iter(fx.Float32, raw.ptr)
+    fx.ptr_store(x[t], f + t)
+    fx.barrier()
+    i = fx.recast_iter(fx.Int32, raw.ptr)
+    y[t] = i[t]
+
+
+def test_recast_iter_reinterprets_shared_bytes():
+    x = np.linspace(-2, 3, 16, dtype=np.float32)
+    y = np.zeros(16, np.int32)
+    bytes_as_ints[1, 16](x, y)
+    np.testing.assert_array_equal(y, x.view(np.int32))
+
+
+@flydsl.kernel
+def scale_in_registers(x: fx.Tensor, y: fx.Tensor):
+    """make_rmem_tensor + memref_load_vec/store_vec, fragment arithmetic."""
+    t = fx.thread_idx.x
+    r = fx.make_rmem_tensor(4, fx.Float32)
+    for k in fx.range_constexpr(4):
+        fx.memref_store(x[t * 4 + k], r, k)
+    v = fx.memref_load_vec(r)
+    fx.memref_store_vec(v * 2.0 + 1.0, r)
+    w = fx.memref_load_vec(r)
+    for k in fx.range_constexpr(4):
+        y[t * 4 + k] = w[k]
+
+
+def test_register_tensor_vectors():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    scale_in_registers[1, 8](x, y)
+    np.testing.assert_array_equal(y, x * 2 + 1)
+
+
+@flydsl.kernel
+def global_pointers(x: fx.Tensor, y: fx.Tensor):
+    """get_iter of tensors, a view from a pointer, ptrtoint/inttoptr round trip."""
+    t = fx.thread_idx.x
+    src = fx.get_iter(x)
+    row = fx.make_view(src + 8, fx.make_layout(8, 1))      # x[8:16]
+    addr = fx.ptrtoint(fx.get_iter(y))
+    dst = fx.inttoptr(fx.PointerType.get(fx.Float32, fx.AddressSpace.Global), addr)
+    fx.ptr_store(row[t] * 10.0, dst + t)
+    bits = fx.recast_iter(fx.Int32, src)                   # a raw pointer
+    y[8 + t] = fx.Float32(fx.ptr_load(bits + t) & 0xFF)
+
+
+def test_global_pointers():
+    x = np.arange(16, dtype=np.float32) + 0.5
+    y = np.zeros(16, np.float32)
+    global_pointers[1, 8](x, y)
+    np.testing.assert_array_equal(y[:8], x[8:] * 10)
+    np.testing.assert_array_equal(y[8:], (x[:8].view(np.int32) & 0xFF).astype(np.float32))
+
+
+@flydsl.kernel
+def dynamic_words(x: fx.Tensor, y: fx.Tensor):
+    t = fx.thread_idx.x
+    buf = fx.make_view(fx.get_dyn_shared(fx.Float32), fx.make_layout(32, 1))
+    buf[t] = x[t]
+    fx.barrier()
+    y[t] = buf[31 - t]
+
+
+def test_get_dyn_shared():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    dynamic_words[1, 32, 128](x, y)
+    np.testing.assert_array_equal(y, x[::-1])
+
+
+def test_make_view_of_a_raw_pointer_is_refused():
+    @flydsl.kernel
+    def k(x: fx.Tensor):
+        p = fx.inttoptr(fx.Float32, fx.ptrtoint(fx.get_iter(x)))
+        fx.make_view(p, fx.make_layout(4, 1))[0] = 1.0
+
+    with pytest.raises(DSLError, match="raw pointer"):
+        k[1, 1](np.zeros(4, np.float32))
+
+
+# -- GPU targets -----------------------------------------------------------------------
+
+def test_struct_arrays_compile_for_gpus():
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(2, np.float32)
+
+    @flydsl.jit
+    def run(x: fx.Tensor, out: fx.Tensor):
+        block_sum(x, out).launch(grid=(2, 1, 1), block=(32, 1, 1))
+
+    ptx = flydsl.compile(run, x, out, backend="cuda", arch="sm_90").asm["ptx"]
+    llir = flydsl.compile(run, x, out, backend="rocm", arch="gfx942").asm["llir"]
+    assert ".shared .align 16 .b8" in ptx and "st.shared.b32" in ptx
+    assert "addrspace(3) global [16 x i8] undef, align 16" in llir
+
+
+def test_pointers_compile_for_gpus():
+    x = np.arange(16, dtype=np.float32)
+    y = np.zeros(16, np.float32)
+
+    @flydsl.jit
+    def run(x: fx.Tensor, y: fx.Tensor):
+        global_pointers(x, y).launch(grid=(1, 1, 1), block=(8, 1, 1))
+        bytes_as_ints(x, y).launch(grid=(1, 1, 1), block=(16, 1, 1))
+
+    for backend, arch, stage in (("cuda", "sm_90", "ptx"), ("rocm", "gfx942", "amdgcn")):
+        asm = flydsl.compile(run, x, y, backend=backend, arch=arch).asm[stage]
+        assert asm
+
+
+# -- debug mode --------------------------------------------------------------------------
+
+@flydsl.kernel
+def past_the_array(x: fx.Tensor, y: fx.Tensor):
+    t = fx.thread_idx.x
+    lds = fx.SharedAllocator().allocate(Smem).peek()
+    red = lds.s_red.view(fx.make_layout(WARPS, 1))
+    fx.memref_store(x[t], red, t)  # OOB-FIELD
+    fx.barrier()
+    y[t] = fx.memref_load(red, 0)
+
+
+def test_out_of_bounds_on_an_allocated_field_is_reported(monkeypatch):
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    with pytest.raises(OutOfBoundsError) as info:
+        past_the_array[1, 8](np.zeros(8, np.float32), np.zeros(8, np.float32))
+    e = info.value
+    assert "s_red" in e.tensor and e.op == "store"
+    assert e.lineno == marked_line(__file__, "OOB-FIELD")
+
+
+@flydsl.kernel
+def racy_sum(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    a = fx.SharedAllocator().allocate(Smem).peek().s_red
+    a[t] = x[t]  # RACE
+    out[t] = a[3 - t]
+
+
+def test_a_race_on_an_allocated_field_is_reported(monkeypatch):
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    with pytest.raises(SharedMemoryRaceError) as info:
+        racy_sum[1, 4](np.zeros(4, np.float32), np.zeros(4, np.float32))
+    assert "s_red" in info.value.tensor
+    assert info.value.lineno == marked_line(__file__, "RACE")
