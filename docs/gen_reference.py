@@ -70,6 +70,11 @@ SECTIONS: list[tuple[str, str]] = [
      "Arrays a kernel allocates and atomic updates. Every atomic takes `(t, index, ...)`, "
      "where `t` is a tensor or shared array and `index` an int or a tuple of them, and "
      "returns the value `t[index]` held just before the update, in `t`'s element type."),
+    ("Pointers and shared structs",
+     "FlyDSL's pointers (`fx.get_iter`, `fx.add_offset`, `fx.recast_iter`, `fx.ptr_load`, "
+     "...), element access (`fx.memref_load`/`memref_store` and their `_vec` forms) and "
+     "structured shared memory (`@fx.struct` records of `fx.Array` fields carved by "
+     "`fx.SharedAllocator`)."),
     ("Warp and block collectives",
      "A warp is `fx.warp_size()` lanes of consecutive linear thread ids (32 on CUDA and "
      "the CPU, 64 on CDNA). `fx.block_*` and `fx.syncthreads_*` use shared memory and "
@@ -99,6 +104,8 @@ SECTIONS: list[tuple[str, str]] = [
 SECTION_OF_MODULE = {
     "flydsl.expr.numeric": "Math",
     "flydsl.expr.memory": "Memory and atomics",
+    "flydsl.expr.pointer": "Pointers and shared structs",
+    "flydsl.expr.struct": "Pointers and shared structs",
     "flydsl.expr.warp": "Warp and block collectives",
     "flydsl.expr.debug": "Debugging",
     "flydsl.expr.dtypes": "Types",

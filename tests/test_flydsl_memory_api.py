@@ -116,6 +116,60 @@ def test_recast_iter_reinterprets_shared_bytes():
     np.testing.assert_array_equal(y, x.view(np.int32))
 
 
+def test_a_recast_view_is_bounds_checked(monkeypatch):
+    """The 64 bytes seen as Float32 hold 16 of them: thread 16 stores past the end."""
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    with pytest.raises(OutOfBoundsError) as info:
+        bytes_as_ints[1, 17](np.zeros(17, np.float32), np.zeros(17, np.int32))
+    assert (info.value.index, info.value.size) == (16, 16)
+
+
+@fx.struct
+class AB:
+    a: fx.Array[fx.Float32, 8, 16]
+    b: fx.Array[fx.Float32, 8, 16]
+
+
+@fx.union
+class Overlay:
+    ab: AB
+    c: fx.Array[fx.Int32, 16, 16]
+
+
+@fx.struct
+class WithScalar:
+    total: fx.Float32
+    pad: fx.Array[fx.Int8, 3]
+
+
+@flydsl.kernel
+def union_overlay(x: fx.Tensor, y: fx.Tensor, z: fx.Tensor):
+    """A union's members share bytes (upstream's GEMM: A/B stages, then C, in one
+    allocation); a struct's scalar field is peeked and poked."""
+    t = fx.thread_idx.x
+    storage = fx.SharedAllocator().allocate(Overlay)
+    c = storage.c.peek()
+    c[t] = t * 10
+    fx.barrier()
+    a, b = storage.ab.a.peek(), storage.ab.b.peek()
+    y[t] = fx.cast(a.ptr[t] if t < 8 else b[t - 8], fx.Float32)  # bytes of c, as floats
+    s = fx.SharedAllocator().allocate(WithScalar)
+    if t == 0:
+        s.total.poke(x[0] + x[1])
+    fx.barrier()
+    z[t] = s.total.peek() + s.peek().total
+
+
+def test_union_members_share_bytes_and_scalars_peek_poke():
+    x = np.array([1.5, 2.0] + [0.0] * 14, np.float32)
+    y = np.zeros(16, np.float32)
+    z = np.zeros(16, np.float32)
+    union_overlay[1, 16](x, y, z)
+    np.testing.assert_array_equal(y, (np.arange(16, dtype=np.int32) * 10).view(np.float32))
+    np.testing.assert_array_equal(z, np.full(16, 7.0, np.float32))
+    assert Overlay.__dsl_size_of__() == 64 and WithScalar.__dsl_size_of__() == 8
+
+
 @flydsl.kernel
 def scale_in_registers(x: fx.Tensor, y: fx.Tensor):
     """make_rmem_tensor + memref_load_vec/store_vec, fragment arithmetic."""

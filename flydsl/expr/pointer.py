@@ -21,12 +21,19 @@ __all__ = [
     "AddressSpace", "Pointer", "PointerType", "add_offset", "get_dyn_shared", "get_iter",
     "inttoptr", "make_ptr", "memref_alloca", "memref_load", "memref_load_vec",
     "memref_store", "memref_store_vec", "ptr_load", "ptr_store", "ptrtoint", "recast_iter",
+    "to_llvm_ptr",
 ]
 
 
 class AddressSpace(enum.IntEnum):
     """Where a pointer points (FlyDSL's numbering): ``Generic`` 0, ``Global`` 1
-    (device memory), ``Shared`` 2 (workgroup memory / LDS), ``Register`` 3."""
+    (device memory), ``Shared`` 2 (workgroup memory / LDS), ``Register`` 3.
+
+    Example::
+
+        >>> int(fx.AddressSpace.Shared)
+        2
+    """
 
     Generic = 0
     Global = 1
@@ -71,7 +78,10 @@ class PointerType:
     """A pointer's type: element type, address space and alignment in bytes, for
     :func:`inttoptr` and :func:`make_ptr`.
 
-    Example: ``fx.PointerType.get(fx.Int32, fx.AddressSpace.Global, 4)``
+    Example::
+
+        >>> fx.PointerType.get(fx.Int32, fx.AddressSpace.Global, 4)
+        PointerType(fx.Int32, Global, align 4)
     """
 
     def __init__(self, dtype: DType, address_space=AddressSpace.Global, alignment: int = 0):
@@ -96,7 +106,14 @@ class PointerType:
 class _PointerAnnotation:
     """``fx.Pointer`` (FlyDSL's pointer kernel parameter annotation). Pointer
     parameters are not supported yet; inside a kernel make pointers with
-    :func:`get_iter`, an allocation's ``.ptr`` or :func:`inttoptr`."""
+    :func:`get_iter`, an allocation's ``.ptr`` or :func:`inttoptr`.
+    ``fx.Pointer[dtype]`` is the pointer type to ``dtype``.
+
+    Example::
+
+        >>> fx.Pointer[fx.Float32]
+        PointerType(fx.Float32, Global)
+    """
 
     def __getitem__(self, dtype) -> PointerType:
         return PointerType(_dtype(dtype))
@@ -113,7 +130,10 @@ def get_iter(t):
 
     Returns: a pointer of ``t``'s element type and memory.
 
-    Example: ``p = fx.get_iter(x); y[0] = p[3]``   # x's element 3
+    Example::
+
+        p = fx.get_iter(x)
+        y[i] = p[i] + p[0]
     """
     return _ops().get_iter(t)
 
@@ -124,7 +144,10 @@ def add_offset(ptr, offset):
 
     Returns: a pointer of the same type.
 
-    Example: ``row = fx.add_offset(fx.get_iter(x), r * n)``
+    Example::
+
+        row = fx.add_offset(fx.get_iter(x), i * 4)   # x[i * 4:]
+        y[i] = row[3]
     """
     return _ops().add_offset(ptr, offset)
 
@@ -137,7 +160,12 @@ def recast_iter(result_type, src):
 
     Returns: a pointer to ``result_type``.
 
-    Example: ``w = fx.recast_iter(fx.Int32, smem.ptr)  # the same bytes as Int32``
+    Example::
+
+        a = fx.SharedAllocator().allocate(fx.Array[fx.Float32, 64]).peek()
+        a[fx.thread_idx.x] = x[i]
+        bits = fx.recast_iter(fx.Int32, a.ptr)       # the same bytes as Int32
+        y[i] = fx.cast(bits[fx.thread_idx.x] >> 23, fx.Float32)   # sign and exponent
     """
     return _ops().recast_iter(_dtype(result_type), src)
 
@@ -150,7 +178,7 @@ def ptr_load(ptr, result_type=None):
     Returns: a value; for a vector type, the elements as a fragment value (``v[k]``,
     elementwise arithmetic).
 
-    Example: ``v = fx.ptr_load(fx.get_iter(x) + 4)``
+    Example: ``y[i] = fx.ptr_load(fx.get_iter(x) + i)``
     """
     return _ops().ptr_load(ptr, result_type)
 
@@ -159,7 +187,7 @@ def ptr_store(value, ptr) -> None:
     """Store ``value`` at ``ptr`` (a fragment value or vector: its elements at ``ptr``,
     ``ptr + 1``, ...), converted to the pointer's element type as stores are.
 
-    Example: ``fx.ptr_store(fx.Float32(1.0), fx.get_iter(y) + i)``
+    Example: ``fx.ptr_store(x[i] * 2.0, fx.get_iter(y) + i)``
     """
     _ops().ptr_store(value, ptr)
 
@@ -169,9 +197,27 @@ def ptrtoint(ptr):
 
     Returns: an Int64 value.
 
-    Example: ``addr = fx.ptrtoint(fx.get_iter(x))``
+    Example::
+
+        addr = fx.ptrtoint(fx.get_iter(x) + i)
+        y[i] = fx.ptr_load(fx.inttoptr(fx.Float32, addr))
     """
     return _ops().ptrtoint(ptr)
+
+
+def to_llvm_ptr(ptr):
+    """``ptr`` as an MLIR ``!llvm.ptr`` of the target's address space (global 1 on
+    AMD, shared 3 on both GPUs, 0 otherwise), for raw ``llvm`` dialect ops;
+    ``ptr.llvm_ptr`` is the same.
+
+    Returns: an ``ir.Value`` of type ``!llvm.ptr<space>``.
+
+    Example::
+
+        raw = fx.to_llvm_ptr(fx.get_iter(y) + i)     # for llvm.StoreOp(v, raw, ...)
+        y[i] = x[i]
+    """
+    return ptr.llvm_ptr
 
 
 def inttoptr(result_type, src):
@@ -181,7 +227,10 @@ def inttoptr(result_type, src):
 
     Returns: a pointer.
 
-    Example: ``q = fx.inttoptr(fx.PointerType.get(fx.Float32), fx.ptrtoint(p) + 16)``
+    Example::
+
+        q = fx.inttoptr(fx.PointerType.get(fx.Float32), fx.ptrtoint(fx.get_iter(x)) + 4 * i)
+        y[i] = q.load()                              # x[i]
     """
     space = _space_name(getattr(result_type, "address_space", AddressSpace.Global))
     return _ops().inttoptr(_dtype(result_type), src, space)
@@ -193,7 +242,10 @@ def make_ptr(result_type, args, *, dict_attrs=None):
 
     Returns: a pointer.
 
-    Example: ``p = fx.make_ptr(fx.PointerType.get(fx.Int32), [addr])``
+    Example::
+
+        p = fx.make_ptr(fx.PointerType.get(fx.Float32), [fx.ptrtoint(fx.get_iter(x))])
+        y[i] = p[i]
     """
     args = list(args) if isinstance(args, (list, tuple)) else [args]
     if len(args) != 1:
@@ -210,7 +262,12 @@ def get_dyn_shared(dtype=None):
 
     Returns: a shared-memory pointer.
 
-    Example: ``buf = fx.make_view(fx.get_dyn_shared(fx.Float32), fx.make_layout(256))``
+    Example::
+
+        buf = fx.make_view(fx.get_dyn_shared(fx.Float32), fx.make_layout(64, 1))
+        buf[fx.thread_idx.x] = x[i]
+        fx.barrier()
+        y[i] = buf[63 - fx.thread_idx.x]
     """
     return _ops().get_dyn_shared(None if dtype is None else _dtype(dtype))
 
@@ -221,7 +278,10 @@ def memref_load(memref, indices):
 
     Returns: a value of the element type.
 
-    Example: ``v = fx.memref_load(red, lane)``
+    Example::
+
+        row = fx.make_view(x, fx.make_layout(8, 1))
+        y[i] = fx.memref_load(row, i % 8)
     """
     return _ops().memref_load(memref, indices)
 
@@ -229,7 +289,7 @@ def memref_load(memref, indices):
 def memref_store(value, memref, indices) -> None:
     """Store ``value`` into element ``indices`` of a tensor or view (or ``ptr[indices]``).
 
-    Example: ``fx.memref_store(w, red, wave)``
+    Example: ``fx.memref_store(x[i] * 2.0, y, i)``
     """
     _ops().memref_store(value, memref, indices)
 
@@ -241,7 +301,12 @@ def memref_load_vec(memref):
     Returns: a fragment value: ``v[k]``, ``len(v)``, ``.to(dtype)``, elementwise
     arithmetic with values and other fragments.
 
-    Example: ``v = fx.memref_load_vec(regs) * 2.0``
+    Example::
+
+        regs = fx.make_rmem_tensor(4, fx.Float32)
+        regs.fill(x[i])
+        v = fx.memref_load_vec(regs) * 2.0
+        y[i] = v[0] + v[3]
     """
     return _ops().memref_load_vec(memref)
 
@@ -250,7 +315,12 @@ def memref_store_vec(vector, memref) -> None:
     """Store a fragment value (or vector, or list of values) into a view of as many
     elements, in the order of its layout; a single value fills it.
 
-    Example: ``fx.memref_store_vec(fx.memref_load_vec(regs) * 2.0, regs)``
+    Example::
+
+        regs = fx.make_rmem_tensor(4, fx.Float32)
+        fx.memref_store_vec(x[i], regs)              # one value fills it
+        fx.memref_store_vec(fx.memref_load_vec(regs) * 2.0, regs)
+        y[i] = regs[3]
     """
     _ops().memref_store_vec(vector, memref)
 
@@ -262,7 +332,11 @@ def memref_alloca(memref_type, layout):
 
     Returns: a register fragment.
 
-    Example: ``acc = fx.memref_alloca(fx.Float32, fx.make_layout(4, 1))``
+    Example::
+
+        acc = fx.memref_alloca(fx.Float32, fx.make_layout(4, 1))
+        acc.fill(x[i])
+        y[i] = acc[2]
     """
     from .layout import make_rmem_tensor
     dtype = memref_type if isinstance(memref_type, DType) else \

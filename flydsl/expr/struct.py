@@ -130,8 +130,10 @@ class Array:
 
     Example::
 
-        red = fx.SharedAllocator().allocate(fx.Array[fx.Float32, 8, 16]).peek()
-        red[fx.thread_idx.x % 8] = 1.0
+        a = fx.SharedAllocator().allocate(fx.Array[fx.Float32, 64, 16]).peek()
+        a[fx.thread_idx.x] = x[i]
+        fx.barrier()
+        y[i] = a[63 - fx.thread_idx.x]
     """
 
     _cache: dict = {}
@@ -164,8 +166,15 @@ class Array:
 
 
 class Align:
-    """``fx.struct.Align[T, n]``: type ``T`` (a dtype, array or struct) aligned to ``n``
-    bytes (a power of two, at least ``T``'s own alignment)."""
+    """``fx.Align[T, n]``: type ``T`` (a dtype, array or struct) aligned to ``n``
+    bytes (a power of two, at least ``T``'s own alignment), as a struct field or an
+    allocation.
+
+    Example::
+
+        >>> fx.Align[fx.Float32, 16].__dsl_align_of__()
+        16
+    """
 
     def __class_getitem__(cls, params):
         if not isinstance(params, tuple) or len(params) != 2:
@@ -259,14 +268,17 @@ def struct(klass: Optional[type] = None):
     structs): a record laid out as C does (each field at the next multiple of its
     alignment), for ``fx.SharedAllocator().allocate``.
 
-    Returns: the struct type (``T(field=value, ...)`` makes a value of it).
+    Returns: the struct type (``T(field=value, ...)`` makes a value of it;
+    ``T.__dsl_size_of__()`` and ``T.__dsl_align_of__()`` are its bytes and alignment).
 
     Example::
 
-        @fx.struct
-        class Smem:
-            a: fx.Array[fx.Float32, 256, 16]
-            n: fx.Int32
+        >>> @fx.struct
+        ... class Smem:
+        ...     red: fx.Array[fx.Float32, 8, 16]
+        ...     n: fx.Int32
+        >>> Smem.__dsl_size_of__()     # red at 0 (32 bytes), n at 32, rounded up to 16
+        48
     """
     if klass is None:
         return lambda k: _composite(k, union=False)
@@ -274,8 +286,21 @@ def struct(klass: Optional[type] = None):
 
 
 def union(klass: Optional[type] = None):
-    """``@fx.union``-style decorator: every field starts at byte 0 (the same shared
-    bytes seen as several types); size and alignment are the largest field's."""
+    """``@fx.union`` on a class of annotated fields: every field starts at byte 0 (the
+    same shared bytes seen as several types, e.g. a GEMM's A/B stages and later its C
+    tile); size and alignment are the largest field's.
+
+    Returns: the union type.
+
+    Example::
+
+        >>> @fx.union
+        ... class Reuse:
+        ...     ab: fx.Array[fx.Float16, 64, 16]
+        ...     c: fx.Array[fx.Float32, 16, 16]
+        >>> Reuse.__dsl_size_of__()
+        128
+    """
     if klass is None:
         return lambda k: _composite(k, union=True)
     return _composite(klass, union=True)
@@ -293,7 +318,16 @@ class Storage:
     ``s.peek()`` reads it: an array object for arrays (``.ptr``, ``[i]``,
     ``.view(layout)``), a struct value whose fields are peeked for structs, a loaded
     value for a scalar. ``s.poke(v)`` writes a scalar or struct value;
-    ``s.field`` is the field's ``Storage``; ``s.ptr`` the pointer to its first byte."""
+    ``s.field`` is the field's ``Storage``; ``s.ptr`` the pointer to its first byte.
+
+    Example::
+
+        total = fx.SharedAllocator().allocate(fx.Float32)
+        if fx.thread_idx.x == 0:
+            total.poke(x[fx.block_idx.x])
+        fx.barrier()
+        y[i] = total.peek()
+    """
 
     def __init__(self, target, ptr=None, fields: Optional[dict] = None):
         self._target, self._ptr, self._fields = target, ptr, fields or {}
@@ -357,8 +391,14 @@ def _unalign(t):
 
 class Arena:
     """A bump allocator: ``allocate(T)`` (a storable type) or ``allocate(nbytes)``
-    returns a ``Storage`` at the next suitably aligned offset; ``allocated_bytes`` is
-    the total so far."""
+    returns a ``Storage`` at the next suitably aligned offset from ``base_ptr``;
+    ``allocated_bytes`` is the total so far. The base of :class:`SharedAllocator`.
+
+    Example::
+
+        >>> fx.Arena().allocated_bytes
+        0
+    """
 
     DEFAULT_BASE_ALIGNMENT = 16
 
@@ -413,8 +453,19 @@ class SharedAllocator(Arena):
         class Smem:
             red: fx.Array[fx.Float32, 8, 16]
 
-        red = fx.SharedAllocator().allocate(Smem).peek().red.view(fx.make_layout(8, 1))
-        fx.memref_store(x[i], red, fx.thread_idx.x % 8)
+        @flydsl.kernel
+        def rotate8(x: fx.Tensor, y: fx.Tensor):
+            lds = fx.SharedAllocator().allocate(Smem).peek()
+            red = lds.red.view(fx.make_layout(8, 1))   # a view of the 8 floats
+            t = fx.thread_idx.x
+            fx.memref_store(x[t], red, t)
+            fx.barrier()
+            y[t] = fx.memref_load(red, (t + 1) % 8)
+
+        x = np.arange(8, dtype=np.float32)
+        y = np.zeros_like(x)
+        rotate8[1, 8](x, y)
+        assert (y == np.roll(x, -1)).all()
     """
 
     def __init__(self, base_alignment: int = Arena.DEFAULT_BASE_ALIGNMENT, *,

@@ -88,6 +88,22 @@ class PointerValue:
     def __sub__(self, k) -> "PointerValue":
         return add_offset(self, -k)
 
+    value_type = element_type
+
+    def load(self, dtype=None):
+        """The element at the pointer (``dtype``: as :func:`ptr_load`'s ``result_type``)."""
+        return ptr_load(self, dtype)
+
+    def store(self, value) -> None:
+        """Store ``value`` at the pointer."""
+        ptr_store(value, self)
+
+    def view(self, layout) -> TensorView:
+        """The memory from the pointer on, seen through ``layout`` (``fx.make_view``)."""
+        if not isinstance(layout, la.Layout):
+            layout = la.make_layout(layout)
+        return pointer_view(self, layout)
+
     def __getitem__(self, k) -> Value:
         return ptr_load(add_offset(self, k))
 
@@ -303,7 +319,11 @@ def _vector_width(result_type, dtype: DType) -> tuple:
     if isinstance(result_type, ir.Type) and _is_vector(result_type):
         vt = ir.VectorType(result_type)
         return _dtype_of(vt.element_type, dtype), vt.shape[0]
-    lanes = getattr(result_type, "lanes", None) or getattr(result_type, "size", None)
+    ir_type = getattr(result_type, "ir_type", None)
+    if isinstance(ir_type, ir.Type) and _is_vector(ir_type):
+        return _vector_width(ir_type, dtype)
+    lanes = getattr(result_type, "lanes", None) or getattr(result_type, "numel", None) \
+        or getattr(result_type, "size", None)
     elem = getattr(result_type, "dtype", None) or getattr(result_type, "element_type", None)
     if isinstance(lanes, int) and isinstance(elem, DType):
         return elem, lanes
@@ -320,12 +340,13 @@ def _is_vector(t: ir.Type) -> bool:
 
 
 def _dtype_of(t: ir.Type, like: DType) -> DType:
+    """The dtype whose MLIR type is ``t`` (``like`` first: signedness is not in ``t``)."""
     text = str(t)
     if text == like.mlir:
         return like
-    for d in (dt.Float32, dt.Float16, dt.BFloat16, dt.Float64, dt.Int32, dt.Int64, dt.Int16,
-              dt.Int8):
-        if d.mlir == text:
+    for d in vars(dt).values():
+        if isinstance(d, DType) and getattr(d, "mlir", None) == text and \
+                (d.kind != "int" or d.signed):
             return d
     raise DSLTypeError(f"fx.ptr_load: unsupported element type {text}")
 
@@ -339,18 +360,16 @@ def ptr_load(p, result_type=None):
     if not p.is_raw:
         if lanes == 0:
             return p.memory.load(p.offset)
-        return FragmentValue([p.memory.load(add_offsets(p.offset, k)) for k in range(lanes)],
-                             (lanes,), dtype)
+        return _as_vector([p.memory.load(add_offsets(p.offset, k)) for k in range(lanes)],
+                          dtype)
     elem = storage_type(dtype)
     if lanes == 0:
         raw = llvm.load(elem, p.llvm_ptr, alignment=p.alignment)
         return Value(raw, dtype) if dtype.kind != "bool" else Value(
             arith.cmpi(arith.CmpIPredicate.ne, raw, arith.constant(elem, 0)), dt.Bool)
     vec = llvm.load(ir.VectorType.get([lanes], elem), p.llvm_ptr, alignment=p.alignment)
-    i32 = ir.IntegerType.get_signless(32)
-    items = [Value(llvm.extractelement(vec, arith.constant(i32, k)), dtype)
-             for k in range(lanes)]
-    return FragmentValue(items, (lanes,), dtype)
+    return _as_vector([Value(vector.extract(vec, [], [k]), dtype) for k in range(lanes)],
+                      dtype)
 
 
 def ptr_store(value, p) -> None:
@@ -414,9 +433,21 @@ def memref_store(value, t, idx) -> None:
     view[_index(idx)] = value
 
 
-def memref_load_vec(t) -> FragmentValue:
-    """Every element of ``t`` (a view of constant size) in layout order."""
-    return as_view(t).load()
+def memref_load_vec(t):
+    """Every element of ``t`` (a view of constant size) in layout order, as one
+    register vector (``fx.Vector``: ``.reduce``, ``.to``, ``v[k]``, arithmetic)."""
+    frag = as_view(t).load()
+    return _as_vector(frag.values, frag.dtype)
+
+
+def _as_vector(items: list, dtype: DType):
+    """``items`` as a VectorValue (the values helper's ``fx.Vector``); a
+    FragmentValue where that kind is not there."""
+    try:
+        from .vector_ops import vector_from
+    except ImportError:    # pragma: no cover - before fx.Vector existed
+        return FragmentValue(items, (len(items),), dtype)
+    return vector_from(list(items), dtype=dtype)
 
 
 def memref_store_vec(value, t) -> None:
