@@ -290,3 +290,73 @@ def test_buffer_atomic_add_is_the_buffer_instruction_on_gfx942():
     assert "buffer_atomic_add_f32" in text
     ptx = _asm(atomic_sums, (vals, out, atom), "cuda", "sm_90", "ptx")
     assert re.search(r"(red|atom)\.global\.add\.f32", ptx)
+
+
+# -- fp8/bf8 MFMA ---------------------------------------------------------------------------
+
+FP8_ATOMS = {
+    "mfma_f32_16x16x32_fp8_fp8": (16, 32, fx.Float8E4M3FNUZ),
+    "mfma_f32_16x16x32_bf8_bf8": (16, 32, fx.Float8E5M2FNUZ),
+    "mfma_f32_32x32x16_fp8_fp8": (32, 16, fx.Float8E4M3FNUZ),
+    "mfma_f32_32x32x16_bf8_bf8": (32, 16, fx.Float8E5M2FNUZ),
+}
+
+
+@flydsl.kernel
+def fp8_atom(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, op: fx.Constexpr):
+    """Each lane converts exactly the A/B values the atom's table gives it to fp8, runs
+    the atom and stores its accumulators where the table says they belong."""
+    lane = fx.thread_idx.x
+    atom = fx.make_mma_atom(op)
+    a_tv, b_tv, c_tv = atom.layout_A_tv, atom.layout_B_tv, atom.layout_C_tv
+    m, n, k = atom.shape_mnk.unpack()
+    fa = fx.make_rmem_tensor(fx.size(a_tv[1]), atom.ab_dtype)
+    fb = fx.make_rmem_tensor(fx.size(b_tv[1]), atom.ab_dtype)
+    fc = fx.make_rmem_tensor(fx.size(c_tv[1]), fx.Float32)
+    for v in fx.range_constexpr(fx.size(a_tv[1])):
+        i = a_tv((lane, v))
+        fa[v] = atom.ab_dtype(A[i % m, i // m])
+    for v in fx.range_constexpr(fx.size(b_tv[1])):
+        i = b_tv((lane, v))
+        fb[v] = atom.ab_dtype(B[i % n, i // n])
+    fc.fill(1.0)
+    fx.gemm(atom, fc, fa, fb, fc)
+    for v in fx.range_constexpr(fx.size(c_tv[1])):
+        i = c_tv((lane, v))
+        C[i % m, i // m] = fc[v]
+
+
+@pytest.mark.parametrize("name", sorted(FP8_ATOMS))
+def test_fp8_mfma_runs_on_the_cpu_with_its_lane_layout(name):
+    mn, k, dtype = FP8_ATOMS[name]
+    rng = np.random.default_rng(5)
+    # fp8 inputs: the values round to the format (0.3 -> 0.3125 in E4M3FNUZ), products
+    # and sums of these are exact in f32
+    A = rng.choice([-3.0, -1.5, -0.5, 0.0, 0.3, 1.0, 2.0, 7.0], (mn, k)).astype(np.float32)
+    B = rng.choice([-2.0, -0.75, 0.0, 0.5, 1.0, 3.0], (mn, k)).astype(np.float32)
+    from flydsl.expr import mma_layouts
+    spec = mma_layouts.SPECS[name]
+    q = np.vectorize(lambda x: mma_layouts.quantize(x, spec.ab_dtype))
+    ref = q(A) @ q(B).T + 1.0
+    C = np.full((mn, mn), np.nan, np.float32)
+    op = fx.rocdl.MFMA(mn, mn, k, dtype)
+    fp8_atom[1, 64](A, B, C, op)
+    np.testing.assert_array_equal(C, ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("name", sorted(FP8_ATOMS))
+def test_fp8_mfma_is_the_gfx942_instruction(name):
+    mn, k, dtype = FP8_ATOMS[name]
+    A = np.zeros((mn, k), np.float32)
+    C = np.zeros((mn, mn), np.float32)
+    text = _asm(fp8_atom, (A, A, C, fx.rocdl.MFMA(mn, mn, k, dtype)), "rocm", "gfx942",
+                "amdgcn")
+    assert "v_" + name in text
+
+
+def test_fp8_mfma_is_an_error_on_sm_90_naming_gfx942():
+    A = np.zeros((16, 32), np.float32)
+    C = np.zeros((16, 16), np.float32)
+    with pytest.raises(flydsl.DSLError, match="gfx942"):
+        _asm(fp8_atom, (A, A, C, fx.rocdl.MFMA(16, 16, 32, fx.Float8E4M3FNUZ)), "cuda",
+             "sm_90", "ptx")

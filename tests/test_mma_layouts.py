@@ -154,6 +154,12 @@ def _ptx_k8_tf32_b(l, i):
 
 
 DOC_FORMULAS = {
+    # fp8/bf8 (CDNA3 ISA 7.1, the 8-bit-input rows: 8 K values per lane in one 64-bit
+    # register; the gfx950 OCP forms share the layouts)
+    **{f"mfma_f32_16x16x32_{t}_{t}{s}": (_mfma_ab(16, 32), _mfma_ab(16, 32), _mfma_c16)
+       for t in ("fp8", "bf8") for s in ("", "_ocp")},
+    **{f"mfma_f32_32x32x16_{t}_{t}{s}": (_mfma_ab(32, 16), _mfma_ab(32, 16), _mfma_c32)
+       for t in ("fp8", "bf8") for s in ("", "_ocp")},
     "mfma_f32_16x16x4f32": (_mfma_ab(16, 4), _mfma_ab(16, 4), _mfma_c16),
     "mfma_f32_32x32x2f32": (_mfma_ab(32, 2), _mfma_ab(32, 2), _mfma_c32),
     "mfma_f32_32x32x8f16": (_mfma_ab(32, 8), _mfma_ab(32, 8), _mfma_c32),
@@ -214,7 +220,8 @@ def test_spec_fields(name):
     assert s.name == name
     assert s.family in ("mfma", "wmma", "mma_sync")
     assert s.lanes == (64 if s.family == "mfma" else 32)
-    assert s.ab_dtype in ("f32", "f16", "bf16", "tf32") and s.acc_dtype == "f32"
+    assert s.ab_dtype in ("f32", "f16", "bf16", "tf32", "e4m3fnuz", "e5m2fnuz", "e4m3fn", "e5m2")
+    assert s.acc_dtype == "f32"
     assert isinstance(s.arches, tuple) and s.arches
     assert s.intrinsic.startswith({"mfma": "llvm.amdgcn.mfma.", "wmma": "llvm.amdgcn.wmma.",
                                    "mma_sync": "llvm.nvvm.mma."}[s.family])
@@ -430,3 +437,19 @@ def test_find_spec_errors_list_the_available_shapes():
         find_spec("mfma", 16, 16, 16, "bf16", arch="gfx908")
     with pytest.raises(LookupError, match="families"):
         find_spec("xmma", 16, 16, 16, "f16")
+
+
+def test_fp8_rounding_follows_each_format():
+    from flydsl.expr.mma_layouts import fp8_value
+    assert quantize(0.3, "e4m3fnuz") == 0.3125 and quantize(0.3, "e5m2fnuz") == 0.3125
+    assert quantize(240, "Float8E4M3FNUZ") == 240 and quantize(1000, "e4m3fnuz") != 1000
+    assert quantize(1000, "e4m3fn") == 448                     # OCP E4M3: saturates
+    assert quantize(1e6, "e5m2") == float("inf")
+    assert quantize(-0.0, "e4m3fnuz") == 0.0                   # FNUZ: no negative zero
+    # every finite code rounds to itself
+    for dt in ("e4m3fnuz", "e5m2fnuz", "e4m3fn", "e5m2"):
+        for code in range(256):
+            v = fp8_value(code, dt)
+            if v == v and abs(v) != float("inf"):
+                assert quantize(v, dt) == v, (dt, code)
+    assert fp8_value(0x80, "e4m3fnuz") != fp8_value(0x80, "e4m3fnuz")   # the NaN code

@@ -49,7 +49,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 __all__ = [
     "MmaSpec", "SPECS", "find_spec", "specs_for_arch", "lane_value_coords",
     "reference_mma", "layout_index", "layout_size", "values_per_lane", "operand_shape",
-    "quantize",
+    "quantize", "fp8_value",
 ]
 
 
@@ -184,6 +184,41 @@ def _mfma(name, isa, isa94, mn, k, dt, a_elem, llvm_ab, arches) -> MmaSpec:
     )
 
 
+#: The fp8/bf8 MFMA input formats: gfx942 reads the FNUZ encodings (bias 8 / 16, one NaN
+#: 0x80, no inf), gfx950 the OCP ones (E4M3FN, E5M2).
+_FP8_FORMATS = {"e4m3fnuz": ("fp8", ("gfx942",)), "e5m2fnuz": ("bf8", ("gfx942",)),
+                "e4m3fn": ("fp8", ("gfx950",)), "e5m2": ("bf8", ("gfx950",))}
+
+
+def _mfma_fp8(mn: int, k: int, ab: str) -> MmaSpec:
+    """``v_mfma_f32_{mn}x{mn}x{k}_{fp8|bf8}_{fp8|bf8}`` (both inputs of one format): each
+    lane holds 8 consecutive K values of one row (column), packed in one 64-bit register
+    (value 0 in the lowest byte); lane groups of ``mn`` lanes split K (CDNA3 ISA, the
+    MFMA operand layouts, as for the 16-bit forms)."""
+    kind, arches = _FP8_FORMATS[ab]
+    base = f"mfma_f32_{mn}x{mn}x{k}_{kind}_{kind}"
+    name = base if ab.endswith("fnuz") else base + "_ocp"
+    cvals = mn * mn // 64
+    c_llvm = f"<{cvals} x float>"
+    intrinsic = f"llvm.amdgcn.mfma.f32.{mn}x{mn}x{k}.{kind}.{kind}"
+    return MmaSpec(
+        name=name, family="mfma", m=mn, n=mn, k=k, ab_dtype=ab, acc_dtype="f32",
+        lanes=64, arches=arches,
+        a_tv=_mfma_ab_tv(mn, k), b_tv=_mfma_ab_tv(mn, k), c_tv=_mfma_c_tv(mn),
+        intrinsic=intrinsic,
+        a_regs=(1, 8, f"{ab}-as-i64"), b_regs=(1, 8, f"{ab}-as-i64"), c_regs=(1, cvals, "f32"),
+        extra={
+            "isa": "v_" + base, "isa_gfx94x": "v_" + base, "wave_size": 64, "blocks": 1,
+            "cbsz": 0, "abid": 0, "blgp": 0,
+            "imm_args": (("cbsz", 0), ("abid", 0), ("blgp", 0)),
+            "llvm_operand_types": ("i64", "i64", c_llvm),
+            "llvm_result_type": c_llvm,
+            "rocdl_op": "rocdl.mfma." + intrinsic[len("llvm.amdgcn.mfma."):],
+            "packed_bytes": 8,
+        },
+    )
+
+
 def _wmma(name, gen, dt, arches) -> MmaSpec:
     if gen == 11:
         # gfx11: lane l holds row/column l % 16 and all 16 K values in order; lanes 16-31
@@ -281,6 +316,10 @@ def _build_specs() -> Dict[str, MmaSpec]:
         _mfma("mfma_f32_32x32x8bf16_1k", "v_mfma_f32_32x32x8bf16_1k",
               "v_mfma_f32_32x32x8_bf16", 32, 8, "bf16", "bf16-as-i16", "<4 x i16>",
               _MFMA_BF16_1K_ARCHES),
+        _mfma_fp8(16, 32, "e4m3fnuz"), _mfma_fp8(16, 32, "e5m2fnuz"),
+        _mfma_fp8(32, 16, "e4m3fnuz"), _mfma_fp8(32, 16, "e5m2fnuz"),
+        _mfma_fp8(16, 32, "e4m3fn"), _mfma_fp8(16, 32, "e5m2"),
+        _mfma_fp8(32, 16, "e4m3fn"), _mfma_fp8(32, 16, "e5m2"),
         _wmma("wmma_f32_16x16x16_f16_gfx11", 11, "f16", _GFX11_ARCHES),
         _wmma("wmma_f32_16x16x16_bf16_gfx11", 11, "bf16", _GFX11_ARCHES),
         _wmma("wmma_f32_16x16x16_f16_gfx12", 12, "f16", _GFX12_ARCHES),
@@ -302,6 +341,9 @@ _DTYPE_ALIASES = {
     "f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
     "bf16": "bf16", "bfloat16": "bf16",
     "tf32": "tf32", "tfloat32": "tf32",
+    "e4m3fnuz": "e4m3fnuz", "float8e4m3fnuz": "e4m3fnuz",
+    "e5m2fnuz": "e5m2fnuz", "float8e5m2fnuz": "e5m2fnuz",
+    "e4m3fn": "e4m3fn", "float8e4m3fn": "e4m3fn", "e5m2": "e5m2", "float8e5m2": "e5m2",
 }
 
 
@@ -407,6 +449,8 @@ def quantize(x: float, dtype: str) -> float:
     """
     dt = _norm_dtype(dtype)
     x = float(x)
+    if dt in _FP8_FORMATS:
+        return _quantize_fp8(x, dt)
     if dt == "f16":
         try:
             return struct.unpack("<e", struct.pack("<e", x))[0]
@@ -427,6 +471,48 @@ def quantize(x: float, dtype: str) -> float:
     else:
         raise ValueError(f"no rounding rule for dtype {dtype!r}")
     return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
+#: (exponent bits, mantissa bits, bias, specials) of the fp8 input formats.
+_FP8_ENCODINGS = {"e4m3fnuz": (4, 3, 8, "fnuz"), "e5m2fnuz": (5, 2, 16, "fnuz"),
+                  "e4m3fn": (4, 3, 7, "fn"), "e5m2": (5, 2, 15, "ieee")}
+
+
+def fp8_value(code: int, dtype: str) -> float:
+    """The value of the 8-bit ``code`` in the fp8 format ``dtype`` (``"e4m3fnuz"``,
+    ``"e5m2fnuz"``, ``"e4m3fn"``, ``"e5m2"``)."""
+    e_bits, m_bits, bias, specials = _FP8_ENCODINGS[_norm_dtype(dtype)]
+    sign = -1.0 if code & 0x80 else 1.0
+    e = (code >> m_bits) & ((1 << e_bits) - 1)
+    m = code & ((1 << m_bits) - 1)
+    if specials == "fnuz" and code == 0x80:
+        return math.nan
+    if specials == "fn" and (code & 0x7F) == 0x7F:
+        return math.nan
+    if specials == "ieee" and e == (1 << e_bits) - 1:
+        return sign * math.inf if m == 0 else math.nan
+    if e == 0:
+        return sign * m * 2.0 ** (1 - bias - m_bits)
+    return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
+
+
+def _quantize_fp8(x: float, dt: str) -> float:
+    """Round to nearest, ties to the even code; too large: NaN (FNUZ), the largest
+    finite value (E4M3FN) or inf (E5M2), as torch's conversions."""
+    if math.isnan(x):
+        return x
+    specials = _FP8_ENCODINGS[dt][3]
+    finite = sorted({(abs(v), c) for c in range(128) for v in [fp8_value(c, dt)]
+                     if math.isfinite(v)})
+    top = finite[-1][0]
+    mag = abs(x)
+    if mag > top:
+        half_ulp = (top - finite[-2][0]) / 2
+        if specials == "fn" or (mag < top + half_ulp):
+            return math.copysign(top, x)
+        return math.copysign(math.inf, x) if specials == "ieee" else math.nan
+    best = min(finite, key=lambda vc: (abs(vc[0] - mag), vc[1] & 1))
+    return math.copysign(best[0], x) if best[0] or specials != "fnuz" else 0.0
 
 
 def _gather(spec: MmaSpec, operand: str, frags: Sequence[Sequence[float]],

@@ -377,7 +377,7 @@ class Codegen(ControlFlow):
                 result = V.cast(V.as_value(result), dt.Bool) & V.cast(V.as_value(r), dt.Bool)
             else:
                 result = result and r
-            if not is_dynamic(result) and not result:
+            if not is_dynamic(result) and not V.is_vector(result) and not result:
                 return result
             left = right
         return result

@@ -104,7 +104,9 @@ def _instruction(spec, a_vals: list, b_vals: list, c_vals: list) -> list:
     return _amd_matrix_core(spec, a_vals, b_vals, c_vals)
 
 
-_ELEM = {"f32": dt.Float32, "f16": dt.Float16, "bf16": dt.BFloat16, "tf32": dt.Float32}
+_ELEM = {"f32": dt.Float32, "f16": dt.Float16, "bf16": dt.BFloat16, "tf32": dt.Float32,
+         "e4m3fnuz": dt.Float8E4M3FNUZ, "e5m2fnuz": dt.Float8E5M2FNUZ,
+         "e4m3fn": dt.Float8E4M3FN, "e5m2": dt.Float8E5M2}
 
 
 def _pack(vals: list, regs: tuple, as_int: bool = False) -> list:
@@ -129,8 +131,12 @@ def _pack(vals: list, regs: tuple, as_int: bool = False) -> list:
 def _amd_matrix_core(spec, a_vals, b_vals, c_vals) -> list:
     """MFMA (operands ``a, b, c, cbsz, abid, blgp``) or WMMA (``a, b, c``)."""
     ab = _ELEM[spec.ab_dtype]
-    a_op = _pack([cast(v, ab) for v in a_vals], spec.a_regs)[0]
-    b_op = _pack([cast(v, ab) for v in b_vals], spec.b_regs)[0]
+    if spec.extra.get("packed_bytes"):      # fp8/bf8: 8 codes in one i64, value 0 lowest
+        a_op, b_op = _pack_bytes([cast(v, ab) for v in a_vals]), \
+            _pack_bytes([cast(v, ab) for v in b_vals])
+    else:
+        a_op = _pack([cast(v, ab) for v in a_vals], spec.a_regs)[0]
+        b_op = _pack([cast(v, ab) for v in b_vals], spec.b_regs)[0]
     if spec.ab_dtype == "bf16":     # bf16 operands are i16 vectors of the same bits
         a_op, b_op = _as_i16_vector(a_op), _as_i16_vector(b_op)
     ctype = ir.VectorType.get([len(c_vals)], ir.F32Type.get())
@@ -142,6 +148,15 @@ def _amd_matrix_core(spec, a_vals, b_vals, c_vals) -> list:
     else:
         out = fn(ctype, a_op, b_op, c_op)
     return [Value(vector.extract(out, [], [i]), dt.Float32) for i in range(len(c_vals))]
+
+
+def _pack_bytes(vals: list) -> ir.Value:
+    """8-bit values (fp8/bf8 codes) as one integer operand, value 0 in the lowest byte."""
+    i8 = ir.IntegerType.get_signless(8)
+    codes = [arith.bitcast(i8, v.v) for v in vals]
+    vec = vector.from_elements(ir.VectorType.get([len(codes)], i8), codes)
+    wide = ir.IntegerType.get_signless(8 * len(codes))
+    return vector.extract(vector.bitcast(ir.VectorType.get([1], wide), vec), [], [0])
 
 
 def _as_i16_vector(vec: ir.Value) -> ir.Value:

@@ -222,6 +222,7 @@ from .debug_ops import *     # noqa: E402,F401,F403  (the other builtins' implem
 from .layout_ops import *    # noqa: E402,F401,F403
 from .memory_ops import *    # noqa: E402,F401,F403
 from .numeric_ops import *   # noqa: E402,F401,F403
+from .vector_ops import *    # noqa: E402,F401,F403  (fx.Vector, raw-MLIR interop)
 from .pointer_ops import *   # noqa: E402,F401,F403
 from .rocdl_ops import *     # noqa: E402,F401,F403
 from .warp_ops import *      # noqa: E402,F401,F403

@@ -40,12 +40,21 @@ from ...expr.dtypes import DType
 Scalar = Union[int, float, bool]
 
 
-class Value:
-    """A dynamic scalar inside a kernel."""
+class Value(ir.Value):
+    """A dynamic scalar inside a kernel.
+
+    It is also an ``ir.Value`` (of its MLIR type), so raw dialect builders take it as an
+    operand (``arith.addf(a, b)``, ``.type``, ``.owner``); ``.v`` is the plain
+    ``ir.Value``. The methods after the operators are FlyDSL's value API
+    (``.to(T)``, ``cond.select(a, b)``, ``.addf(x, fastmath=)``, ``.shuffle_xor``).
+    """
 
     __slots__ = ("v", "dtype")
 
     def __init__(self, v: ir.Value, dtype: DType):
+        if isinstance(v, Value):
+            v = v.v
+        ir.Value.__init__(self, v)
         self.v = v
         self.dtype = dtype
 
@@ -63,6 +72,46 @@ class Value:
                            "(e.g. in a range() of a helper, or as a shape); use fx.Constexpr")
 
     __int__ = __index__
+
+    # FlyDSL's value API (upstream's ArithValue / Numeric methods) ---------
+    def ir_value(self) -> ir.Value:
+        """The plain ``ir.Value`` (this value is one too)."""
+        return self.v
+
+    def to(self, dtype: DType) -> "Value":
+        """This value converted to ``dtype`` (C-like, as ``fx.Float32(x)``)."""
+        return cast(self, resolve_dtype(dtype, "to"))
+
+    def select(self, true_value, false_value) -> "Value":
+        """``true_value if self else false_value`` per thread (``(x > 0).select(a, b)``)."""
+        return select(self, true_value, false_value)
+
+    def bitcast(self, dtype: DType) -> "Value":
+        """The same bits as ``dtype`` (``x.bitcast(fx.UInt32)``); widths must match."""
+        return bitcast(self, resolve_dtype(dtype, "bitcast"))
+
+    def addf(self, other, *, fastmath=None) -> "Value":
+        return with_fastmath(binary("+", self, other), fastmath)
+
+    def mulf(self, other, *, fastmath=None) -> "Value":
+        return with_fastmath(binary("*", self, other), fastmath)
+
+    def maximumf(self, other, *, fastmath=None) -> "Value":
+        return with_fastmath(_ops().maximum(self, other), fastmath)
+
+    def minimumf(self, other, *, fastmath=None) -> "Value":
+        return with_fastmath(_ops().minimum(self, other), fastmath)
+
+    def exp2(self, *, fastmath=None) -> "Value":
+        return _ops().exp2(self)
+
+    def rsqrt(self, *, fastmath=None) -> "Value":
+        return _ops().rsqrt(self)
+
+    def shuffle_xor(self, offset, width=None) -> "Value":
+        """The value of the lane ``lane ^ offset`` (``width``: the segment, at most the
+        warp size; an ``offset`` below it keeps lanes in their segment)."""
+        return _ops().shuffle_xor_width(self, offset, width)
 
     def __float__(self):
         raise DSLTypeError("a dynamic value cannot be converted to a Python float")
@@ -164,13 +213,118 @@ def fits(x: int, dtype: DType) -> bool:
 
 
 def numpy_constant(x):
-    """A numpy scalar (``np.float32(2.0)``) as a constant of its own type; anything
-    else as it is."""
+    """The one coercion point for foreign operands: a numpy scalar (``np.float32(2.0)``)
+    becomes a constant of its own type, a raw ``ir.Value`` (from a dialect builder, e.g.
+    ``arith.addf``) a kernel value typed from its MLIR type; anything else stays as it is."""
     if isinstance(x, np.generic) and not isinstance(x, (bool, int, float)):
         t = dt.dtype_from_numpy(x.dtype)
         if t is not None:
             return constant(x.item(), t)
+    if isinstance(x, ir.Value) and not isinstance(x, Value) and not _is_vector_value(x):
+        return from_raw(x)
     return x
+
+
+#: MLIR scalar type (as text) -> the dtype a raw value of it becomes (signless ints
+#: are signed, as upstream FlyDSL reads them).
+_DTYPE_OF_MLIR = {t.mlir: t for t in reversed(dt.ALL_DTYPES)}
+
+#: Set by vector_ops: wraps a raw value of vector type (values.py cannot import it).
+vector_from_raw = None
+
+
+def is_vector(x) -> bool:
+    """Whether ``x`` is a kernel vector (``fx.Vector``; :mod:`.vector_ops`)."""
+    return getattr(x, "_flydsl_vector", False)
+
+
+_is_vector_value = is_vector
+
+
+def dtype_of_mlir(t: ir.Type, what: str = "a raw MLIR value") -> DType:
+    """The dtype of the MLIR scalar type ``t`` (``index`` counts as Int64)."""
+    if isinstance(t, ir.IndexType):
+        return dt.Int64
+    found = _DTYPE_OF_MLIR.get(str(t))
+    if found is None:
+        raise DSLTypeError(f"{what} of MLIR type {t} has no flydsl dtype (flydsl values are "
+                           f"{', '.join(d.name for d in dt.ALL_DTYPES)} and vectors of them)")
+    return found
+
+
+def from_raw(x: ir.Value):
+    """A raw ``ir.Value`` as a kernel value: a scalar Value typed from its MLIR type
+    (``index`` values become Int64), a vector as a Vector value."""
+    if isinstance(x, Value) or _is_vector_value(x):
+        return x
+    if isinstance(x.type, ir.VectorType):
+        if vector_from_raw is None:
+            raise DSLTypeError("a raw vector value needs the vector front end (a trace)")
+        return vector_from_raw(x)
+    if isinstance(x.type, ir.IndexType):
+        return Value(arith.index_cast(dt.Int64.mlir_type(), x), dt.Int64)
+    return Value(x, dtype_of_mlir(x.type))
+
+
+def resolve_dtype(dtype, what: str) -> DType:
+    """``dtype`` as a DType: a flydsl dtype, or an MLIR type (``T.f32``)."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, ir.Type):
+        return dtype_of_mlir(dtype, f".{what}()'s type")
+    raise DSLTypeError(f".{what}() takes a flydsl dtype (fx.Float32) or an MLIR type "
+                       f"(T.f32), got {describe(dtype)}")
+
+
+def _ops():
+    from ...expr import implementation
+    return implementation.ops()
+
+
+def fastmath_attr(flags):
+    """``flags`` (``arith.FastMathFlags``, "fast", or None) as an ``#arith.fastmath``
+    attribute, or None."""
+    if flags is None:
+        return None
+    if isinstance(flags, ir.Attribute):
+        return flags
+    text = flags if isinstance(flags, str) else str(flags)
+    if not text or text == "FastMathFlags.none" or text == "none":
+        return None
+    try:
+        return ir.Attribute.parse(f"#arith.fastmath<{text}>")
+    except Exception:
+        raise DSLTypeError(f"fastmath must be arith.FastMathFlags or a flag string like "
+                           f"'fast', got {flags!r}") from None
+
+
+def with_fastmath(x, flags):
+    """``x`` with the fast-math ``flags`` set on the arith op that made it (ops that
+    take none, and flags None, leave it as it is)."""
+    attr = fastmath_attr(flags)
+    if attr is not None:
+        raw = getattr(x, "v", x)
+        owner = getattr(raw, "owner", None)
+        if owner is not None and hasattr(owner, "attributes") and \
+                owner.name in _FASTMATH_OPS:
+            owner.attributes["fastmath"] = attr
+    return x
+
+
+_FASTMATH_OPS = frozenset({"arith.addf", "arith.subf", "arith.mulf", "arith.divf",
+                           "arith.maximumf", "arith.minimumf", "arith.maxnumf",
+                           "arith.minnumf", "arith.negf", "arith.remf"})
+
+
+def bitcast(x, to: DType) -> Value:
+    """``x``'s bits as ``to`` (same width; Int32 <-> UInt32 is a relabel)."""
+    x = as_value(x)
+    if x.dtype.bits != to.bits or x.dtype.kind == "bool" or to.kind == "bool":
+        raise DSLTypeError(f"bitcast needs types of one width: {x.dtype.name} is "
+                           f"{x.dtype.bits} bits, {to.name} {to.bits}")
+    if x.dtype.mlir == to.mlir:
+        return Value(x.v, to)
+    return Value(arith.bitcast(to.mlir_type(), x.v), to)
 
 
 def as_value(x, dtype: DType = None) -> Value:
@@ -301,38 +455,62 @@ def cast(x, to: DType) -> Value:
     """Convert ``x`` (Value or literal) to dtype ``to`` with C-like semantics."""
     if not isinstance(x, Value):
         return as_value(x, to)
-    src = x.dtype
-    if src is to:
+    if x.dtype is to:
         return x
-    t = to.mlir_type()
-    v = x.v
+    return Value(convert_raw(x.v, x.dtype, to), to)
+
+
+def mlir_type_of(dtype: DType, lanes: int = None) -> ir.Type:
+    """``dtype``'s MLIR type, or a ``vector<lanes x ...>`` of it."""
+    t = dtype.mlir_type()
+    return t if lanes is None else ir.VectorType.get([lanes], t)
+
+
+def splat_constant(x: Scalar, dtype: DType, lanes: int = None) -> ir.Value:
+    """The constant ``x`` of ``dtype`` (a scalar), or a vector of ``lanes`` copies."""
+    c = constant(x, dtype).v
+    if lanes is None:
+        return c
+    from mlir.dialects import vector
+    return vector.broadcast(mlir_type_of(dtype, lanes), c)
+
+
+def convert_raw(v: ir.Value, src: DType, to: DType, lanes: int = None) -> ir.Value:
+    """The conversion of ``cast`` on a raw scalar (or ``lanes``-vector) of ``src``."""
+    if src is to:
+        return v
+    t = mlir_type_of(to, lanes)
     if to.kind == "bool":
         if src.kind == "float":
-            return Value(arith.cmpf(arith.CmpFPredicate.UNE, v, constant(0.0, src).v), to)
-        return Value(arith.cmpi(arith.CmpIPredicate.ne, v, constant(0, src).v), to)
+            return arith.cmpf(arith.CmpFPredicate.UNE, v, splat_constant(0.0, src, lanes))
+        return arith.cmpi(arith.CmpIPredicate.ne, v, splat_constant(0, src, lanes))
     if src.kind == "bool":
         if to.kind == "int":
-            return Value(arith.extui(t, v), to)
-        return Value(arith.uitofp(t, v), to)
+            return arith.extui(t, v)
+        return arith.uitofp(t, v)
     if src.kind == "int" and to.kind == "int":
         if to.bits > src.bits:   # the source's signedness decides, as in C
-            return Value((arith.extsi if src.signed else arith.extui)(t, v), to)
+            return (arith.extsi if src.signed else arith.extui)(t, v)
         if to.bits == src.bits:  # Int32 <-> UInt32: same bits, new meaning
-            return Value(v, to)
-        return Value(arith.trunci(t, v), to)
+            return v
+        return arith.trunci(t, v)
     if src.kind == "int":
-        return Value((arith.sitofp if src.signed else arith.uitofp)(t, v), to)
+        return (arith.sitofp if src.signed else arith.uitofp)(t, v)
     if to.kind == "int":
-        return Value((arith.fptosi if to.signed else arith.fptoui)(t, v), to)
+        return (arith.fptosi if to.signed else arith.fptoui)(t, v)
     if src.bits == to.bits:  # f16 <-> bf16 goes through f32
-        return cast(cast(x, dt.Float32), to)
+        return convert_raw(convert_raw(v, src, dt.Float32, lanes), dt.Float32, to, lanes)
     if to.bits > src.bits:
-        return Value(arith.extf(t, v), to)
-    return Value(arith.truncf(t, v), to)
+        return arith.extf(t, v)
+    return arith.truncf(t, v)
 
 
 def to_index(x) -> ir.Value:
     """An ``index``-typed ir.Value for tensor subscripts and loop bounds."""
+    if isinstance(x, ir.Value) and not isinstance(x, Value):
+        if isinstance(x.type, ir.IndexType):
+            return x                     # a raw index value (arith.index_cast(T.index, i))
+        x = numpy_constant(x)
     if isinstance(x, Value):
         if x.dtype.kind != "int" and x.dtype.kind != "bool":
             raise DSLTypeError(f"tensor index must be an integer, got {x.dtype.name}")
@@ -402,6 +580,8 @@ def _float_ops(op: str, a: ir.Value, b: ir.Value, dtype: DType) -> ir.Value:
 
 
 def binary(op: str, a, b) -> Value:
+    if _is_vector_value(a) or _is_vector_value(b):
+        return NotImplemented    # Python then asks the vector's reflected operator
     if op == "/":
         a, b = promote(a, b)
         if a.dtype.kind != "float":
@@ -435,6 +615,8 @@ _FCMP = {"<": "OLT", "<=": "OLE", ">": "OGT", ">=": "OGE", "==": "OEQ", "!=": "U
 
 
 def compare(op: str, a, b) -> Value:
+    if _is_vector_value(a) or _is_vector_value(b):
+        return NotImplemented
     a, b = promote(a, b)
     if a.dtype.kind == "float":
         pred = getattr(arith.CmpFPredicate, _FCMP[op])
