@@ -40,7 +40,8 @@ __all__ = [
 ]
 
 #: LLVM address space of a raw pointer per (backend, space); host backends use 0.
-_LLVM_SPACES = {"cuda": {"global": 0, "shared": 3}, "rocm": {"global": 1, "shared": 3}}
+#: (Device memory has the same address in the generic and global spaces on both GPUs.)
+_LLVM_SPACES = {"cuda": {"global": 1, "shared": 3}, "rocm": {"global": 1, "shared": 3}}
 
 
 class PooledMemory(Memory):
