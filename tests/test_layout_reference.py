@@ -190,8 +190,11 @@ def test_tiled_mma():
     assert str(thr_mma.partition_C(fx.make_layout((64, 64), (64, 1)))) == "(4,2,2):(64,2048,32)"
     copy_A = fx.make_tiled_copy_A(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32), tiled_mma)
     assert tuple(copy_A.tile_mn) == (32, 4) and copy_A.num_threads == 256
+    # an all-None permutation is no permutation; a malformed one is an error
+    assert fx.make_tiled_mma(mma, fx.make_layout((2, 2, 1), (1, 2, 0)),
+                             permutation=(None, None, None)) == tiled_mma
     with pytest.raises(flydsl.DSLError, match="permutation"):
-        fx.make_tiled_mma(mma, fx.make_layout((2, 2, 1), (1, 2, 0)), permutation=(None, None, None))
+        fx.make_tiled_mma(mma, fx.make_layout((2, 2, 1), (1, 2, 0)), permutation=("k",))
 
 
 # -- in kernels (CPU backend) ------------------------------------------------------------------

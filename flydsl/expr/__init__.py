@@ -1,8 +1,11 @@
 """The DSL a kernel body uses: ``import flydsl.expr as fx``."""
 from . import debug, layout, memory, numeric, nvvm, pointer, rocdl, warp
 from .atoms import (
-    BufferCopy, CopyAtom, MmaAtom, ThrCopy, ThrMma, TiledCopy, TiledMma, UniversalCopy,
-    UniversalCopy32b, UniversalCopy64b, UniversalCopy128b, make_copy_atom, make_mma_atom,
+    BufferCopy, CopyAtom, MmaAtom, ThrCopy, ThrMma, TiledCopy, TiledMma, UniversalAtomic,
+    UniversalAtomicAdd, UniversalAtomicAnd, UniversalAtomicDec, UniversalAtomicInc,
+    UniversalAtomicMax, UniversalAtomicMin, UniversalAtomicOr, UniversalCopy,
+    UniversalCopy8b, UniversalCopy16b, UniversalCopy32b, UniversalCopy64b, UniversalCopy128b,
+    UniversalFMA, make_copy_atom, make_mma_atom,
     make_tiled_copy, make_tiled_copy_A, make_tiled_copy_B, make_tiled_copy_C,
     make_tiled_copy_tv, make_tiled_mma,
 )
@@ -42,7 +45,10 @@ __all__ += pointer.__all__ + ["Align", "Arena", "Array", "SharedAllocator", "Sto
 #: The layout model (CuTe's algebra, views, copy and MMA atoms; fx.rocdl, fx.nvvm).
 __all__ += layout.__all__ + [
     "BufferCopy", "Boolean", "CopyAtom", "MmaAtom", "Stream", "ThrCopy", "ThrMma", "TiledCopy",
-    "TiledMma", "UniversalCopy", "UniversalCopy128b", "UniversalCopy32b", "UniversalCopy64b",
+    "TiledMma", "UniversalAtomic", "UniversalAtomicAdd", "UniversalAtomicAnd",
+    "UniversalAtomicDec", "UniversalAtomicInc", "UniversalAtomicMax", "UniversalAtomicMin",
+    "UniversalAtomicOr", "UniversalCopy", "UniversalCopy128b", "UniversalCopy16b",
+    "UniversalCopy32b", "UniversalCopy64b", "UniversalCopy8b", "UniversalFMA",
     "make_copy_atom", "make_mma_atom", "make_tiled_copy", "make_tiled_copy_A",
     "make_tiled_copy_B", "make_tiled_copy_C", "make_tiled_copy_tv", "make_tiled_mma", "nvvm",
     "rocdl",

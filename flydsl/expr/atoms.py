@@ -44,6 +44,32 @@ class UniversalCopy:
     kind = "universal"
 
 
+def UniversalCopy8b() -> UniversalCopy:
+    """An 8-bit copy per thread per call (one byte element).
+
+    Returns: a :class:`UniversalCopy` of 8 bits.
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.UniversalCopy8b(), fx.Int8).num_values
+        1
+    """
+    return UniversalCopy(8)
+
+
+def UniversalCopy16b() -> UniversalCopy:
+    """A 16-bit copy per thread per call (one half, or two bytes).
+
+    Returns: a :class:`UniversalCopy` of 16 bits.
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.UniversalCopy16b(), fx.Float16).num_values
+        1
+    """
+    return UniversalCopy(16)
+
+
 def UniversalCopy32b() -> UniversalCopy:
     """A 32-bit copy per thread per call.
 
@@ -81,6 +107,63 @@ def UniversalCopy128b() -> UniversalCopy:
         4
     """
     return UniversalCopy(128)
+
+
+#: FlyDSL's atomic operations a UniversalAtomic copy can do.
+ATOMIC_OPS = ("add", "max", "min", "and", "or", "inc", "dec")
+
+
+@dataclass(frozen=True)
+class UniversalAtomic:
+    """A copy that combines each source element into the destination atomically
+    (``dst = op(dst, src)``): ``op`` is one of ``add``, ``max``, ``min``, ``and``,
+    ``or``, ``inc``, ``dec`` (an ``fx.AtomicOp`` member or its name). ``syncscope`` is
+    accepted for FlyDSL compatibility; the update is done at system scope, the
+    strongest.
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.UniversalAtomicAdd(fx.Float32), fx.Float32)
+        CopyAtom(UniversalAtomicAdd32b, Float32)
+    """
+    op: str
+    dtype: DType
+    syncscope: object = None
+    kind = "atomic"
+
+    def __post_init__(self):
+        name = getattr(self.op, "name", self.op)
+        name = str(name).lower()
+        if name not in ATOMIC_OPS:
+            raise DSLTypeError(f"UniversalAtomic: unknown atomic operation {self.op!r}; "
+                               f"one of {', '.join(ATOMIC_OPS)}")
+        object.__setattr__(self, "op", name)
+        if not isinstance(self.dtype, DType):
+            raise DSLTypeError(f"UniversalAtomic needs a flydsl dtype, got {self.dtype!r}")
+
+    @property
+    def bits(self) -> int:
+        return self.dtype.bits
+
+
+def _atomic(op: str):
+    def make(val_type: DType, syncscope=None) -> UniversalAtomic:
+        return UniversalAtomic(op, val_type, syncscope)
+    make.__name__ = make.__qualname__ = f"UniversalAtomic{op.capitalize()}"
+    make.__doc__ = (f"``UniversalAtomic({op!r}, val_type, syncscope)``: a copy atom op "
+                    f"doing an atomic {op} of each source element into the destination.\n\n"
+                    f"    Example::\n\n        atom = fx.make_copy_atom("
+                    f"fx.UniversalAtomic{op.capitalize()}(fx.Int32), fx.Int32)\n")
+    return make
+
+
+UniversalAtomicAdd = _atomic("add")
+UniversalAtomicMax = _atomic("max")
+UniversalAtomicMin = _atomic("min")
+UniversalAtomicAnd = _atomic("and")
+UniversalAtomicOr = _atomic("or")
+UniversalAtomicInc = _atomic("inc")
+UniversalAtomicDec = _atomic("dec")
 
 
 @dataclass(frozen=True)
@@ -131,7 +214,10 @@ class CopyAtom:
     layout_dst_tv = layout_src_tv
 
     def __repr__(self) -> str:
-        return f"CopyAtom({type(self.op).__name__}{self.op.bits}b, {self.dtype.name})"
+        name = type(self.op).__name__
+        if isinstance(self.op, UniversalAtomic):
+            name += self.op.op.capitalize()
+        return f"CopyAtom({name}{self.op.bits}b, {self.dtype.name})"
 
 
 def make_copy_atom(op, dtype: DType) -> CopyAtom:
@@ -146,14 +232,30 @@ def make_copy_atom(op, dtype: DType) -> CopyAtom:
         >>> fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
         CopyAtom(UniversalCopy128b, Float32)
     """
-    if not isinstance(op, (UniversalCopy, BufferCopy)):
+    if isinstance(dtype, int) and not isinstance(dtype, bool) and hasattr(op, "bits"):
+        dtype = _dtype_of_bits(dtype, op)
+    if not isinstance(op, (UniversalCopy, BufferCopy, UniversalAtomic)):
         raise DSLTypeError(f"fx.make_copy_atom needs a copy operation such as "
                            f"fx.UniversalCopy128b(), got {op!r}")
     if not isinstance(dtype, DType):
         raise DSLTypeError(f"fx.make_copy_atom dtype must be a flydsl dtype, got {dtype!r}")
     if op.bits % dtype.bits:
         raise DSLTypeError(f"a {op.bits}-bit copy cannot move whole {dtype.name} elements")
+    if isinstance(op, UniversalAtomic) and op.dtype is not dtype:
+        raise DSLTypeError(f"{op!r} combines {op.dtype.name} values but the atom moves "
+                           f"{dtype.name}")
     return CopyAtom(op, dtype)
+
+
+def _dtype_of_bits(bits: int, op) -> DType:
+    """FlyDSL's ``make_copy_atom(op, 16)``: elements given by their width; the unsigned
+    integer of that width stands for them (a copy moves bits)."""
+    from . import dtypes
+    table = {8: dtypes.UInt8, 16: dtypes.UInt16, 32: dtypes.UInt32, 64: dtypes.UInt64}
+    if bits not in table:
+        raise DSLTypeError(f"fx.make_copy_atom: element width {bits} bits is not 8, 16, 32 "
+                           "or 64")
+    return table[bits]
 
 
 # -- tiled copies ------------------------------------------------------------------
@@ -425,6 +527,57 @@ class MmaAtom:
         return f"MmaAtom({self.spec.name})"
 
 
+@dataclass(frozen=True)
+class _FmaSpec:
+    """The table entry of :func:`UniversalFMA`: a 1 x 1 x 1 MMA on one thread."""
+    dtype: DType
+    m: int = 1
+    n: int = 1
+    k: int = 1
+    lanes: int = 1
+    a_tv: tuple = ((1, 1), (0, 0))
+    b_tv: tuple = ((1, 1), (0, 0))
+    c_tv: tuple = ((1, 1), (0, 0))
+
+    @property
+    def name(self) -> str:
+        return f"fma_{dtype_name(self.dtype)}"
+
+
+@dataclass(frozen=True)
+class FmaOp:
+    """``fx.UniversalFMA(dtype)``: ``d = a * b + c`` on one thread (a scalar fused
+    multiply-add), CuTe's ``UniversalFMA``; tile it over threads with
+    ``fx.make_tiled_mma``."""
+    dtype: DType
+
+    def spec(self, arch: Optional[str] = None) -> _FmaSpec:
+        return _FmaSpec(self.dtype)
+
+    @property
+    def acc_dtype(self) -> DType:
+        return self.dtype
+
+    ab_dtype = acc_dtype
+
+
+def UniversalFMA(dtype: DType) -> FmaOp:
+    """A one-thread ``1 x 1 x 1`` MMA: ``d = a * b + c`` in ``dtype`` (``fma`` on every
+    backend). A tiled MMA of it over a ``(M, N, 1)`` thread layout gives each thread its
+    own outputs.
+
+    Returns: an MMA operation for :func:`make_mma_atom`.
+
+    Example::
+
+        atom = fx.make_mma_atom(fx.UniversalFMA(fx.Float32))
+        mma = fx.make_tiled_mma(atom, fx.make_layout((16, 16, 1), (1, 16, 0)))  # 256 threads
+    """
+    if not isinstance(dtype, DType):
+        raise DSLTypeError(f"fx.UniversalFMA needs a flydsl dtype, got {dtype!r}")
+    return FmaOp(dtype)
+
+
 def make_mma_atom(op: MmaOp) -> MmaAtom:
     """An MMA atom from ``fx.rocdl.MFMA(...)``, ``fx.rocdl.WMMA(...)`` or
     ``fx.nvvm.MMA(...)``.
@@ -437,6 +590,8 @@ def make_mma_atom(op: MmaOp) -> MmaAtom:
         >>> fx.make_mma_atom(fx.nvvm.MMA(16, 8, 16, fx.Float32, ab_dtype=fx.Float16))
         MmaAtom(mma_m16n8k16_f32_f16)
     """
+    if isinstance(op, FmaOp):
+        return MmaAtom(op)
     if not isinstance(op, MmaOp):
         raise DSLTypeError(f"fx.make_mma_atom needs an MMA operation such as "
                            f"fx.rocdl.MFMA(16, 16, 4, fx.Float32), got {op!r}")
@@ -469,6 +624,7 @@ class TiledMma:
     __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
     atom: MmaAtom
     atom_layout: la.Layout
+    permutation: Optional[tuple] = None    # (M, N, K) tilers; None keeps a mode
 
     @property
     def thr_layout_vmnk(self) -> la.Layout:
@@ -486,9 +642,16 @@ class TiledMma:
 
     @property
     def tile_size_mnk(self) -> la.IntTuple:
+        """The ``(M, N, K)`` tile one tiled-MMA step covers: atom shape times atom
+        layout, or a permutation's size where that is larger (CuTe's rule)."""
         s = self.atom.spec
         m, n, k = _mode_shapes(self.atom_layout)
-        return la.IntTuple((s.m * m, s.n * n, s.k * k))
+        core = [s.m * m, s.n * n, s.k * k]
+        if self.permutation is not None:
+            for i, p in enumerate(self.permutation):
+                if p is not None:
+                    core[i] = max(core[i], int(la.size(p)))
+        return la.IntTuple(core)
 
     def _atom_tv(self, operand: str) -> la.Layout:
         return {"A": self.atom.layout_A_tv, "B": self.atom.layout_B_tv,
@@ -505,6 +668,10 @@ class TiledMma:
         ``thrfrg_A/B/C``)."""
         a, b = _OPERAND_MODES[operand]
         shapes = _mode_shapes(self.atom_layout)
+        if self.permutation is not None:
+            perm = (self.permutation[a], self.permutation[b])
+            if any(p is not None for p in perm):   # reorder the tile first (CuTe)
+                view = _divide_view(la.logical_divide, view, perm)
         tiled = _divide_view(la.zipped_divide, view, self._atom_tile(operand))
         # ((atom x, atom y), (rest x, rest y)) -> ((lane, value), (rest x, rest y))
         tv = la.make_layout(la.composition(_layout_of(tiled)[0], self._atom_tv(operand)),
@@ -642,6 +809,12 @@ def make_tiled_mma(atom: MmaAtom, atom_layout=None, permutation=None) -> TiledMm
     is the lane group (warp/wave) that runs that atom, e.g.
     ``fx.make_layout((2, 2, 1), (1, 2, 0))``: four groups, 2 x 2 over M and N.
 
+    ``permutation`` (``fx.make_tile(m, n, k)``, a layout or ``None`` per mode) reorders
+    the tile before the atoms are laid over it, as CuTe's ``PermutationMNK``: e.g.
+    ``fx.make_tile(None, None, fx.make_layout((4, 4, 2), (1, 8, 4)))`` interleaves K so a
+    thread's values of consecutive atoms are contiguous; the tile grows to the
+    permutation's size where that is larger.
+
     Returns: a :class:`TiledMma`.
 
     Example::
@@ -654,13 +827,29 @@ def make_tiled_mma(atom: MmaAtom, atom_layout=None, permutation=None) -> TiledMm
         raise DSLTypeError(f"fx.make_tiled_mma needs an MMA atom (fx.make_mma_atom), "
                            f"got {atom!r}")
     if permutation is not None:
-        raise DSLTypeError("fx.make_tiled_mma: permutations are not supported yet")
+        permutation = _permutation(permutation)
     if atom_layout is None:
         atom_layout = la.make_layout((1, 1, 1))
     if not isinstance(atom_layout, la.Layout):
         atom_layout = la.make_layout(atom_layout)
     _check_static("the atom layout", atom_layout.shape)
-    return TiledMma(atom, atom_layout)
+    return TiledMma(atom, atom_layout, permutation)
+
+
+def _permutation(p) -> Optional[tuple]:
+    """A tiled MMA's permutation as three tilers (M, N, K); ints are ``n:1``."""
+    if isinstance(p, (la.Layout, int)):
+        p = (p,)
+    if not isinstance(p, tuple) or len(p) > 3:
+        raise DSLTypeError(f"fx.make_tiled_mma: the permutation is fx.make_tile(m, n, k) "
+                           f"(a layout, an int or None per mode), got {p!r}")
+    p = tuple(la.make_layout(x) if isinstance(x, int) else x for x in p) + \
+        (None,) * (3 - len(p))
+    for x in p:
+        if x is not None and not (isinstance(x, la.Layout) and la.is_static(x.shape)):
+            raise DSLTypeError(f"fx.make_tiled_mma: a permutation mode must be a constant "
+                               f"layout or None, got {x!r}")
+    return None if all(x is None for x in p) else p
 
 
 def make_tiled_copy_A(atom: CopyAtom, tiled_mma: TiledMma) -> TiledCopy:

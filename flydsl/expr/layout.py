@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import functools
 
+from . import atoms as _atoms
 from . import layout_algebra as la
+from . import swizzle as swz
 from .builtins import select as _select_value
 from .implementation import installed as _installed_ops
 from .implementation import ops as _ops
-from .layout_algebra import IntTuple, Layout, ScaledBasis, StaticInt
+from .layout_algebra import Basis, E, IntTuple, Layout, ScaledBasis, StaticInt
+from .swizzle import (ComposedLayout, Swizzle, SwizzleType, apply_swizzle,
+                      make_composed_layout)
 
 Layout.__flydsl_constexpr__ = True   # a kernel parameter annotated fx.Layout is a constant
 
@@ -24,29 +28,34 @@ _ON_TENSORS = [
     "size", "cosize", "rank", "depth", "get_shape", "get_stride", "coalesce", "composition",
     "logical_divide", "zipped_divide", "tiled_divide", "flat_divide", "logical_product",
     "zipped_product", "tiled_product", "flat_product", "blocked_product", "raked_product",
+    "get", "group", "take", "get_", "append", "prepend", "flatten",
 ]
 #: Pure algebra (layouts and int tuples only).
 _ALGEBRA = [
     "make_shape", "make_stride", "make_coord", "make_int_tuple", "make_layout",
-    "make_ordered_layout", "make_identity_layout", "make_layout_tv", "get", "group",
-    "append", "prepend", "flatten", "product_each", "ceil_div", "shape_div", "crd2idx",
-    "idx2crd", "filter_zeros", "complement", "right_inverse", "left_inverse",
-    "recast_layout", "dice", "slice_and_offset", "max_common_vector", "is_static", "unpack",
+    "make_ordered_layout", "make_identity_layout", "make_layout_tv", "product_each",
+    "ceil_div", "shape_div", "filter_zeros", "complement", "right_inverse", "left_inverse",
+    "dice", "slice_and_offset", "max_common_vector", "is_static", "unpack", "get_scalar",
+    "get_leaves", "tile_to_shape", "make_tile",
 ]
 
 
 def _tensor_aware(fn):
+    """``fn`` of a layout, also applied to a tensor (through its layout) and to a
+    composed layout (through its outer layout)."""
+    lifted = swz.lift(fn)
+
     @functools.wraps(fn)
     def wrapper(x, *args, **kwargs):
         if _is_tensor(x):
             return _ops().view_apply(fn, x, *args, **kwargs)
-        return fn(x, *args, **kwargs)
+        return lifted(x, *args, **kwargs)
     return wrapper
 
 
 def _is_tensor(x) -> bool:
     """A kernel tensor or view (only a front end, i.e. a trace, can have made one)."""
-    if isinstance(x, (Layout, tuple, int)) or x is None:
+    if isinstance(x, (Layout, ComposedLayout, tuple, int)) or x is None:
         return False
     ops = _installed_ops()
     return ops is not None and ops.is_view(x)
@@ -69,6 +78,8 @@ def select(*args):
     """
     if len(args) == 2 and isinstance(args[0], (Layout, tuple)):
         return la.select(*args)
+    if len(args) == 2 and isinstance(args[0], ComposedLayout):
+        return args[0].with_outer(la.select(args[0].outer, args[1]))
     return _select_value(*args)
 
 
@@ -87,7 +98,119 @@ def slice(obj, coord):   # noqa: A001  (FlyDSL's name: fx.slice)
     """
     if _is_tensor(obj):
         return _ops().view_apply(la.slice_, obj, coord)
+    if isinstance(obj, ComposedLayout):
+        return obj.sliced(coord)[0]
     return la.slice_(coord, obj)
+
+
+def crd2idx(coord, layout):
+    """The index ``layout(coord)`` (for a composed layout ``inner(offset +
+    outer(coord))``, e.g. a swizzled offset); ``layout`` may also be a shape (then
+    column-major).
+
+    Returns: an int, or an integer kernel value when anything is dynamic.
+
+    Example::
+
+        >>> fx.crd2idx((3, 5), fx.make_layout((8, 16)))
+        43
+        >>> sw = fx.make_composed_layout(fx.Swizzle(3, 3, 3), fx.make_ordered_layout((8, 64), (1, 0)))
+        >>> fx.crd2idx((1, 0), sw)
+        72
+    """
+    if isinstance(layout, ComposedLayout):
+        return layout(coord)
+    return la.crd2idx(coord, layout)
+
+
+def idx2crd(idx, layout):
+    """The coordinate of index ``idx`` in the domain of ``layout`` (or of a shape):
+    the inverse of the column-major ``crd2idx`` of its shape.
+
+    Returns: a coordinate (an :class:`IntTuple`, or a scalar for a rank-1 shape).
+
+    Example::
+
+        >>> fx.idx2crd(43, fx.make_layout((8, 16)))
+        (3,5)
+    """
+    if isinstance(layout, ComposedLayout):
+        layout = layout.outer
+    return la.idx2crd(idx, layout)
+
+
+def recast_layout(layout, old_type_bits, new_type_bits):
+    """``layout`` reindexed from ``old_type_bits``-wide to ``new_type_bits``-wide
+    elements (ints or dtypes); a swizzle in a composed layout is recast too (its
+    ``M`` shrinks or grows by log2 of the ratio).
+
+    Returns: a :class:`Layout` (a :class:`ComposedLayout` for one).
+
+    Example::
+
+        >>> fx.recast_layout(fx.make_layout((8, 16), (16, 1)), 16, 32)
+        (8,8):(8,1)
+        >>> fx.recast_layout(fx.make_composed_layout(fx.Swizzle(3, 4, 3), fx.make_layout(64)), 8, 16)
+        Sw<3,3,3> o 0 o 32:1
+    """
+    old, new = la._bits(old_type_bits), la._bits(new_type_bits)
+    return swz.recast(layout, old, new)
+
+
+def static(x):
+    """A trace-time constant as it is: ``fx.static(fx.SwizzleType.get(3, 3, 3))`` is the
+    swizzle (upstream FlyDSL materializes a type as a constant value; here layouts,
+    swizzles and int tuples are constants already).
+
+    Returns: ``x``.
+
+    Example::
+
+        >>> fx.static(fx.SwizzleType.get(3, 3, 3))
+        Sw<3,3,3>
+    """
+    return x
+
+
+def composed_get_inner(layout: ComposedLayout):
+    """The inner function (a :class:`Swizzle` or layout) of a composed layout.
+
+    Example::
+
+        >>> fx.composed_get_inner(fx.make_composed_layout(fx.Swizzle(3, 3, 3), fx.make_layout(64)))
+        Sw<3,3,3>
+    """
+    return _composed(layout, "composed_get_inner").inner
+
+
+def composed_get_offset(layout: ComposedLayout):
+    """The offset of a composed layout (added to the outer index before the inner
+    function).
+
+    Example::
+
+        >>> fx.composed_get_offset(fx.make_composed_layout(fx.Swizzle(3, 3, 3), 16, fx.make_layout(64)))
+        16
+    """
+    return _composed(layout, "composed_get_offset").offset
+
+
+def composed_get_outer(layout: ComposedLayout):
+    """The outer layout of a composed layout.
+
+    Example::
+
+        >>> fx.composed_get_outer(fx.make_composed_layout(fx.Swizzle(3, 3, 3), fx.make_layout(64)))
+        64:1
+    """
+    return _composed(layout, "composed_get_outer").outer
+
+
+def _composed(x, fname: str) -> ComposedLayout:
+    if not isinstance(x, ComposedLayout):
+        raise la.LayoutError(f"fx.{fname} needs a composed layout "
+                             f"(fx.make_composed_layout), got {x!r}")
+    return x
 
 
 def target():
@@ -196,7 +319,87 @@ def copy(atom, src, dst, pred=None) -> None:
         regs.store(regs.load() * 2.0)
         fx.copy(atom, regs, dst)                      # one 128-bit store
     """
+    if isinstance(getattr(atom, "op", None), _atoms.UniversalAtomic):
+        _ops().atomic_copy(atom, src, dst, pred)
+        return
     _ops().copy(atom, src, dst, pred)
+
+
+def copy_atom_call(atom, src, dst, *, pred=None) -> None:
+    """One copy-atom call on ``src`` and ``dst`` (FlyDSL's ``copy_atom_call``): the same
+    as :func:`copy` of views holding one call's elements.
+
+    Example::
+
+        rA = fx.make_rmem_tensor(1, fx.Float32)
+        fx.copy_atom_call(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32),
+                          fx.slice(fx.logical_divide(x, fx.make_layout(1, 1)), (None, i)), rA)
+    """
+    copy(atom, src, dst, pred)
+
+
+def mma_atom_call(atom, d, a, b, c) -> None:
+    """One MMA-atom call on fragments (FlyDSL's ``mma_atom_call``): :func:`gemm` of
+    fragments holding one atom's values.
+
+    Example::
+
+        fx.mma_atom_call(mma_atom, acc, a_frag, b_frag, acc)
+    """
+    gemm(atom, d, a, b, c)
+
+
+def gather(copy_atom, base, offsets, dst, *, pred=None) -> None:
+    """Indexed load ``dst = base[offsets]`` (FlyDSL's ``fx.gather``): for every value
+    ``v`` (and rest index ``r``) of the offset fragment, one ``copy_atom`` call from
+    ``base + offsets[v, r]`` (seen through the atom's value layout) into
+    ``dst[(None, v), r]``. Shapes: ``dst`` is ``((atom values, V), rest...)``,
+    ``offsets`` and ``pred`` are ``(V, rest...)``.
+
+    Example::
+
+        # thread's rows: offsets[v] = Idx[row] * N + col; 4 floats per call
+        fx.gather(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32), Src, offs, regs)
+    """
+    layout = copy_atom.layout_src_tv[1]
+    for off, part, p in _indexed(offsets, dst, pred):
+        copy(copy_atom, _ops().offset_view(base, off, layout), part, p)
+
+
+def scatter(copy_atom, src, base, offsets, *, pred=None) -> None:
+    """Indexed store ``base[offsets] = src`` (FlyDSL's ``fx.scatter``): the mirror of
+    :func:`gather`; ``src`` is ``((atom values, V), rest...)``, ``offsets`` and ``pred``
+    ``(V, rest...)``.
+
+    Example::
+
+        fx.scatter(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32), regs, Dst, offs)
+    """
+    layout = copy_atom.layout_dst_tv[1]
+    for off, part, p in _indexed(offsets, src, pred):
+        copy(copy_atom, part, _ops().offset_view(base, off, layout), p)
+
+
+def _indexed(offsets, operand, pred):
+    """``(offset, operand part, pred part)`` per value and rest index of ``offsets``."""
+    r = la.rank(offsets.layout)
+    V = int(la.size(offsets.layout[0])) if r > 1 else int(la.size(offsets.layout))
+    if r <= 1:
+        for v in range(V):
+            yield offsets[v], operand[None, v] if la.rank(operand.layout) == 2 else \
+                slice(operand, (None, v)), None if pred is None else pred[v]
+        return
+    rest = int(la.size(offsets.layout)) // V
+    op_rest = la.group(operand.layout, 1, la.rank(operand.layout))
+    grouped = operand.with_layout(op_rest) if hasattr(operand, "with_layout") else operand
+    off_grouped = offsets.with_layout(la.group(offsets.layout, 1, r))
+    pred_grouped = None if pred is None else pred.with_layout(la.group(pred.layout, 1,
+                                                                       la.rank(pred.layout)))
+    for v in range(V):
+        for i in range(rest):
+            part = grouped.sliced(((None, v), i))
+            yield (off_grouped[v, i], part,
+                   None if pred is None else pred_grouped.sliced((v, i)))
 
 
 def gemm(atom, d, a, b, c) -> None:
@@ -225,10 +428,17 @@ def gemm(atom, d, a, b, c) -> None:
         if fx.thread_idx.x < 32:
             fx.copy(atom, c, thr.partition_C(C))                 # C = A @ B.T
     """
+    if isinstance(getattr(atom, "op", None), _atoms.FmaOp):
+        _ops().fma_gemm(d, a, b, c)
+        return
     _ops().gemm(atom, d, a, b, c)
 
 
 __all__ = sorted(_ON_TENSORS + _ALGEBRA + [
-    "IntTuple", "Layout", "ScaledBasis", "StaticInt", "ceildiv", "copy", "elem_less", "gemm",
-    "make_fragment_like", "make_rmem_tensor", "make_view", "select", "slice", "target",
+    "Basis", "ComposedLayout", "E", "IntTuple", "Layout", "ScaledBasis", "StaticInt",
+    "Swizzle", "SwizzleType", "apply_swizzle", "ceildiv", "composed_get_inner",
+    "composed_get_offset", "composed_get_outer", "copy", "copy_atom_call", "crd2idx",
+    "elem_less", "gather", "gemm", "mma_atom_call", "scatter",
+    "idx2crd", "make_composed_layout", "make_fragment_like", "make_rmem_tensor",
+    "make_view", "recast_layout", "select", "slice", "static", "target",
 ])

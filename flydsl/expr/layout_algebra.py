@@ -49,6 +49,8 @@ __all__ = [
     "left_inverse", "logical_divide", "zipped_divide", "tiled_divide", "flat_divide",
     "logical_product", "zipped_product", "tiled_product", "flat_product",
     "blocked_product", "raked_product", "recast_layout", "max_common_vector",
+    # FlyDSL's extras
+    "Basis", "E", "get_scalar", "get_leaves", "get_", "take", "tile_to_shape", "make_tile",
 ]
 
 
@@ -155,15 +157,15 @@ class ScaledBasis:
     def __mul__(self, k):
         if isinstance(k, (tuple, ScaledBasis, Layout)):
             return NotImplemented
-        return ScaledBasis(_mul(self.value, k), self.path)
+        return type(self)(_mul(self.value, k), self.path)
 
     __rmul__ = __mul__
 
     def __floordiv__(self, k):
-        return ScaledBasis(_floordiv(self.value, k), self.path)
+        return type(self)(_floordiv(self.value, k), self.path)
 
     def __neg__(self):
-        return ScaledBasis(_mul(self.value, -1), self.path)
+        return type(self)(_mul(self.value, -1), self.path)
 
     def __add__(self, other):
         return _add(self, other)
@@ -182,6 +184,47 @@ class ScaledBasis:
 
     def __repr__(self) -> str:
         return _leaf_str(self.value) + "".join(f"@{i}" for i in self.path)
+
+
+class Basis(ScaledBasis):
+    """FlyDSL's spelling of a scaled basis element: ``Basis(value, modes)`` is ``value``
+    times the unit coordinate of the mode path ``modes``, printed ``2E0`` (``1E0E1``
+    for a nested path). Equal to the :class:`ScaledBasis` of the same value and path.
+
+    Example::
+
+        >>> fx.Basis(2, [0]), fx.E(0, 1), fx.E(1) * 3
+        (2E0, 1E0E1, 3E1)
+    """
+
+    __slots__ = ()
+
+    @property
+    def modes(self) -> list:
+        """The mode path as a list (``E(0, 1).modes == [0, 1]``)."""
+        return list(self.path)
+
+    def __repr__(self) -> str:
+        return _leaf_str(self.value) + "".join(f"E{i}" for i in self.path)
+
+
+def E(*modes) -> Any:
+    """The unit basis element of a mode path: ``E(0)`` is the first coordinate,
+    ``E(0, 1)`` (or ``E([0, 1])``) the second entry of the first mode; ``E()`` is 1.
+    Strides made of them map a coordinate to itself (``make_identity_layout``).
+
+    Returns: a :class:`Basis` (an ``int`` 1 for no modes).
+
+    Example::
+
+        >>> fx.make_layout((4, 8), fx.make_stride(fx.E(0), fx.E(1)))((1, 2))
+        (1,2)
+    """
+    if len(modes) == 1 and isinstance(modes[0], (list, tuple)):
+        modes = tuple(modes[0])
+    if not modes:
+        return 1
+    return Basis(1, modes)
 
 
 # ======================================================================================
@@ -231,9 +274,9 @@ def _sub(a, b):
 
 def _mul(a, b):
     if isinstance(b, ScaledBasis):
-        return ScaledBasis(_mul(a, b.value), b.path)
+        return type(b)(_mul(a, b.value), b.path)
     if isinstance(a, ScaledBasis):
-        return ScaledBasis(_mul(a.value, b), a.path)
+        return type(a)(_mul(a.value, b), a.path)
     if isinstance(a, int):
         if isinstance(b, int):
             return a * b
@@ -305,7 +348,7 @@ def _abs(x):
     if isinstance(x, int):
         return abs(x)
     if isinstance(x, ScaledBasis):
-        return ScaledBasis(_abs(x.value), x.path)
+        return type(x)(_abs(x.value), x.path)
     return x          # dynamic strides are assumed positive
 
 
@@ -1443,10 +1486,11 @@ def composition(A: Layout, B: Any) -> Layout:
 # Complement and inverses
 # ======================================================================================
 
-def complement(L: Layout, cotarget: Any = None) -> Layout:
+def complement(L: Layout, cotarget: Any = None, *, codomain_size: Any = None) -> Layout:
     """The layout of the "rest" of ``L`` up to ``cotarget`` (a size or a shape; default
-    ``cosize(L)``): ordered, disjoint from ``L``'s image except 0, so that
-    ``make_layout(L, complement(L, M))`` covers ``[0, M)`` (rounded up).
+    ``cosize(L)``; FlyDSL spells it ``codomain_size=``): ordered, disjoint from ``L``'s
+    image except 0, so that ``make_layout(L, complement(L, M))`` covers ``[0, M)``
+    (rounded up). A non-injective ``L`` is a :class:`LayoutError`.
 
     Returns: a :class:`Layout`.
 
@@ -1455,6 +1499,10 @@ def complement(L: Layout, cotarget: Any = None) -> Layout:
         >>> fx.complement(fx.make_layout(4, 2), 16)
         (2,2):(1,8)
     """
+    if codomain_size is not None:
+        if cotarget is not None:
+            raise LayoutError("complement: give cotarget or codomain_size, not both")
+        cotarget = codomain_size
     L = _as_layout(L)
     f = _filter(L)
     if cotarget is None:
@@ -1811,9 +1859,22 @@ def _downcast(s, d, n: int):
     return s, _mul(d, n)
 
 
-def recast_layout(L: Layout, old_bits: int, new_bits: int) -> Layout:
+def _bits(x) -> int:
+    """An element width in bits: an int, or a dtype (``.bits``/``.width``)."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x
+    for attr in ("bits", "width"):
+        v = getattr(x, attr, None)
+        if isinstance(v, int):
+            return v
+    raise LayoutError(f"recast_layout takes element widths in bits (an int or a dtype), "
+                      f"got {x!r}")
+
+
+def recast_layout(L: Layout, old_bits: Any, new_bits: Any) -> Layout:
     """``L`` (indexing ``old_bits``-wide elements) reindexed for ``new_bits``-wide ones:
-    CuTe's ``recast_layout`` (upcast by new/old, downcast by old/new).
+    CuTe's ``recast_layout`` (upcast by new/old, downcast by old/new). The widths are
+    ints or dtypes (``fx.Float16``).
 
     Returns: a :class:`Layout`.
 
@@ -1822,6 +1883,7 @@ def recast_layout(L: Layout, old_bits: int, new_bits: int) -> Layout:
         >>> fx.recast_layout(fx.make_layout((8, 16), (16, 1)), 16, 32)   # 16-bit -> 32-bit
         (8,8):(8,1)
     """
+    old_bits, new_bits = _bits(old_bits), _bits(new_bits)
     g = math.gcd(new_bits, old_bits)
     num, den = new_bits // g, old_bits // g
     s, d = L.shape, L.stride
@@ -1830,3 +1892,154 @@ def recast_layout(L: Layout, old_bits: int, new_bits: int) -> Layout:
     if den != 1:
         s, d = _downcast(s, d, den)
     return Layout._raw(s, d)
+
+
+# ======================================================================================
+# FlyDSL's extras: scalars, leaves, mode ranges, tiles
+# ======================================================================================
+
+def get_scalar(t: Any) -> Any:
+    """The single leaf of a rank-1, one-leaf int tuple (``(5,)`` or ``((x,),)``); any
+    other scalar (an int, a kernel value, a basis element) is returned as it is.
+
+    Returns: an int, a :class:`ScaledBasis` or a kernel integer value.
+
+    Example::
+
+        >>> fx.get_scalar(fx.size(fx.make_layout((3, 9), (1, 3))))
+        27
+        >>> fx.get_scalar((7,))
+        7
+    """
+    while isinstance(t, tuple):
+        if len(t) != 1:
+            raise LayoutError(f"get_scalar of {t!r}: it has {len(t)} modes, not one leaf")
+        t = t[0]
+    if isinstance(t, StaticInt):
+        return int(t)
+    return t
+
+
+def get_leaves(t: Any, dynamic_only: bool = False) -> tuple:
+    """The leaves of an int tuple (or a layout's shape and stride are not leaves: pass
+    ``L.shape``) in order; ``dynamic_only=True`` keeps only run-time values (a basis
+    element counts as dynamic when its coefficient is).
+
+    Returns: a tuple.
+
+    Example::
+
+        >>> fx.get_leaves((8, (4, fx.E(1))))
+        (8, 4, 1E1)
+    """
+    if isinstance(t, Layout):
+        raise LayoutError("get_leaves takes an int tuple: use get_leaves(L.shape) or "
+                          "get_leaves(L.stride)")
+    leaves = _flatten(t) if isinstance(t, tuple) else [t]
+    if dynamic_only:
+        leaves = [x for x in leaves if not _is_static_leaf(x)]
+    return tuple(leaves)
+
+
+def get_(t: Any, mode: Union[int, Sequence[int]]) -> Any:
+    """Mode ``mode`` of ``t`` (a nested path as a list or tuple), FlyDSL's ``get_``:
+    like :func:`get`, and also the spelling that takes a list.
+
+    Returns: a :class:`Layout` for a layout, else an entry of the tuple.
+
+    Example::
+
+        >>> fx.get_(fx.make_layout((128, 64), (1, 128)), 0)
+        128:1
+    """
+    path = tuple(mode) if isinstance(mode, (list, tuple)) else (mode,)
+    return get(t, path)
+
+
+def take(t: Any, begin: int, end: int) -> Any:
+    """Modes ``[begin, end)`` of ``t``; a single mode is returned unwrapped.
+
+    Returns: the same kind as ``t``.
+
+    Example::
+
+        >>> fx.take(fx.make_layout((128, 64, 2)), 0, 2)
+        (128,64):(1,128)
+        >>> fx.take((4, 8, 16), 1, 2)
+        8
+    """
+    r = rank(t)
+    begin, end = (begin + r if begin < 0 else begin), (end + r if end < 0 else end)
+    if not 0 <= begin < end <= r:
+        raise LayoutError(f"take({t!r}, {begin}, {end}): modes out of range for rank {r}")
+    if end - begin == 1:
+        return get(t, begin) if isinstance(t, (Layout, tuple)) else t
+    return select(t, list(range(begin, end)))
+
+
+def tile_to_shape(block: Layout, trg_shape: Any, ord_shape: Any = None) -> Layout:
+    """Repeat ``block`` to cover ``trg_shape`` (each mode a multiple of the block's),
+    the copies of the block laid out in the order ``ord_shape`` (default
+    column-major): CuTe's ``tile_to_shape``.
+
+    Returns: a :class:`Layout` of shape ``trg_shape`` (by-mode coalesced).
+
+    Example::
+
+        >>> fx.tile_to_shape(fx.make_layout((4, 8), (8, 1)), (8, 16), (1, 0))
+        ((4,2),(8,2)):((8,64),(1,32))
+    """
+    block = _as_layout(block)
+    trg = _to_it(trg_shape)
+    trg = trg if isinstance(trg, tuple) else IntTuple((trg,))
+    R = len(trg)
+    if rank(block) > R:
+        raise LayoutError(f"tile_to_shape: {block!r} has more modes than {trg!r}")
+    padded = _pad_rank(block, R)
+    block_shape = product_each(padded.shape)
+    block_shape = block_shape if isinstance(block_shape, tuple) else (block_shape,)
+    target = product_each(trg)
+    target = target if isinstance(target, tuple) else (target,)
+    for b, t in zip(block_shape, target):
+        if isinstance(b, int) and isinstance(t, int) and t % b:
+            raise LayoutError(f"tile_to_shape: the block {block!r} does not divide "
+                              f"{trg!r}")
+    reps = IntTuple(ceil_div(t, b) for t, b in zip(target, block_shape))
+    order = reps if ord_shape is None else _to_it(ord_shape)
+    if ord_shape is None:
+        order = IntTuple(range(R))
+    product = blocked_product(padded, make_ordered_layout(reps, order))
+    return coalesce(product, reps)
+
+
+def make_tile(*modes: Any) -> tuple:
+    """A by-mode tiler: ``make_tile(t0, t1, ...)`` with each ``ti`` an int (``n:1``), a
+    layout, a nested tuple of those, or ``None`` (keep that mode); one argument is the
+    tiler itself.
+
+    Returns: a tuple of tilers (for one argument, that tiler).
+
+    Example::
+
+        >>> L = fx.make_layout((9, (4, 8)), (59, (13, 1)))
+        >>> fx.logical_divide(L, fx.make_tile(fx.make_layout(3, 3), fx.make_layout((2, 4), (1, 8))))
+        ((3,3),((2,4),(2,2))):((177,59),((13,2),(26,1)))
+    """
+    for m in modes:
+        _check_tiler_mode(m)
+    if len(modes) == 1:
+        return modes[0]
+    return tuple(modes)
+
+
+def _check_tiler_mode(m) -> None:
+    if m is None or isinstance(m, Layout) or (isinstance(m, int) and not isinstance(m, bool)):
+        return
+    if isinstance(m, tuple):
+        for x in m:
+            _check_tiler_mode(x)
+        return
+    if hasattr(m, "outer") and hasattr(m, "inner"):     # a composed layout
+        return
+    raise LayoutError(f"make_tile: a mode is an int, a layout, a tuple of those or None, "
+                      f"got {m!r}")

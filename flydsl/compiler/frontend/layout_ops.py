@@ -6,18 +6,22 @@ copies (:mod:`.copy_ops`) and MMAs (:mod:`.mma_ops`) are made.
 """
 from __future__ import annotations
 
+import mlir.ir as ir
+from mlir.dialects import arith, memref
+
 from ...errors import DSLTypeError
 from ...expr import layout_algebra as la
 from . import context
 from .copy_ops import copy
 from .mma_ops import gemm
-from .tensors import TensorValue
-from .values import Value
+from .tensors import TensorValue, coerce_for_store, storage_type
+from .values import Value, to_index
 from .views import (TensorView, as_view, buffer_tensor, make_fragment_like, make_view,
-                    register_fragment)
+                    add_offsets, register_fragment, when)
 
-__all__ = ["buffer_tensor", "current_gpu_arch", "current_target", "copy", "elem_less", "gemm", "is_view", "make_fragment_like",
-           "make_view", "mma_fragment", "retile", "view_apply"]
+__all__ = ["atomic_copy", "buffer_tensor", "current_gpu_arch", "current_target", "copy",
+           "elem_less", "fma_gemm", "gemm", "is_view", "make_fragment_like", "make_view",
+           "mma_fragment", "offset_view", "retile", "view_apply"]
 
 
 def current_target():
@@ -100,4 +104,104 @@ def elem_less(a, b):
     return result
 
 
-del Value
+# -- atomic copies (fx.UniversalAtomic*) ----------------------------------------------
+
+#: atomic op -> memref.atomic_rmw kind for (signed ints, unsigned ints, floats)
+_RMW = {"add": ("addi", "addi", "addf"), "max": ("maxs", "maxu", "maxnumf"),
+        "min": ("mins", "minu", "minnumf"), "and": ("andi", "andi", None),
+        "or": ("ori", "ori", None)}
+
+
+def atomic_copy(atom, src, dst, pred=None) -> None:
+    """``fx.copy`` with a ``UniversalAtomic`` atom: ``dst[i] = op(dst[i], src[i])``
+    atomically for every element (``inc``/``dec``: CUDA's wrapping ``atomicInc``/
+    ``atomicDec`` with ``src[i]`` as the limit), guarded by ``pred[i]`` when given."""
+    src, dst = as_view(src), as_view(dst)
+    op = atom.op
+    if dst.memory is None or src.memory is None:
+        raise DSLTypeError("fx.copy with an atomic atom needs memory on both sides")
+    if dst.memory.space == "register":
+        raise DSLTypeError(f"fx.copy with {atom!r}: the destination is a register fragment; "
+                           "an atomic copy updates global or shared memory")
+    d = dst.dtype
+    if d is not op.dtype or src.dtype is not op.dtype:
+        raise DSLTypeError(f"fx.copy with {atom!r}: source {src.dtype.name} and destination "
+                           f"{d.name} must both be {op.dtype.name}")
+    if d.bits not in (32, 64) or d.kind not in ("int", "float"):
+        raise DSLTypeError(f"fx.copy with {atom!r}: atomics work on 32- and 64-bit integers "
+                           f"and floats, not {d.name}")
+    if op.op in ("and", "or", "inc", "dec") and d.kind == "float":
+        raise DSLTypeError(f"an atomic {op.op} needs integer elements, not {d.name}")
+    n = src.size()
+    if dst.size() != n:
+        raise DSLTypeError(f"fx.copy: source has {n} elements, destination {dst.size()}")
+    if pred is not None and as_view(pred).size() != n:
+        raise DSLTypeError(f"fx.copy with {atom!r}: one predicate per element ({n}), got "
+                           f"{as_view(pred).size()}")
+    for i in range(n):
+        if pred is None:
+            _atomic_one(op.op, dst, i, src[i])
+            continue
+        p = as_view(pred)[i]
+        with when(p if isinstance(p, Value) and p.dtype.kind == "bool" else (p != 0)):
+            _atomic_one(op.op, dst, i, src[i])
+
+
+def _atomic_one(name: str, dst: TensorView, i: int, value) -> None:
+    mem = dst.memory
+    idx = [to_index(mem.physical(dst.element_offset(i)))]
+    v = coerce_for_store(value, mem.dtype, mem.label()).v
+    d = mem.dtype
+    if name in _RMW:
+        signed_kind, unsigned_kind, float_kind = _RMW[name]
+        kind = float_kind if d.kind == "float" else signed_kind if d.signed else unsigned_kind
+        memref.atomic_rmw(getattr(arith.AtomicRMWKind, kind), v, mem.mem, idx)
+        return
+    op = memref.GenericAtomicRMWOp(storage_type(d), mem.mem, idx)
+    body = op.regions[0].blocks.append(storage_type(d))
+    with ir.InsertionPoint(body):
+        old = body.arguments[0]
+        one, zero = arith.constant(old.type, 1), arith.constant(old.type, 0)
+        if name == "inc":       # old >= limit ? 0 : old + 1
+            wrap = arith.cmpi(arith.CmpIPredicate.uge, old, v)
+            new = arith.select(wrap, zero, arith.addi(old, one))
+        else:                   # old == 0 or old > limit ? limit : old - 1
+            wrap = arith.ori(arith.cmpi(arith.CmpIPredicate.eq, old, zero),
+                             arith.cmpi(arith.CmpIPredicate.ugt, old, v))
+            new = arith.select(wrap, v, arith.subi(old, one))
+        memref.AtomicYieldOp(new)
+
+
+# -- fx.UniversalFMA ------------------------------------------------------------------
+
+def fma_gemm(d, a, b, c) -> None:
+    """``fx.gemm`` with a ``UniversalFMA`` atom: per thread, ``d[0, m, n] = sum_k
+    a[0, m, k] * b[0, n, k] + c[0, m, n]`` over its fragments (one fused multiply-add
+    per term, k in order)."""
+    from .ops import fma     # the builtin (ops imports this module)
+    d, a, b, c = (as_view(x) for x in (d, a, b, c))
+    shapes = [tuple(la.size(x.layout[i]) for i in range(3)) if la.rank(x.layout) == 3
+              else None for x in (d, a, b, c)]
+    if any(s is None for s in shapes):
+        raise DSLTypeError("fx.gemm with fx.UniversalFMA takes fragments (values, m, k), "
+                           "(values, n, k), (values, m, n) from make_fragment_A/B/C")
+    (_, M, N), (_, Ma, K), (_, Nb, Kb), (_, Mc, Nc) = shapes
+    if (Ma, Nb, Kb, Mc, Nc) != (M, N, K, M, N):
+        raise DSLTypeError(f"fx.gemm: fragment shapes {[x.layout.shape for x in (d, a, b, c)]} "
+                           "do not match (values, m, k) x (values, n, k) -> (values, m, n)")
+    for m in range(M):
+        for n in range(N):
+            acc = c[0, m, n]
+            for k in range(K):
+                acc = fma(a[0, m, k], b[0, n, k], acc)
+            d[0, m, n] = acc
+
+
+def offset_view(base, offset, layout: la.Layout) -> TensorView:
+    """``fx.make_view(base + offset, layout)`` for a tensor or view ``base`` (FlyDSL's
+    iterator arithmetic, as ``fx.gather``/``fx.scatter`` use it)."""
+    if not isinstance(base, (TensorValue, TensorView)):
+        return make_view(base + offset, layout)      # a pointer: its own arithmetic
+    view = as_view(base)
+    return TensorView(view.memory, add_offsets(view.offset, offset), layout)
+

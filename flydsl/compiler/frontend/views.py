@@ -8,6 +8,14 @@ flat memref. A *coordinate* view (``fx.make_view((0, 0), fx.make_identity_layout
 has no memory: its elements are the coordinates themselves, tiled exactly like the
 data they predicate.
 
+A view made with a composed layout (``fx.make_view(smem, fx.make_composed_layout(
+fx.Swizzle(3, 3, 3), layout))``) keeps the plain outer layout and moves the inner
+function into its :class:`Memory`: offset ``x`` of that memory is element
+``base + inner(x - base)`` (``base``: where the view starts), so dividing, slicing and
+partitioning it stay plain index arithmetic and every access is remapped (CuTe's
+``inner(offset + outer(c))``). A vector access through a swizzle stays one vector
+when its run of elements does not cross a ``2**M`` block of the swizzle.
+
 Register fragments (``fx.make_fragment_like``) are ``memref.alloca`` arrays made at the
 kernel's entry: every index into them is a trace-time constant, so LLVM keeps them
 in registers on GPUs (and SROA does the same on the CPU).
@@ -24,6 +32,7 @@ from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from ...expr import layout_algebra as la
 from ...expr.dtypes import DType
+from ...expr.swizzle import ComposedLayout
 from . import context
 from .tensors import TensorValue, coerce_for_store, storage_type
 from .values import Value, as_value, cast, to_index
@@ -40,30 +49,61 @@ class Memory:
     it give 0 and writes past it are dropped, as the hardware does."""
 
     def __init__(self, mem: ir.Value, dtype: DType, space: str, name: str = "",
-                 records=None, source: Optional[TensorValue] = None):
+                 records=None, source: Optional[TensorValue] = None, remap=None):
         self.mem, self.dtype, self.space, self.name = mem, dtype, space, name
         self.records = records
         self.source = source
+        self.remap = remap          # (inner function, base offset) of a composed view
 
     def with_records(self, records) -> "Memory":
-        return Memory(self.mem, self.dtype, self.space, self.name, records, self.source)
+        return Memory(self.mem, self.dtype, self.space, self.name, records, self.source,
+                      self.remap)
+
+    def with_remap(self, inner, base) -> "Memory":
+        """This memory seen through ``inner`` (a swizzle or layout) from offset
+        ``base`` on: offset ``x`` is element ``base + inner(x - base)``."""
+        if self.remap is not None:
+            raise DSLTypeError(f"the {self.label()} is already seen through "
+                               f"{self.remap[0]!r}; compose the two functions in one "
+                               "layout instead of viewing a swizzled view again")
+        return Memory(self.mem, self.dtype, self.space, self.name, self.records,
+                      self.source, (inner, base))
+
+    def physical(self, offset):
+        """The element of the underlying memref that offset ``offset`` names."""
+        if self.remap is None:
+            return offset
+        inner, base = self.remap
+        x = offset if _is_zero(base) else offset - base
+        y = inner(x) if not isinstance(inner, la.Layout) else la.crd2idx(x, inner)
+        return y if _is_zero(base) else y + base
+
+    def run(self) -> int:
+        """How many consecutive offsets (from a multiple of it) stay consecutive."""
+        if self.remap is None:
+            return 1 << 62
+        return getattr(self.remap[0], "run", 1)
 
     @property
     def itemsize(self) -> int:
         return 1 if self.dtype.kind == "bool" else self.dtype.bits // 8
 
     def load(self, offset) -> Value:
-        raw = memref.load(self.mem, [to_index(offset)])
+        raw = memref.load(self.mem, [to_index(self.physical(offset))])
         return _from_storage(raw, self.dtype)
 
     def store(self, offset, value) -> None:
         v = coerce_for_store(value, self.dtype, self.label())
-        memref.store(_to_storage(v), self.mem, [to_index(offset)])
+        memref.store(_to_storage(v), self.mem, [to_index(self.physical(offset))])
 
     def label(self) -> str:
         what = {"register": "register fragment", "shared": "shared tensor"}.get(self.space,
                                                                              "tensor")
         return f"{what} {self.name!r}" if self.name else what
+
+
+def _is_zero(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x == 0
 
 
 def _from_storage(raw: ir.Value, dtype: DType) -> Value:
@@ -315,8 +355,13 @@ def _flatten(mem: ir.Value, meta, elem: ir.Type, space) -> ir.Value:
 def make_view(where, layout: la.Layout) -> TensorView:
     """``fx.make_view(ptr_or_coord, layout)``: a tensor/view (its memory from ``offset``
     on) or a coordinate tuple (an identity/coordinate tensor) seen through ``layout``."""
+    if isinstance(layout, ComposedLayout):
+        return _composed_view(where, layout)
     if not isinstance(layout, la.Layout):
         raise DSLTypeError(f"fx.make_view needs a layout, got {type(layout).__name__}")
+    hook = getattr(where, "__flydsl_view__", None)
+    if hook is not None:          # e.g. a pointer: the view of memory it points into
+        where = hook()
     if isinstance(where, (TensorValue, TensorView)):
         base = as_view(where)
         return TensorView(base.memory, base.offset, layout)
@@ -325,6 +370,26 @@ def make_view(where, layout: la.Layout) -> TensorView:
                           layout)
     raise DSLTypeError(f"fx.make_view takes a tensor, a view or a coordinate, "
                        f"got {type(where).__name__}")
+
+
+def _composed_view(where, layout: ComposedLayout) -> TensorView:
+    """A view through ``inner o offset o outer``: the memory remapped by ``inner``
+    from the view's start on, seen through ``outer`` from ``offset``."""
+    hook = getattr(where, "__flydsl_view__", None)
+    if hook is not None:
+        where = hook()
+    if not isinstance(where, (TensorValue, TensorView)):
+        raise DSLTypeError("fx.make_view with a composed (swizzled) layout needs memory (a "
+                           f"tensor, shared array or view), got {type(where).__name__}")
+    base = as_view(where)
+    if base.memory is None:
+        raise DSLTypeError("a coordinate tensor cannot be seen through a composed layout")
+    outer = layout.outer
+    if isinstance(outer, ComposedLayout):
+        raise DSLTypeError(f"fx.make_view: nested composed layouts are not supported "
+                           f"({layout!r})")
+    memory = base.memory.with_remap(layout.inner, base.offset)
+    return TensorView(memory, add_offsets(base.offset, layout.offset), outer)
 
 
 def register_fragment(layout: la.Layout, dtype: DType, owner=None) -> TensorView:
@@ -377,12 +442,75 @@ def vector_type(n: int, dtype: DType) -> ir.VectorType:
 
 
 def vector_load(mem: Memory, offset, n: int, align: int) -> ir.Value:
+    """``n`` consecutive elements from ``offset`` as one vector. Through a swizzled
+    memory the run must not cross a block the swizzle moves: one vector load where it
+    provably does not (or, decided at run time, where it does not), else ``n`` loads."""
+    if mem.remap is None:
+        return _vload(mem, offset, n, align)
+    return _remapped(mem, offset, n, vector_type(n, mem.dtype),
+                     lambda: _vload(mem, mem.physical(offset), n, align),
+                     lambda: _gather(mem, offset, n))
+
+
+def vector_store(mem: Memory, offset, vec: ir.Value, align: int) -> None:
+    """Store the vector ``vec`` at ``offset`` (element by element where a swizzle splits
+    the run, as :func:`vector_load`)."""
+    if mem.remap is None:
+        vector.StoreOp(vec, mem.mem, [to_index(offset)], alignment=align)
+        return
+    n = ir.VectorType(vec.type).shape[0]
+    _remapped(mem, offset, n, None,
+              lambda: vector.StoreOp(vec, mem.mem, [to_index(mem.physical(offset))],
+                                     alignment=align),
+              lambda: _scatter(mem, offset, vec, n))
+
+
+def _vload(mem: Memory, offset, n: int, align: int) -> ir.Value:
     return vector.LoadOp(vector_type(n, mem.dtype), mem.mem, [to_index(offset)],
                          alignment=align).result
 
 
-def vector_store(mem: Memory, offset, vec: ir.Value, align: int) -> None:
-    vector.StoreOp(vec, mem.mem, [to_index(offset)], alignment=align)
+def _gather(mem: Memory, offset, n: int) -> ir.Value:
+    elems = [memref.load(mem.mem, [to_index(mem.physical(_plus(offset, t)))])
+             for t in range(n)]
+    return vector.FromElementsOp(vector_type(n, mem.dtype), elems).result
+
+
+def _scatter(mem: Memory, offset, vec: ir.Value, n: int) -> None:
+    for t in range(n):
+        elem = vector.ExtractOp(vec, [], [t]).result
+        memref.store(elem, mem.mem, [to_index(mem.physical(_plus(offset, t)))])
+
+
+def _plus(offset, t: int):
+    return offset + t if t else offset
+
+
+def _remapped(mem: Memory, offset, n: int, result_type, whole, pieces):
+    """``whole()`` (one vector access) where the ``n`` elements from ``offset`` stay
+    consecutive through the memory's remap, else ``pieces()``. Decided at trace time
+    when the offset is a constant; else an ``scf.if`` on ``offset - base`` being a
+    multiple of ``n``, which LLVM folds when it can prove it (thread-index arithmetic
+    with power-of-two strides usually is)."""
+    base = mem.remap[1]
+    if n == 1:
+        return whole()
+    if mem.run() % n:
+        return pieces()
+    rel = offset if _is_zero(base) else offset - base
+    if isinstance(rel, int):
+        return whole() if rel % n == 0 else pieces()
+    rel = rel if isinstance(rel, Value) else as_value(rel)
+    ok = (rel % n) == 0
+    results = [] if result_type is None else [result_type]
+    op = scf.IfOp(ok.v, results, has_else=True)
+    with ir.InsertionPoint(op.then_block):
+        r = whole()
+        scf.YieldOp([] if result_type is None else [r])
+    with ir.InsertionPoint(op.else_block):
+        r = pieces()
+        scf.YieldOp([] if result_type is None else [r])
+    return None if result_type is None else op.results[0]
 
 
 @contextlib.contextmanager
