@@ -16,6 +16,7 @@ from .autotune import AutotuneError, Config, autotune
 from .kernel import KernelFunction, kernel
 from .runtime.debug_checks import DeviceAssertError, OutOfBoundsError, SharedMemoryRaceError
 from .runtime.devices import synchronize
+from .runtime.memory_profile import MemoryProfile, profile
 from .runtime.drivers import get_driver, list_drivers, register_driver
 from .version import __version__
 from . import compiler as _compiler
@@ -27,8 +28,9 @@ _compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, compile
 __all__ = [
     "AutotuneError", "CompilationError", "CompiledProgram", "Config", "DSLError", "DeviceAssertError",
     "FlydslError", "FlydslRuntimeError", "InvalidBackend", "InvalidDriver", "KernelFunction",
-    "LaunchError", "NotPrecompiled", "OutOfBoundsError", "SharedMemoryRaceError", "autotune",
-    "capture", "compile",
+    "LaunchError", "MemoryProfile", "NotPrecompiled", "OutOfBoundsError",
+    "SharedMemoryRaceError", "autotune",
+    "capture", "compile", "profile",
     "get_backend", "get_driver", "jit", "kernel", "list_backends", "list_drivers", "load_bundle",
     "register_backend", "register_driver", "set_offline", "synchronize", "__version__",
 ]

@@ -78,14 +78,14 @@ class RaceChecks:
         self.internal: set = set()
         self.buffers: dict = {}     # root -> (its first shadow word, address, element bytes)
         self.shadow = None
-        roots = [r for r in shared if _element_bytes(ir.MemRefType(r.type).element_type)]
+        roots = [r for r in shared if element_bytes(ir.MemRefType(r.type).element_type)]
         if not roots:
             return
         with ir.InsertionPoint(setup), ir.Location.unknown():
             words = _const(CONTEXT)
             for root in roots:
                 self.buffers[root] = (words, memref.extract_aligned_pointer_as_index(root),
-                                      _element_bytes(ir.MemRefType(root.type).element_type))
+                                      element_bytes(ir.MemRefType(root.type).element_type))
                 words = arith.addi(words, arith.muli(_element_count(root), _const(2)))
             self.shadow = alloca(ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], _i64()),
                                  [words])
@@ -165,7 +165,17 @@ class RaceChecks:
 def _element_offset(mem, indices, base, root_bytes) -> Optional[ir.Value]:
     """The accessed element's offset in its root buffer, in the root's elements
     (by address: ``mem`` may be any strided view of the root at address ``base``)."""
-    size = _element_bytes(ir.MemRefType(mem.type).element_type)
+    address = byte_address(mem, indices)
+    if address is None:
+        return None
+    return arith.divui(arith.subi(address, base), _const(root_bytes))
+
+
+def byte_address(mem, indices) -> Optional[ir.Value]:
+    """The address (an index value, in bytes) of the element of the memref ``mem``
+    at ``indices``, built at the insertion point; None when its element type has no
+    known size. ``mem`` may be any strided view (its offset and strides are read)."""
+    size = element_bytes(ir.MemRefType(mem.type).element_type)
     if size is None:
         return None
     meta = memref.ExtractStridedMetadataOp(mem)
@@ -173,9 +183,8 @@ def _element_offset(mem, indices, base, root_bytes) -> Optional[ir.Value]:
     offset = meta.results[1]
     for i, stride in zip(indices, list(meta.results)[2 + rank:2 + 2 * rank]):
         offset = arith.addi(offset, arith.muli(i, stride))
-    start = arith.subi(memref.extract_aligned_pointer_as_index(mem), base)
-    nbytes = arith.addi(start, arith.muli(offset, _const(size)))
-    return arith.divui(nbytes, _const(root_bytes))
+    return arith.addi(memref.extract_aligned_pointer_as_index(mem),
+                      arith.muli(offset, _const(size)))
 
 
 def _declare_check_func(checks: BoundsChecks) -> None:
@@ -274,7 +283,7 @@ def _element_count(root) -> ir.Value:
     return n
 
 
-def _element_bytes(t: ir.Type) -> Optional[int]:
+def element_bytes(t: ir.Type) -> Optional[int]:
     """Bytes of one element of type ``t`` in memory; None when unknown."""
     if isinstance(t, ir.IndexType):
         return 8
@@ -283,7 +292,7 @@ def _element_bytes(t: ir.Type) -> Optional[int]:
         return max(1, width // 8)
     if isinstance(t, ir.VectorType):
         v = ir.VectorType(t)
-        inner = _element_bytes(v.element_type)
+        inner = element_bytes(v.element_type)
         if inner is None or not v.has_static_shape:
             return None
         n = 1

@@ -47,7 +47,9 @@ How a kernel body (a single block of structured ops) is lowered:
    bounds check that skips it and records the failure, with the block and
    thread ids, for the runtime to raise (:mod:`._simt_bounds`); with ``debug``
    or ``racecheck``, shared-memory loads and stores are checked for races
-   against a per-element shadow of each shared buffer (:mod:`._simt_racecheck`).
+   against a per-element shadow of each shared buffer (:mod:`._simt_racecheck`);
+   with ``profile == "memory"``, each shared or global access is recorded for the
+   memory profiler (:mod:`._simt_memprofile`).
 9. Thread-id placeholders become the loop induction variables.
 """
 from __future__ import annotations
@@ -63,6 +65,7 @@ from flydsl.errors import DivergentBarrierError, UnsupportedConstructError
 from ._simt_bounds import BoundsChecks
 from .barrier_divergence import DATA, THREAD, ThreadDependence, divergence, hazard_message
 from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
+from ._simt_memprofile import MemoryRecorder
 from ._simt_printf import PrintfLowering
 from ._simt_racecheck import RaceChecks
 from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard,
@@ -95,6 +98,7 @@ def run(module: ir.Module, target=None, options=None) -> None:
         top = module.body
         debug = getattr(options, "debug", False)
         checks = BoundsChecks(top) if debug or getattr(options, "racecheck", False) else None
+        recorder = MemoryRecorder(module) if getattr(options, "profile", "") == "memory" else None
         printf = PrintfLowering(module)
         printf.lower(module.operation)      # gpu.printf -> fprintf, before the thread loops
         for gm in gpu_modules(module):
@@ -102,7 +106,8 @@ def run(module: ir.Module, target=None, options=None) -> None:
                 name = op.name
                 if name == "gpu.func":
                     if "gpu.kernel" in op.attributes:
-                        _KernelLowering(op, gm, warp_size, checks, bounds=debug).run()
+                        _KernelLowering(op, gm, warp_size, checks, bounds=debug,
+                                        recorder=recorder).run()
                     else:
                         _lower_device_func(op, gm)
                 elif name == "gpu.module_end":
@@ -125,6 +130,8 @@ def run(module: ir.Module, target=None, options=None) -> None:
         printf.end_blocks(module.operation)  # each block writes out what it printed
         if checks is not None:
             checks.finish(module)
+        if recorder is not None:
+            recorder.finish()
         for op in block_ops(top, with_terminator=True):
             _check_no_gpu_ops(op, _sym_name(op) or op.name)
 
@@ -232,13 +239,14 @@ class _ThreadLoop:
 
 class _KernelLowering:
     def __init__(self, gfunc, gm, warp_size: int, checks: Optional[BoundsChecks] = None,
-                 bounds: bool = True):
+                 bounds: bool = True, recorder: Optional[MemoryRecorder] = None):
         self.gfunc = gfunc
         self.name = _sym_name(gfunc)
         self.warp = warp_size
         self.checks = checks            # debug or race checks: the module's error record
         self.bounds = bounds and checks is not None   # bounds-check every access
         self.races: Optional[RaceChecks] = None
+        self.recorder = recorder        # FLYDSL_PROFILE=memory: record shared/global accesses
         self.index = ir.IndexType.get()
         self.loops: list[_ThreadLoop] = []
         self.loop_of_inner: dict = {}
@@ -480,6 +488,11 @@ class _KernelLowering:
             self.races.begin_block(op_of(bid[2].owner), [lin, *bid])
             self.races.instrument(self.func, lambda: [self.thread_id(d) for d in _DIMS],
                                   lambda op: self._enclosing_loop(op) is not None)
+        if self.recorder is not None:
+            self.recorder.instrument(self.func, self.name, shared=self.shared,
+                                     labels=self.mem_labels, block_id=self.body.arguments[0],
+                                     linear_tid=self.linear_tid,
+                                     in_thread=lambda op: self._enclosing_loop(op) is not None)
         self._replace_thread_ids()
         if self.checks is None:   # debug mode guards every access: left unsplit
             split_thread_loops(self.loops, self.const)

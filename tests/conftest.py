@@ -29,6 +29,7 @@ def _cpu_backend_by_default(monkeypatch, session_cache_dir):
     monkeypatch.setenv("FLYDSL_CACHE_DIR", session_cache_dir)
     for name in ("FLYDSL_CACHE_DISABLE", "FLYDSL_CACHE_MAX_BYTES", "FLYDSL_CACHE_STORE",
                  "FLYDSL_CACHE_STORE_SECRET", "FLYDSL_CACHE_BUNDLE", "FLYDSL_DEBUG", "FLYDSL_RACECHECK",
+                 "FLYDSL_PROFILE",
                  "FLYDSL_OPT_LEVEL", "FLYDSL_FAST_MATH"):
         monkeypatch.delenv(name, raising=False)
 

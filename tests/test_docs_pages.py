@@ -1,7 +1,8 @@
 """The docs/ pages say what the code does: their commands run, and each row of the
 "what is not supported" tables fails as it says.
 
-* In docs/gpu-profiling.md, docs/cpu-performance.md and docs/jit-vs-triton.md, every
+* In docs/gpu-profiling.md, docs/cpu-performance.md, docs/jit-vs-triton.md and
+  docs/memory-profiler.md, every
   ```python and ```bash block runs, in page order, in one folder (with ``examples/``
   linked in), except a block right after a ``<!-- not run: REASON -->`` line. Python
   blocks run in this process (kernels need their source in a file, so each block is
@@ -25,7 +26,7 @@ from flydsl.compiler.toolchain import find_ptxas
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
-RUN_PAGES = ["gpu-profiling.md", "cpu-performance.md", "jit-vs-triton.md"]
+RUN_PAGES = ["gpu-profiling.md", "cpu-performance.md", "jit-vs-triton.md", "memory-profiler.md"]
 _BLOCK = re.compile(r"(?:<!-- not run: (?P<why>[^>]*?) -->\n)?```(?P<lang>\w+)\n(?P<code>.*?)```",
                     re.S)
 

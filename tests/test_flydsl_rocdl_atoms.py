@@ -360,3 +360,56 @@ def test_fp8_mfma_is_an_error_on_sm_90_naming_gfx942():
     with pytest.raises(flydsl.DSLError, match="gfx942"):
         _asm(fp8_atom, (A, A, C, fx.rocdl.MFMA(16, 16, 32, fx.Float8E4M3FNUZ)), "cuda",
              "sm_90", "ptx")
+
+
+# -- FlyDSL's direct ROCDL wrappers ---------------------------------------------------------
+
+@flydsl.kernel
+def wrappers(x: fx.Tensor, i: fx.Tensor, out_f: fx.Tensor, out_i: fx.Tensor,
+             masks: fx.Tensor):
+    t = fx.thread_idx.x
+    out_f[0, t] = fx.rocdl.exp2(fx.Float32, x[t])
+    out_f[1, t] = fx.rocdl.rcp(fx.Float32, x[t])
+    fx.rocdl.s_barrier()
+    out_i[0, t] = fx.rocdl.ds_bpermute(fx.Int32, (t ^ 1) * 4, i[t])
+    out_i[1, t] = fx.rocdl.readlane(fx.Int32, i[t], 5)
+    lo = fx.rocdl.cvt_pk_fp8_f32(fx.Int32, x[t], 1.0, 0, False)
+    out_i[2, t] = fx.rocdl.cvt_pk_fp8_f32(fx.Int32, -2.0, x[t], lo, True)
+    masks[t] = fx.rocdl.ballot(fx.Int64, i[t] > 3)
+
+
+def test_direct_wrappers_run_on_the_cpu():
+    x = np.linspace(-3, 3, 64).astype(np.float32)
+    iv = np.arange(64, dtype=np.int32) % 7
+    out_f = np.zeros((2, 64), np.float32)
+    out_i = np.zeros((3, 64), np.int32)
+    masks = np.zeros(64, np.int64)
+    wrappers[1, 64](x, iv, out_f, out_i, masks)
+    np.testing.assert_allclose(out_f[0], np.exp2(x), rtol=2e-7)
+    np.testing.assert_allclose(out_f[1], 1 / x, rtol=2e-7)
+    lanes = np.arange(64)
+    np.testing.assert_array_equal(out_i[0], iv[lanes ^ 1])
+    np.testing.assert_array_equal(out_i[1], iv[lanes // 32 * 32 + 5])   # the 32-lane warp
+    from flydsl.expr.mma_layouts import fp8_value, quantize
+    code = {fp8_value(c, "e4m3fnuz"): c for c in range(256) if c != 0x80}
+
+    def q(v):       # the E4M3FNUZ code of v, rounded to nearest even
+        return code[quantize(float(v), "e4m3fnuz")]
+    want = [q(v) | (q(1.0) << 8) | (q(-2.0) << 16) | (q(v) << 24) for v in x]
+    np.testing.assert_array_equal(out_i[2].view(np.uint32), np.array(want, np.uint32))
+    bits = (iv > 3).astype(np.int64)
+    want_masks = [sum(int(bits[w * 32 + l]) << l for l in range(32)) for w in (0, 1)]
+    np.testing.assert_array_equal(masks, np.repeat(want_masks, 32))
+
+
+def test_direct_wrappers_are_their_instructions():
+    x = np.zeros(64, np.float32)
+    iv = np.zeros(64, np.int32)
+    args = (x, iv, np.zeros((2, 64), np.float32), np.zeros((3, 64), np.int32),
+            np.zeros(64, np.int64))
+    text = _asm(wrappers, args, "rocm", "gfx942", "amdgcn")
+    for insn in ("v_exp_f32", "v_rcp_f32", "s_barrier", "ds_bpermute_b32", "v_readlane_b32",
+                 "v_cvt_pk_fp8_f32"):
+        assert insn in text, insn
+    ptx = _asm(wrappers, args, "cuda", "sm_90", "ptx")
+    assert "bar.sync" in ptx and "shfl.sync.idx.b32" in ptx

@@ -24,6 +24,9 @@ class CompileOptions:
     fast_math: bool = False
     #: Fuse ``a * b + c`` into FMAs (``contract`` on every float op), as nvcc and clang do.
     fp_contract: bool = True
+    #: Record memory accesses for the profiler (CPU backend): ``"memory"`` or ``""``,
+    #: see ``FLYDSL_PROFILE`` and :func:`flydsl.profile`.
+    profile: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.opt_level, int) or isinstance(self.opt_level, bool) \
@@ -33,11 +36,15 @@ class CompileOptions:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"CompileOptions.{name} must be a bool, "
                                 f"got {getattr(self, name)!r}")
+        if self.profile not in ("", "memory"):
+            raise ValueError(f"CompileOptions.profile (FLYDSL_PROFILE) must be 'memory' or "
+                             f"empty, got {self.profile!r}")
 
     @classmethod
     def from_env(cls, **overrides) -> "CompileOptions":
         """Options from ``FLYDSL_OPT_LEVEL``, ``FLYDSL_DEBUG``, ``FLYDSL_RACECHECK``,
-        ``FLYDSL_FAST_MATH`` and ``FLYDSL_FP_CONTRACT`` (on unless 0/false/no/off)."""
+        ``FLYDSL_FAST_MATH``, ``FLYDSL_FP_CONTRACT`` (on unless 0/false/no/off) and
+        ``FLYDSL_PROFILE``."""
         values = {}
         level = os.environ.get("FLYDSL_OPT_LEVEL")
         if level:
@@ -49,6 +56,7 @@ class CompileOptions:
         values["fast_math"] = env_flag("FLYDSL_FAST_MATH")
         contract = os.environ.get("FLYDSL_FP_CONTRACT", "").strip().lower()
         values["fp_contract"] = contract not in ("0", "false", "no", "off")
+        values["profile"] = os.environ.get("FLYDSL_PROFILE", "").strip().lower()
         values.update(overrides)
         return cls(**values)
 

@@ -104,9 +104,10 @@ class PointerType:
 
 
 class _PointerAnnotation:
-    """``fx.Pointer`` (FlyDSL's pointer kernel parameter annotation). Pointer
-    parameters are not supported yet; inside a kernel make pointers with
-    :func:`get_iter`, an allocation's ``.ptr`` or :func:`inttoptr`.
+    """``fx.Pointer``, FlyDSL's pointer kernel parameter annotation: in the kernel body
+    the parameter is a pointer (``p + k``, ``p[k]``, ``p.view(layout)``) to the first
+    element of the tensor passed for it (its shape is not used: views are rebuilt from
+    layouts, as FlyDSL kernels do).
     ``fx.Pointer[dtype]`` is the pointer type to ``dtype``.
 
     Example::

@@ -105,6 +105,9 @@ class CpuBackend(BaseBackend):
         attrs = module.operation.attributes
         if "flydsl.debug_sites" in attrs:  # debug mode: what the launcher's reports describe
             artifact.asm["debug_sites"] = ir.StringAttr(attrs["flydsl.debug_sites"]).value
+        if "flydsl.memprofile_sites" in attrs:  # FLYDSL_PROFILE=memory: the profiler's sites
+            artifact.asm["memprofile_sites"] = ir.StringAttr(
+                attrs["flydsl.memprofile_sites"]).value
         triple = llvm.get_process_triple()
         cpu, features = _host_cpu()
         tm = llvm_codegen.target_machine(triple, cpu, features, options.opt_level)

@@ -12,6 +12,7 @@ from ...passes.ir import MEMREF_VIEW_OPS
 from ...runtime.specialization import ALIGNMENT
 from .codegen import Codegen
 from .context import TraceContext, tracing
+from .pointer_ops import bind_pointer_params
 from .source import function_source
 from .tensors import TensorValue, assume_aligned, assume_divisible, tensor_memref_type
 from .values import Value
@@ -67,6 +68,7 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
         with ir.InsertionPoint(entry):
             assume_specializations(params, scope)
         with tracing(tctx), ir.InsertionPoint(entry):
+            bind_pointer_params(fn, scope)      # fx.Pointer parameters
             Codegen(src, scope, fn.__name__).run_body()
             gpu.return_([])
         check_trace_size(tctx, func_op)

@@ -34,13 +34,14 @@ from .values import Value, as_value, cast, to_index
 from .views import FragmentValue, Memory, TensorView, add_offsets, as_view
 
 __all__ = [
-    "PointerValue", "add_offset", "get_dyn_shared", "get_iter", "inttoptr", "is_pointer",
+    "PointerValue", "add_offset", "bind_pointer_params", "get_dyn_shared", "get_iter", "inttoptr", "is_pointer",
     "memref_load", "memref_load_vec", "memref_store", "memref_store_vec", "pointer_view",
     "ptr_load", "ptr_store", "ptrtoint", "recast_iter", "shared_pool",
 ]
 
 #: LLVM address space of a raw pointer per (backend, space); host backends use 0.
-_LLVM_SPACES = {"cuda": {"global": 0, "shared": 3}, "rocm": {"global": 1, "shared": 3}}
+#: (Device memory has the same address in the generic and global spaces on both GPUs.)
+_LLVM_SPACES = {"cuda": {"global": 1, "shared": 3}, "rocm": {"global": 1, "shared": 3}}
 
 
 class PooledMemory(Memory):
@@ -306,6 +307,23 @@ def pointer_view(p: PointerValue, layout: la.Layout) -> TensorView:
     from ``p`` on."""
     p.__flydsl_view__()      # a raw pointer: the error
     return TensorView(p.memory, p.offset, layout)
+
+
+def bind_pointer_params(fn, scope: dict) -> None:
+    """Parameters of kernel ``fn`` annotated ``fx.Pointer`` are pointers in its body:
+    the argument (a tensor, e.g. what ``flyc.from_c_void_p`` gives) is bound as the
+    pointer to its first element (``Input + k``, ``Input.view(layout)``, ``Input[k]``)."""
+    from ...expr.pointer import Pointer
+    annotations = getattr(fn, "__annotations__", {})
+    for name, ann in annotations.items():
+        if ann is not Pointer and ann != "fx.Pointer" or name not in scope:
+            continue
+        value = scope[name]
+        if not isinstance(value, TensorValue):
+            raise DSLTypeError(f"parameter {name!r} is an fx.Pointer: pass a tensor (its "
+                               "first element is the pointer) or flyc.from_c_void_p(dtype, "
+                               f"address), not {type(value).__name__}")
+        scope[name] = get_iter(value)
 
 
 # -- loads and stores through pointers -----------------------------------------------

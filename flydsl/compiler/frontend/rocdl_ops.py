@@ -23,7 +23,8 @@ from . import context
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
-__all__ = ["rocdl_hint", "rocdl_readfirstlane", "buffer_lds_copy", "buffer_atomic_copy"]
+__all__ = ["rocdl_hint", "rocdl_intrinsic", "rocdl_readfirstlane", "buffer_lds_copy",
+           "buffer_atomic_copy"]
 
 #: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
 #: the wave's LDS base on every target.
@@ -84,6 +85,89 @@ def rocdl_readfirstlane(value, dtype: Optional[dt.DType]) -> Value:
     if dtype is not None:
         v = cast(v, dtype)
     return _uniform(v)
+
+
+# -- FlyDSL's direct ROCDL wrappers ------------------------------------------------------------
+
+_MLIR_DTYPES = {"i1": dt.Bool, "i8": dt.Int8, "i16": dt.Int16, "i32": dt.Int32, "i64": dt.Int64,
+                "f16": dt.Float16, "bf16": dt.BFloat16, "f32": dt.Float32, "f64": dt.Float64}
+
+
+def _dtype_of(res, fname: str) -> Optional[dt.DType]:
+    """The flydsl dtype a FlyDSL result type names (a dtype, an MLIR type, ``T.i32``)."""
+    if res is None:
+        return None
+    if isinstance(res, dt.DType):
+        return res
+    got = _MLIR_DTYPES.get(str(getattr(res, "ir_type", res)))
+    if got is None:
+        raise DSLTypeError(f"fx.rocdl.{fname}: unsupported result type {res!r}")
+    return got
+
+
+def _operand(x, fname: str) -> Value:
+    if isinstance(x, ir.Value):     # a raw MLIR value (FlyDSL code mixes them in)
+        dtype = _MLIR_DTYPES.get(str(x.type))
+        if dtype is None:
+            raise DSLTypeError(f"fx.rocdl.{fname}: unsupported operand type {x.type}")
+        return Value(x, dtype)
+    if hasattr(x, "ir_value") and not isinstance(x, Value):
+        return _operand(x.ir_value(), fname)
+    return as_value(x, None)
+
+
+def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
+    """``fx.rocdl.<name>(res, *args)``: see :mod:`flydsl.expr.rocdl.intrinsics`."""
+    context.current()
+    from .warp_ops import _ballot_raw, _map_words, _mask_dtype, _shuffle, _warp
+    rocm = _backend() == "rocm"
+    if name == "s_barrier":
+        if rocm:
+            rocdl.s_barrier()
+        else:
+            from .ops import barrier
+            barrier()
+        return None
+    out = _dtype_of(res, name)
+    if name in ("exp2", "rcp"):
+        x = cast(_operand(args[0], name), dt.Float32)
+        if rocm:
+            r = getattr(rocdl, name)(x.v.type, x.v)
+        elif name == "exp2":
+            from mlir.dialects import math as mmath
+            r = mmath.exp2(x.v)
+        else:
+            r = arith.divf(arith.constant(x.v.type, 1.0), x.v)
+        return cast(Value(r, dt.Float32), out or dt.Float32)
+    if name == "cvt_pk_fp8_f32":
+        a, b = (cast(_operand(v, name), dt.Float8E4M3FNUZ) for v in args[:2])
+        old = cast(_operand(args[2], name), dt.Int32)
+        high = bool(getattr(args[3], "value", args[3]))
+        i32 = ir.IntegerType.get_signless(32)
+        codes = [arith.extui(i32, arith.bitcast(ir.IntegerType.get_signless(8), v.v))
+                 for v in (a, b)]
+        pair = arith.ori(codes[0], arith.shli(codes[1], _i32(8)))
+        shift = 16 if high else 0
+        keep = arith.andi(old.v, _i32(~(0xFFFF << shift)))
+        word = arith.ori(keep, arith.shli(pair, _i32(shift)) if shift else pair)
+        return cast(Value(word, dt.Int32), out or dt.Int32)
+    if name in ("ds_bpermute", "readlane"):
+        src = _operand(args[1] if name == "ds_bpermute" else args[0], name)
+        sel = cast(_operand(args[0] if name == "ds_bpermute" else args[1], name), dt.Int32)
+        if rocm and name == "ds_bpermute":
+            got = _map_words(src, lambda w: rocdl.ds_bpermute(w.type, sel.v, w))
+        elif rocm:
+            got = _map_words(src, lambda w: rocdl.readlane(w.type, w, sel.v))
+        else:
+            lane = arith.shrui(sel.v, _i32(2)) if name == "ds_bpermute" else sel.v
+            got = _shuffle(src, "idx", lane, _warp())
+        return cast(got, out) if out is not None else got
+    if name == "ballot":
+        p = _operand(args[0], name)
+        pred = p.v if p.dtype.kind == "bool" else (p != 0).v
+        mask = Value(_ballot_raw(pred), _mask_dtype())
+        return cast(mask, out) if out is not None else mask
+    raise AssertionError(name)
 
 
 # -- buffer loads straight to LDS -----------------------------------------------------------

@@ -13,6 +13,8 @@
 * Scheduling and waits (:mod:`.sched`): ``sched_barrier``, ``sched_group_barrier``,
   ``sched_mfma/vmem/dsrd/dswr``, ``s_waitcnt``, ``s_setprio`` (no-ops off gfx9), and
   :func:`readfirstlane`.
+* FlyDSL's direct wrappers (:mod:`.intrinsics`): ``s_barrier``, ``exp2``, ``rcp``,
+  ``cvt_pk_fp8_f32``, ``ds_bpermute``, ``readlane``, ``ballot``.
 * ``fx.rocdl.cdna3`` / ``fx.rocdl.cdna4``: FlyDSL's per-generation modules.
 
 Example::
@@ -28,11 +30,13 @@ from ..implementation import ops as _ops
 from . import cdna3, cdna4, sched
 from .copies import *    # noqa: F401,F403
 from .copies import __all__ as _copies_all
+from .intrinsics import *    # noqa: F401,F403
+from .intrinsics import __all__ as _intrinsics_all
 from .sched import *     # noqa: F401,F403
 from .sched import __all__ as _sched_all
 
 __all__ = ["MFMA", "WMMA", "cdna3", "cdna4", "make_buffer_tensor", "readfirstlane",
-           "sched"] + _copies_all + _sched_all
+           "sched"] + _copies_all + _sched_all + _intrinsics_all
 
 
 def readfirstlane(res_or_value, value=None):

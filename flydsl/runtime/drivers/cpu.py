@@ -56,6 +56,7 @@ from typing import Callable, Optional, Sequence
 
 from .. import interrupts
 from ..debug_checks import check_oob, flushing_stdout, prints
+from ..memory_profile import ProfiledLaunches
 from ..packing import BoundLaunch, SlotTable, make_packers, param_layout
 from ..shared_object import ReloadableLibrary, symbol_address
 from .base import Driver
@@ -386,6 +387,11 @@ class CpuLauncher:
         self.kernel_name = kernel_name
         self.display_name = compiled.kernel_name
         self.debug_sites = compiled.asm.get("debug_sites", "")
+        #: FLYDSL_PROFILE=memory: the memory profiler's sites (see :meth:`_profiled`)
+        self.profile_sites = compiled.asm.get("memprofile_sites", "")
+        constexprs = [f"{s.name}={s.value!r}" for s in compiled.specs if s.kind == "constexpr"]
+        self.profile_label = compiled.kernel_name + (
+            f"[{', '.join(constexprs)}]" if constexprs else "")
         names, self.layout, self.offsets, n = param_layout(compiled.specs)
         self.arg_names = tuple(names)
         # Unloaded while idle when many are loaded (see shared_object), except in debug
@@ -393,7 +399,7 @@ class CpuLauncher:
         self.library = ReloadableLibrary(compiled.binary, kernel_name,
                                          PACKED_PREFIX + kernel_name, _PACKED_ENTRY,
                                          partial(_attach, TEAM_PREFIX + kernel_name),
-                                         pinned=bool(self.debug_sites))
+                                         pinned=bool(self.debug_sites or self.profile_sites))
         lib, _, team = self.library.acquire()
         self.has_team = team is not None
         #: Whether the kernel calls fx.printf (see :meth:`bind`).
@@ -480,6 +486,8 @@ class CpuLauncher:
                 raise interrupted(name)
             if measure:
                 estimate.record(clock() - t0, nblocks, split)
+        if self.profile_sites:
+            submit = self._profiled(check_smem)
         if printing:     # fx.printf: its output in order with the program's prints
             submit = flushing_stdout(submit)
         make_slots, nslots = self._slots, self.nslots
@@ -493,6 +501,28 @@ class CpuLauncher:
             check_oob(library.acquire()[0], sites, kernel, names)   # pinned: the same library
         return BoundLaunch(self.layout, self.offsets, packers, self._local,
                            lambda: make_slots(1)[0], submit_checked, lambda: _Slots(nslots))
+
+    def _profiled(self, check_smem: Callable[[int], None]) -> Callable:
+        """The submit of a profiled kernel (``FLYDSL_PROFILE=memory``): its blocks run one
+        at a time, their memory accesses counted (:mod:`flydsl.runtime.memory_profile`)."""
+        library, d, name = self.library, self.dims_at, self.display_name
+        launches = ProfiledLaunches(library.acquire()[0], self.profile_sites,
+                                    kernel=self.profile_label, arg_names=self.arg_names)
+
+        def submit(slots: _Slots, grid: tuple, block: tuple, smem: int, stream) -> None:
+            if smem:
+                check_smem(smem)
+            values = slots.values
+            values[d:d + 6] = (*grid, *block)
+            values[d + 8] = smem
+            slots.grid = None            # not the memoized dims' full range any more
+
+            def run_blocks(begin: int, end: int) -> None:
+                values[d + 6], values[d + 7] = begin, end
+                if library.call(slots.table_ptr):
+                    raise interrupts.interrupted(name)
+            launches.run(run_blocks, grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2])
+        return submit
 
     def _run_parallel(self, first: _Slots, nblocks: int, workers: int,
                       estimate: Optional[WorkEstimate]) -> None:
