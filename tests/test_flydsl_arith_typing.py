@@ -34,6 +34,18 @@ def test_importing_flydsl_and_the_typing_module_loads_no_mlir():
     assert out.stdout.strip() == "False"
 
 
+def test_fx_has_flydsls_typing_names_and_loads_arith_on_first_use():
+    code = ("import sys, flydsl.expr as fx, flydsl.expr.typing as ty;"
+            "ok = fx.Vector is ty.Vector and fx.Float32x4 is ty.Float32x4 and fx.T is ty.T;"
+            "ok = ok and fx.ReductionOp.ADD and callable(fx.full) and callable(fx.math.exp2);"
+            "before = 'mlir' in sys.modules;"
+            "ok = ok and fx.FastMathFlags.fast == fx.arith.FastMathFlags.fast;"
+            "print(ok, before, 'mlir' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True"]
+
+
 def test_mlir_package_reexports_the_bindings():
     import mlir.ir
     from flydsl._mlir.dialects import gpu, llvm, math, memref, rocdl, scf  # noqa: F401
