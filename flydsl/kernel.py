@@ -37,8 +37,16 @@ class KernelFunction:
     ``kernel[grid, block](*args)``."""
 
     def __init__(self, fn: Callable, do_not_specialize: Sequence[str] = (),
-                 may_alias: Sequence[str] = ()):
+                 may_alias: Sequence[str] = (), known_block_size=None):
         self.fn = fn
+        #: ``@flydsl.kernel(known_block_size=[x, y, z])``: the only block shape the kernel
+        #: launches with (checked at each launch), a hint to the backend (the gpu.func's
+        #: ``known_block_size``) and what ``fx.gpu.known_block_size()`` returns.
+        self.known_block_size = _known_block_size(known_block_size, fn.__name__)
+        self._known_block_size = (None if self.known_block_size is None
+                                  else list(self.known_block_size))
+        if self.known_block_size is not None:   # what the tracer reads
+            fn.__flydsl_known_block_size__ = self.known_block_size
         self.name = fn.__name__
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
@@ -112,6 +120,8 @@ class KernelFunction:
         smem, stream = _smem_and_stream(rest)
         grid3 = dim3(grid, "grid", self.name)
         block3 = dim3(block, "block", self.name)
+        if self.known_block_size is not None and block3 != self.known_block_size:
+            _block_mismatch(self, block3)
         check_extent(grid3, block3, self.name)
         check_smem_arg(smem, self.name)
         run = self._launch
@@ -138,6 +148,8 @@ class KernelFunction:
         if smem:
             check_smem_arg(smem, self.name)
         grid3, block3 = dim3(grid, "grid", self.name), dim3(block, "block", self.name)
+        if self.known_block_size is not None and block3 != self.known_block_size:
+            _block_mismatch(self, block3)
         if grid3[0] * block3[0] > _MAX_THREADS:   # y, z cannot: 65535 * 1024 < 2^31
             check_extent(grid3, block3, self.name)
         return self._launch(args, kwargs, grid3, block3, smem, stream)
@@ -554,9 +566,11 @@ class KernelCall:
         self.args = args
         self.kwargs = kwargs
 
-    def launch(self, grid=(1, 1, 1), block=(1, 1, 1), smem: int = 0, stream=None) -> None:
+    def launch(self, grid=(1, 1, 1), block=None, smem: int = 0, stream=None) -> None:
         """Compile (once per specialization) and run the kernel."""
         try:
+            if block is None:   # the declared known_block_size, else one thread
+                block = self.kernel.known_block_size or (1, 1, 1)
             return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
         except FlydslError as e:
             trim_traceback(e)   # the user's frames and kernel line, not flydsl's
@@ -564,7 +578,7 @@ class KernelCall:
 
 
 def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = (),
-           may_alias: Sequence[str] = ()) -> Any:
+           may_alias: Sequence[str] = (), known_block_size=None) -> Any:
     """Decorator marking a SIMT kernel (see the README's "Writing kernels").
 
     ``do_not_specialize``: names of parameters never specialized on 16-byte alignment
@@ -575,7 +589,39 @@ def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = 
     tensor arguments, never checked at launch: the kernel never assumes that they,
     or a tensor they may overlap where either is written, are disjoint (no LLVM
     ``noalias``). Other tensors are checked at each launch; a kernel whose written
-    tensors overlap no other argument compiles with ``noalias`` pointers."""
+    tensors overlap no other argument compiles with ``noalias`` pointers.
+
+    ``known_block_size``: ``[x, y, z]``, the block shape every launch uses (FlyDSL's
+    option): a launch with another block is a ``LaunchError``; the backend gets it as
+    the kernel's ``gpu.known_block_size`` (CUDA ``.reqntid``, ROCm
+    ``amdgpu-flat-work-group-size``), and ``fx.gpu.known_block_size()`` returns it."""
     if fn is None:
-        return lambda f: KernelFunction(f, do_not_specialize, may_alias)
-    return KernelFunction(fn, do_not_specialize, may_alias)
+        return lambda f: KernelFunction(f, do_not_specialize, may_alias, known_block_size)
+    return KernelFunction(fn, do_not_specialize, may_alias, known_block_size)
+
+
+def _known_block_size(size, kernel_name: str) -> Optional[tuple]:
+    """``known_block_size`` checked: None, or three positive ints (FlyDSL's messages)."""
+    if size is None:
+        return None
+    if isinstance(size, (str, bytes)) or not hasattr(size, "__len__"):
+        raise TypeError(f"kernel {kernel_name!r}: known_block_size must be a sequence of 3 "
+                        f"positive integers, got {size!r}")
+    if len(size) != 3:
+        raise ValueError(f"kernel {kernel_name!r}: known_block_size must have exactly 3 "
+                         f"elements, got {len(size)}")
+    out = []
+    for k, n in enumerate(size):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"kernel {kernel_name!r}: known_block_size[{k}] must be an int, "
+                            f"got {n!r}")
+        if n <= 0:
+            raise ValueError(f"kernel {kernel_name!r}: known_block_size[{k}] must be "
+                             f"positive, got {n}")
+        out.append(int(n))
+    return tuple(out)
+
+
+def _block_mismatch(kernel: "KernelFunction", block3: tuple) -> None:
+    raise LaunchError(f"launched with block={block3}, but the kernel declares "
+                      f"known_block_size={list(kernel.known_block_size)}", kernel=kernel.name)

@@ -15,6 +15,10 @@ from .builtins import (
     shuffle_xor, sin, sqrt, static_range, tanh, thread_idx, threadfence, threadfence_block,
     threadfence_system, warp_size, where,
 )
+from . import enum, gpu    # FlyDSL's module paths (flydsl.expr.enum, fx.gpu)
+from .builtins import const_expr
+from .gpu import known_block_size, num_warp_threads, shuffle_idx
+from .enum import AtomicOp, AtomicOrdering, SyncScope
 from .debug import *      # noqa: F401,F403  (each area module's __all__)
 from .layout import *     # noqa: F401,F403
 from .dtypes import (
@@ -28,8 +32,6 @@ from .pointer import *    # noqa: F401,F403
 from .struct import (Align, Arena, Array, SharedAllocator, Storage, Struct,  # noqa: F401
                      Union, struct, union)
 from .warp import *       # noqa: F401,F403
-from . import math, typing  # FlyDSL's fx.math and fx.typing (no MLIR import)
-from .typing import *     # noqa: F401,F403  (T, Vector, ReductionOp, full, Float32x4...)
 
 __all__ = [
     "BFloat16", "Bool", "Constexpr", "DType", "Float16", "Float32", "Float64", "Int8", "Int16",
@@ -41,6 +43,9 @@ __all__ = [
     "threadfence_system", "warp_size", "where",
 ]
 __all__ += debug.__all__ + memory.__all__ + numeric.__all__ + warp.__all__
+#: FlyDSL's enums, its fx.gpu module and fx.const_expr.
+__all__ += enum.__all__ + ["const_expr", "gpu", "known_block_size", "num_warp_threads",
+                           "shuffle_idx"]
 #: Pointers, element access and structured shared memory (FlyDSL's names).
 __all__ += pointer.__all__ + ["Align", "Arena", "Array", "SharedAllocator", "Storage",
                               "Struct", "Union", "struct", "union"]
@@ -55,12 +60,6 @@ __all__ += layout.__all__ + [
     "make_tiled_copy_B", "make_tiled_copy_C", "make_tiled_copy_tv", "make_tiled_mma", "nvvm",
     "rocdl",
 ]
-#: FlyDSL's typed-arith layer: fx.arith (its names load MLIR, so on first use), fx.math,
-#: fx.typing's T, Vector, ReductionOp, full/zeros_like, the <Type>x<N> vector aliases.
-_ARITH_NAMES = ("FastMathFlags", "RoundingMode", "ceildiv", "cmpf", "cmpi",
-                "constant_vector", "fastmath", "index_cast", "maximumf", "maxnumf",
-                "minimumf", "minnumf", "shrui")
-__all__ += typing.__all__ + ["arith", "math", "typing"] + list(_ARITH_NAMES)
 #: FlyDSL's spelling of fx.Bool.
 Boolean = Bool
 
@@ -68,10 +67,6 @@ Boolean = Bool
 def __getattr__(name: str):
     """``fx.<unknown>``: an AttributeError naming the close ``fx`` names (``fx.erfx``:
     did you mean fx.erf?)."""
-    if name == "arith" or name in _ARITH_NAMES:
-        import importlib
-        arith_module = importlib.import_module(__name__ + ".arith")   # loads MLIR
-        return arith_module if name == "arith" else getattr(arith_module, name)
     from ..errors import close_matches
     hint = "" if name.startswith("__") else close_matches(name, __all__, "fx.")
     raise AttributeError(f"module 'flydsl.expr' (fx) has no attribute {name!r}{hint}")

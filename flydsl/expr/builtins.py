@@ -50,11 +50,34 @@ class _Dim3:
     def z(self):
         return _ops().launch_index(self._name, "z")
 
+    def __getitem__(self, axis: int):
+        """``fx.block_idx[0]`` is ``.x``, ``[1]`` ``.y``, ``[2]`` ``.z``."""
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -3 <= axis < 3:
+            raise IndexError(f"fx.{self._name}[{axis!r}]: the axes are 0, 1 and 2")
+        return _ops().launch_index(self._name, "xyz"[axis])
+
+    def __iter__(self):
+        """``bid_x, bid_y, _ = fx.block_idx`` (FlyDSL's unpacking): x, y, z."""
+        return iter((self.x, self.y, self.z))
+
+    def __len__(self) -> int:
+        return 3
+
 
 thread_idx = _Dim3("thread_idx")
 block_idx = _Dim3("block_idx")
 block_dim = _Dim3("block_dim")
 grid_dim = _Dim3("grid_dim")
+
+
+def const_expr(x):
+    """Mark ``x`` as a compile-time value (FlyDSL's ``if fx.const_expr(FLAG):``): it is
+    returned as it is, and a Python value (a constexpr parameter, a global) makes the
+    ``if`` a trace-time choice, as any Python condition in a kernel already does.
+
+    Example: ``if fx.const_expr(BLOCK > 64): ...``
+    """
+    return x
 
 
 def grid(ndim: int):
@@ -354,10 +377,11 @@ def atomic_add(t, index, value):
     return _ops().atomic_add(t, index, value)
 
 
-def shuffle_xor(value, mask):
+def shuffle_xor(value, mask, width=None):
     """The value held by lane ``lane ^ mask`` of the same warp (butterfly shuffle,
     CUDA's ``__shfl_xor_sync`` over the full warp); values narrower than 32 bits are
-    shuffled as 32-bit ones.
+    shuffled as 32-bit ones. ``width`` (FlyDSL's third argument): the segment of lanes
+    taking part, as :func:`flydsl.expr.gpu.shuffle_xor`.
 
     Returns: a value of ``value``'s type.
 
@@ -370,6 +394,9 @@ def shuffle_xor(value, mask):
     Backends: CUDA ``shfl.sync.bfly``; ROCm ``ds_swizzle``/``ds_bpermute``; CPU: each
     lane stores its value to an exchange buffer and reads its partner's slot.
     """
+    if width is not None:
+        from .gpu import shuffle_xor as in_segments
+        return in_segments(value, mask, width)
     return _ops().shuffle_xor(value, mask)
 
 

@@ -81,11 +81,21 @@ TYPES = [
 Boolean = Bool
 
 __all__ = TYPES + [
-    "clz", "popc", "brev", "ffs", "isnan", "isinf", "isfinite",
+    "as_numeric", "clz", "popc", "brev", "ffs", "isnan", "isinf", "isfinite",
     "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh",
     "exp2", "expm1", "log2", "log10", "log1p", "pow", "erf", "erfc", "copysign", "fmod",
     "hypot", "trunc", "rint",
 ]
+
+
+def as_numeric(obj: Any) -> Any:
+    """``obj`` as a kernel value (FlyDSL's ``as_numeric``): a value stays itself, a
+    Python int becomes an Int32 (Int64 when it needs it), a float a Float32, a bool a
+    Bool constant.
+
+    Example: ``n = fx.as_numeric(4) * fx.thread_idx.x``
+    """
+    return _ops().as_value(obj)
 
 
 # -- integer bit operations -------------------------------------------------------------

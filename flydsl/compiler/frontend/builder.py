@@ -55,6 +55,10 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
             [param_attributes(p) for p in runtime])
         tctx = TraceContext(kernel_name=fn.__name__, target=target, options=options, func_op=func_op,
                             filename=src.filename)
+        block_size = getattr(fn, "__flydsl_known_block_size__", None)
+        if block_size is not None:   # @flydsl.kernel(known_block_size=...): a backend hint
+            tctx.extra["known_block_size"] = block_size
+            func_op.attributes["known_block_size"] = ir.DenseI32ArrayAttr.get(list(block_size))
         scope = {}
         args = iter(entry.arguments)
         for p in params:

@@ -28,6 +28,7 @@ against torch over all 256 codes and random floats.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import mlir.ir as ir
 from mlir.dialects import arith, llvm
@@ -36,7 +37,6 @@ from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from ...expr.dtypes import DType, NarrowFloatFormat
 from . import context
-from .values import Value
 
 __all__ = ["constant", "convert_raw", "encode_python", "handles"]
 
@@ -46,17 +46,18 @@ def handles(src: DType, to: DType) -> bool:
     return src.storage_only or to.storage_only or src is dt.Index or to is dt.Index
 
 
-def convert_raw(v: ir.Value, src: DType, to: DType, lanes: int = None) -> ir.Value:
+def convert_raw(v: ir.Value, src: DType, to: DType, lanes: int = None, *,
+                plain: Callable) -> ir.Value:
     """The raw value ``v`` of ``src`` converted to ``to`` (one of them a narrow float
-    or Index); scalars only."""
-    from .values import convert_raw as plain
+    or Index); scalars only. ``plain`` is the conversion between the other types
+    (:func:`flydsl.compiler.frontend.values.convert_raw`)."""
     if src is to:
         return v
     if lanes is not None:
         raise DSLTypeError(f"converting a vector of {src.name} to {to.name} is not supported: "
                            "convert its elements one by one")
     if src is dt.Index or to is dt.Index:
-        return _index_cast(v, src, to)
+        return _index_cast(v, src, to, plain)
     if src.storage_only:
         f = _decode(_bits_of(v, src), src.format, src.bits)
         return f if to is dt.Float32 else plain(f, dt.Float32, to)
@@ -64,14 +65,14 @@ def convert_raw(v: ir.Value, src: DType, to: DType, lanes: int = None) -> ir.Val
     return arith.bitcast(to.mlir_type(), _encode(f, to))
 
 
-def constant(x, to: DType) -> Value:
+def constant(x, to: DType) -> ir.Value:
     """A constant of the narrow float ``to`` (encoded now, in Python)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise DSLTypeError(f"cannot make a {to.name} constant of {type(x).__name__} {x!r}")
     code = encode_python(float(x), to)
     ity = ir.IntegerType.get_signless(to.bits)
     c = arith.constant(ity, code - (1 << to.bits) if code >= 1 << (to.bits - 1) else code)
-    return Value(arith.bitcast(to.mlir_type(), c), to)
+    return arith.bitcast(to.mlir_type(), c)
 
 
 def encode_python(x: float, to: DType) -> int:
@@ -266,8 +267,7 @@ def _sm(arch: str) -> int:
 
 # -- index ------------------------------------------------------------------------------
 
-def _index_cast(v: ir.Value, src: DType, to: DType) -> ir.Value:
-    from .values import convert_raw as plain
+def _index_cast(v: ir.Value, src: DType, to: DType, plain: Callable) -> ir.Value:
     index = ir.IndexType.get()
     if to is dt.Index:
         if src.kind == "float":

@@ -219,6 +219,7 @@ def reduce_args(fn, args: Sequence):
 
 
 from .debug_ops import *     # noqa: E402,F401,F403  (the other builtins' implementations)
+from .kernel_info_ops import *  # noqa: E402,F401,F403
 from .layout_ops import *    # noqa: E402,F401,F403
 from .memory_ops import *    # noqa: E402,F401,F403
 from .numeric_ops import *   # noqa: E402,F401,F403

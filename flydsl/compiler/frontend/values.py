@@ -182,7 +182,7 @@ def literal_dtype(x: Scalar) -> DType:
 def constant(x: Scalar, dtype: DType) -> Value:
     if dtype.storage_only:   # narrow floats: encoded by their own module
         from .narrow_types import constant as narrow_constant
-        return narrow_constant(x, dtype)
+        return Value(narrow_constant(x, dtype), dtype)
     t = dtype.mlir_type()
     if dtype.kind == "bool":
         return Value(arith.constant(t, 1 if x else 0), dtype)
@@ -479,6 +479,9 @@ def convert_raw(v: ir.Value, src: DType, to: DType, lanes: int = None) -> ir.Val
     """The conversion of ``cast`` on a raw scalar (or ``lanes``-vector) of ``src``."""
     if src is to:
         return v
+    if src.storage_only or to.storage_only or src is dt.Index or to is dt.Index:
+        from .narrow_types import convert_raw as special   # narrow floats and index
+        return special(v, src, to, lanes, plain=convert_raw)
     t = mlir_type_of(to, lanes)
     if to.kind == "bool":
         if src.kind == "float":

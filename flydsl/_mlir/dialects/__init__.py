@@ -1,1 +1,0 @@
-"""``flydsl._mlir.dialects``: the MLIR dialects' Python builders (see ``flydsl._mlir``)."""

@@ -1,1 +1,0 @@
-"""``flydsl._mlir.extras``: ``mlir.extras``."""

@@ -1,2 +1,0 @@
-"""``flydsl._mlir.passmanager``: ``mlir.passmanager``."""
-from mlir.passmanager import *  # noqa: F401,F403

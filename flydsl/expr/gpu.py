@@ -1,0 +1,144 @@
+"""FlyDSL's ``flydsl.expr.gpu`` (also ``fx.gpu``): thread and block indices, lanes,
+barriers, warp shuffles and the compile-time block size, with FlyDSL's signatures.
+
+The functions are flydsl's own (:mod:`flydsl.expr.builtins`, :mod:`flydsl.expr.warp`);
+this module gives them FlyDSL's names and argument orders:
+
+* ``thread_idx``, ``block_idx``, ``block_dim``, ``grid_dim`` -- ``.x``/``.y``/``.z``
+  and iterable (``bid_x, bid_y, _ = fx.block_idx``);
+* ``lane_id()``, ``barrier()``, ``num_warp_threads()`` (the target's warp size);
+* ``shuffle(value, offset, width, mode)`` and ``shuffle_xor/up/down/idx(value,
+  offset_or_lane, width)``: ``width`` is the segment of lanes taking part (a power of
+  two up to the warp size, a compile-time int);
+* ``known_block_size()``: the block shape a kernel declared with
+  ``@flydsl.kernel(known_block_size=[x, y, z])``, as Python ints.
+
+``SharedAllocator``, ``get_dyn_shared`` and ``smem_space``/``lds_space`` are the memory
+module's (:mod:`flydsl.expr.struct`), reachable here by FlyDSL's paths.
+
+Example::
+
+    @flydsl.kernel(known_block_size=[64, 1, 1])
+    def warp_sums(x: fx.Tensor, out: fx.Tensor):
+        tid = fx.gpu.thread_idx.x
+        v = x[tid]
+        for k in fx.range_constexpr(5):
+            v = v + fx.gpu.shuffle_xor(v, 1 << k, 32)
+        out[tid] = v
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from . import warp as _warp
+from .builtins import barrier, block_dim, block_idx, grid_dim, thread_idx, warp_size
+from .implementation import ops as _ops
+
+__all__ = [
+    "barrier", "block_dim", "block_idx", "grid_dim", "known_block_size", "lane_id",
+    "num_warp_threads", "shuffle", "shuffle_down", "shuffle_idx", "shuffle_up",
+    "shuffle_xor", "thread_idx",
+]
+
+#: FlyDSL names this module re-exports from flydsl's memory module once it is there.
+_MEMORY_NAMES = ("SharedAllocator", "get_dyn_shared", "smem_space", "lds_space")
+
+_MODES = ("xor", "up", "down", "idx")
+
+
+def lane_id():
+    """The calling thread's lane in its warp, an ``Int32`` (``fx.lane_id()``)."""
+    return _warp.lane_id()
+
+
+def num_warp_threads() -> int:
+    """Lanes per warp on the target being compiled for, a Python int
+    (``fx.warp_size()``)."""
+    return warp_size()
+
+
+def known_block_size() -> tuple:
+    """The block shape ``(x, y, z)`` the kernel being traced declared with
+    ``@flydsl.kernel(known_block_size=[...])``, as Python ints; a ``RuntimeError``
+    when it declared none (FlyDSL's behaviour)."""
+    size = _ops().known_block_size()
+    if size is None:
+        raise RuntimeError("no compile-time block size is in scope: declare it with "
+                           "@flydsl.kernel(known_block_size=[x, y, z])")
+    return size
+
+
+def shuffle(value: Any, offset: Any, width: Any, mode: str = "xor"):
+    """``value`` moved across the lanes of a segment of ``width`` lanes: ``mode`` is
+    ``"xor"`` (lane ``k`` reads ``k ^ offset``), ``"up"`` (``k - offset``), ``"down"``
+    (``k + offset``) or ``"idx"`` (every lane reads lane ``offset``); lanes whose source
+    leaves the segment keep their own value (up/down).
+
+    Returns: a value of ``value``'s type.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"invalid shuffle mode {mode!r}; expected one of {', '.join(_MODES)}")
+    w = _static_width(width)
+    if mode == "up":
+        return _warp.shuffle_up(value, offset, w)
+    if mode == "down":
+        return _warp.shuffle_down(value, offset, w)
+    if mode == "idx":
+        return _warp.shuffle(value, offset, w)
+    off = _static_int(offset)
+    if off is not None and (w is None or off < w):
+        from .builtins import shuffle_xor as butterfly
+        return butterfly(value, off)
+    return _warp.shuffle(value, _warp.lane_id() ^ offset, w)
+
+
+def shuffle_xor(value: Any, offset: Any, width: Any):
+    """``shuffle`` in ``"xor"`` mode: lane ``k`` reads lane ``k ^ offset``.
+
+    Example: ``v = v + fx.gpu.shuffle_xor(v, 16, 32)``
+    """
+    return shuffle(value, offset, width, "xor")
+
+
+def shuffle_up(value: Any, offset: Any, width: Any):
+    """``shuffle`` in ``"up"`` mode: lane ``k`` reads lane ``k - offset``."""
+    return shuffle(value, offset, width, "up")
+
+
+def shuffle_down(value: Any, offset: Any, width: Any):
+    """``shuffle`` in ``"down"`` mode: lane ``k`` reads lane ``k + offset``."""
+    return shuffle(value, offset, width, "down")
+
+
+def shuffle_idx(value: Any, lane: Any, width: Any):
+    """``shuffle`` in ``"idx"`` mode: every lane reads lane ``lane`` of its segment."""
+    return shuffle(value, lane, width, "idx")
+
+
+def _static_int(x: Any) -> Optional[int]:
+    """``x`` as a Python int when it is one or a kernel constant, else None."""
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, int):
+        return x
+    return _ops().static_int(x) if hasattr(_ops(), "static_int") else None
+
+
+def _static_width(width: Any) -> Optional[int]:
+    if width is None:
+        return None
+    w = _static_int(width)
+    if w is None:
+        from ..errors import DSLTypeError
+        raise DSLTypeError(f"a shuffle's width must be a compile-time int, got {width!r}")
+    return w
+
+
+def __getattr__(name: str):
+    if name in _MEMORY_NAMES:
+        package = vars(sys.modules[__package__])   # flydsl.expr, loaded before this module
+        if name in package:
+            return package[name]
+        raise AttributeError(f"flydsl.expr.gpu.{name} is not available in this flydsl yet")
+    raise AttributeError(f"module 'flydsl.expr.gpu' has no attribute {name!r}")

@@ -1,0 +1,151 @@
+"""FlyDSL's fx.gpu module, flydsl.expr.enum, the primitive/derived module paths,
+fx.const_expr, index-triple unpacking and @flydsl.kernel(known_block_size=...)."""
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import LaunchError
+
+
+# -- module paths and enums -------------------------------------------------------------
+
+def test_module_paths():
+    from flydsl.expr import derived, enum, gpu, primitive
+    assert fx.gpu is gpu and fx.SyncScope is enum.SyncScope
+    assert primitive.make_layout is fx.make_layout and primitive.const_expr is fx.const_expr
+    assert derived.make_tiled_copy is fx.make_tiled_copy
+    assert set(primitive.__all__) <= set(primitive.FLYDSL_NAMES)
+    with pytest.raises(AttributeError, match="not implemented by flydsl"):
+        primitive.coprofile   # a FlyDSL name flydsl lacks (if it ever lands, pick another)
+    assert callable(gpu.shuffle_idx) and callable(gpu.known_block_size)
+
+
+def test_enums():
+    assert fx.SyncScope.System == "" and fx.SyncScope.SingleThread == "singlethread"
+    assert [m.name for m in fx.AtomicOp] == ["Add", "Max", "Min", "And", "Or", "Inc", "Dec"]
+    assert str(fx.AtomicOp.Max) == "max"
+    assert fx.AtomicOrdering.monotonic.name == "monotonic"
+    atom = fx.UniversalAtomicAdd(fx.Float32, syncscope=fx.SyncScope.System)
+    assert atom.op == "add"
+    assert fx.UniversalAtomic(fx.AtomicOp.Max, fx.Int32).op == "max"
+
+
+# -- kernels ----------------------------------------------------------------------------
+
+@flydsl.kernel(known_block_size=[32, 1, 1])
+def _warp_sums(x: fx.Tensor, out: fx.Tensor, meta: fx.Tensor):
+    bid_x, bid_y, _ = fx.block_idx
+    tid = fx.gpu.thread_idx.x
+    i = bid_x * 32 + tid
+    v = x[i]
+    for s in fx.range_constexpr(5):
+        v = v + fx.gpu.shuffle_xor(v, 1 << s, 32)
+    out[i] = v
+    bx, by, bz = fx.gpu.known_block_size()
+    if fx.const_expr(bx == 32 and by == 1):
+        meta[i] = fx.gpu.lane_id() + fx.gpu.num_warp_threads() * 100 + bid_y * 10000 \
+            + fx.block_idx[0] * 1000000
+
+
+def test_known_block_size_kernel_runs():
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    meta = np.zeros(64, np.int32)
+    _warp_sums[(2, 1, 1), (32, 1, 1)](x, out, meta)
+    assert (out[:32] == x[:32].sum()).all() and (out[32:] == x[32:].sum()).all()
+    lanes = np.tile(np.arange(32), 2)
+    assert (meta == lanes + 3200 + np.repeat([0, 1000000], 32)).all()
+
+
+def test_known_block_size_checked_at_launch():
+    x = np.zeros(64, np.float32)
+    with pytest.raises(LaunchError, match=r"known_block_size=\[32, 1, 1\]"):
+        _warp_sums[2, 64](x, x.copy(), np.zeros(64, np.int32))
+    with pytest.raises(LaunchError, match="known_block_size"):
+        _warp_sums(x, x.copy(), np.zeros(64, np.int32)).launch(grid=2, block=(16, 2, 1))
+
+
+@pytest.mark.parametrize("bad,err,msg", [
+    ([256, 1], ValueError, "exactly 3 elements"), (512, TypeError, "sequence of 3 positive"),
+    ([64.0, 1, 1], TypeError, "must be an int"), ([0, 1, 1], ValueError, "must be positive")])
+def test_known_block_size_validation(bad, err, msg):
+    with pytest.raises(err, match=msg):
+        @flydsl.kernel(known_block_size=bad)
+        def _bad(x: fx.Tensor):
+            pass
+
+
+@flydsl.kernel
+def _no_size(x: fx.Tensor):
+    x[0] = fx.Float32(fx.gpu.known_block_size()[0])
+
+
+def test_known_block_size_missing_is_an_error():
+    with pytest.raises(Exception, match="no compile-time block size"):
+        _no_size[1, 1](np.zeros(1, np.float32))
+
+
+@flydsl.kernel(known_block_size=[64, 1, 1])
+def _k64(x: fx.Tensor):
+    x[fx.thread_idx.x] = 1.0
+
+
+@flydsl.kernel
+def _k_free(x: fx.Tensor):
+    x[fx.thread_idx.x] = 1.0
+
+
+def test_known_block_size_reaches_the_backends():
+    x = np.zeros(64, np.float32)
+    ptx = flydsl.compile(_k64, x, backend="cuda", arch="sm_90").asm["ptx"]
+    assert ".maxntid 64, 1, 1" in ptx
+    free = flydsl.compile(_k_free, x, backend="cuda", arch="sm_90").asm["ptx"]
+    assert ".maxntid 64, 1, 1" not in free
+    ll = flydsl.compile(_k64, x, backend="rocm", arch="gfx942").asm["llir"]
+    assert '"amdgpu-flat-work-group-size"="64,64"' in ll
+
+
+@flydsl.kernel
+def _shuffles(x: fx.Tensor, up: fx.Tensor, down: fx.Tensor, idx: fx.Tensor, xr: fx.Tensor):
+    i = fx.thread_idx.x
+    v = x[i]
+    up[i] = fx.gpu.shuffle_up(v, 1, 16)
+    down[i] = fx.gpu.shuffle_down(v, 2, fx.Int32(16))
+    idx[i] = fx.gpu.shuffle_idx(v, 3, 8)
+    xr[i] = fx.gpu.shuffle(v, fx.Int32(1), 32, mode="xor")
+
+
+def test_shuffles_with_width():
+    x = np.arange(32, dtype=np.float32)
+    up, down, idx, xr = (np.zeros(32, np.float32) for _ in range(4))
+    _shuffles[1, 32](x, up, down, idx, xr)
+    lane = np.arange(32)
+    seg16 = lane % 16
+    assert (up == np.where(seg16 >= 1, x - 1, x)).all()
+    assert (down == np.where(seg16 < 14, x + 2, x)).all()
+    assert (idx == (lane // 8) * 8 + 3).all()
+    assert (xr == (lane ^ 1)).all()
+
+
+def test_bad_shuffle_mode():
+    @flydsl.kernel
+    def bad(x: fx.Tensor):
+        x[0] = fx.gpu.shuffle(x[0], 1, 32, mode="rotate")
+    with pytest.raises(Exception, match="invalid shuffle mode"):
+        bad[1, 32](np.zeros(32, np.float32))
+
+
+@flydsl.kernel
+def _fx_level(x: fx.Tensor, out: fx.Tensor):
+    i = fx.thread_idx.x
+    v = x[i]
+    out[i] = fx.shuffle_xor(v, 4, 8) + fx.shuffle_idx(v, 0, 32) + fx.as_numeric(0.0) \
+        + fx.num_warp_threads() * 0
+
+
+def test_fx_level_names_take_flydsl_signatures():
+    x = np.arange(32, dtype=np.float32)
+    out = np.zeros(32, np.float32)
+    _fx_level[1, 32](x, out)
+    assert (out == (np.arange(32) ^ 4) + 0).all()
