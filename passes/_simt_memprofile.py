@@ -14,11 +14,14 @@ width in bytes::
 
 The helper appends one record (:data:`~flydsl.runtime.memory_profile.RECORD_WORDS`
 ``int64`` words) to the buffer the runtime points the kernel library's exported
-control block :data:`~flydsl.runtime.memory_profile.CONTROL_SYMBOL` at: word 0
-counts the accesses (an atomic increment, so concurrent blocks are safe), word 1
-is the buffer's capacity in records, word 2 its address. Accesses past the
-capacity are counted, not stored. The accesses themselves are unchanged; private
-memory and the pass's own scratch buffers are not recorded.
+control block :data:`~flydsl.runtime.memory_profile.CONTROL_SYMBOL` at (its words:
+records held, capacity, buffer address, a callback, records lost). When the buffer
+is full it calls the callback, which gives it a bigger one; an access it still has
+no room for is counted as lost. Profiled launches run on one host thread (the
+runtime serializes them), so the helper needs no atomics. The accesses themselves
+are unchanged; private memory and the pass's own scratch buffers are not recorded,
+nor are shared arrays whose name starts with :data:`INTERNAL_PREFIX` (flydsl's own
+scratch, such as the CPU's emulation of MMA instructions).
 
 The site table (JSON: kernel, file, line, source text, ``space`` "shared" or
 "global", ``access`` "load"/"store"/"atomic", the tensor's label, the access
@@ -43,6 +46,8 @@ from .ir import walk
 
 #: Module attribute holding the JSON site table.
 SITES_ATTR = "flydsl.memprofile_sites"
+#: Shared arrays named with this prefix are flydsl's scratch, not the kernel's traffic.
+INTERNAL_PREFIX = "."
 
 #: op name -> (index of the memref operand, index of the first index operand, access)
 _ACCESSES = {
@@ -62,13 +67,26 @@ llvm.func internal @{prof.RECORD_FUNC}(%site: i64, %block: i64, %thread: i64, %a
                                        %bytes: i64) attributes {{passthrough = ["noinline"]}} {{
   %control = llvm.mlir.addressof @{prof.CONTROL_SYMBOL} : !llvm.ptr
   %one = llvm.mlir.constant(1 : i64) : i64
-  %n = llvm.atomicrmw add %control, %one monotonic : !llvm.ptr, i64
-  %cap_at = llvm.getelementptr %control[1] : (!llvm.ptr) -> !llvm.ptr, i64
+  %n = llvm.load %control : !llvm.ptr -> i64
+  %cap_at = llvm.getelementptr %control[{prof.CAPACITY}] : (!llvm.ptr) -> !llvm.ptr, i64
   %cap = llvm.load %cap_at : !llvm.ptr -> i64
   %room = llvm.icmp "ult" %n, %cap : i64
-  llvm.cond_br %room, ^store, ^done
+  llvm.cond_br %room, ^store, ^grow
+^grow:
+  %grow_at = llvm.getelementptr %control[{prof.GROW}] : (!llvm.ptr) -> !llvm.ptr, i64
+  %grow = llvm.load %grow_at : !llvm.ptr -> !llvm.ptr
+  llvm.call %grow() : !llvm.ptr, () -> ()
+  %cap2 = llvm.load %cap_at : !llvm.ptr -> i64
+  %room2 = llvm.icmp "ult" %n, %cap2 : i64
+  llvm.cond_br %room2, ^store, ^drop
+^drop:
+  %lost_at = llvm.getelementptr %control[{prof.LOST}] : (!llvm.ptr) -> !llvm.ptr, i64
+  %lost = llvm.load %lost_at : !llvm.ptr -> i64
+  %lost1 = llvm.add %lost, %one : i64
+  llvm.store %lost1, %lost_at : i64, !llvm.ptr
+  llvm.return
 ^store:
-  %buf_at = llvm.getelementptr %control[2] : (!llvm.ptr) -> !llvm.ptr, i64
+  %buf_at = llvm.getelementptr %control[{prof.BUFFER}] : (!llvm.ptr) -> !llvm.ptr, i64
   %buf = llvm.load %buf_at : !llvm.ptr -> !llvm.ptr
   %words = llvm.mlir.constant({prof.RECORD_WORDS} : i64) : i64
   %first = llvm.mul %n, %words : i64
@@ -84,8 +102,8 @@ llvm.func internal @{prof.RECORD_FUNC}(%site: i64, %block: i64, %thread: i64, %a
   llvm.store %block, %w1_at : i64, !llvm.ptr
   %w2_at = llvm.getelementptr %w0_at[2] : (!llvm.ptr) -> !llvm.ptr, i64
   llvm.store %addr, %w2_at : i64, !llvm.ptr
-  llvm.br ^done
-^done:
+  %n1 = llvm.add %n, %one : i64
+  llvm.store %n1, %control : i64, !llvm.ptr
   llvm.return
 }}
 """
@@ -133,6 +151,8 @@ class MemoryRecorder:
             root = _buffer_of(mem)
             label = labels.get(root, {})
             if root in shared:
+                if label.get("tensor", "").startswith(f"shared array '{INTERNAL_PREFIX}"):
+                    continue
                 space = "shared"
             elif "arg" in label:
                 space = "global"

@@ -111,7 +111,7 @@ LAYERS = {
     "flydsl.errors": 0, "flydsl.tracebacks": 0, "flydsl.version": 0, "flydsl.plugins": 0,
     "flydsl.private_files": 0,
     "flydsl.compiler.target": 0, "flydsl.compiler.options": 0,
-    "flydsl.expr": 1,
+    "flydsl.expr": 1, "flydsl._mlir": 1,   # the MLIR bindings under FlyDSL's name
     "flydsl.runtime": 2, "flydsl.passes": 2,
     "flydsl.compiler": 3,
     "flydsl": 4,                 # the user API: __init__, jit, kernel, launch_context, cli

@@ -192,6 +192,39 @@ def test_register_tensor_vectors():
 
 
 @flydsl.kernel
+def tiled_add(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor, THREADS: fx.Constexpr[int]):
+    """Upstream's vec_add shape: 128-bit buffer copies into register tensors, the sum
+    of the two loaded vectors stored back with memref_store_vec."""
+    tid, bid = fx.thread_idx.x, fx.block_idx.x
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopy128b(), fx.Float32)
+    tiles = []
+    for t in (a, b, c):
+        block = fx.slice(fx.logical_divide(fx.rocdl.make_buffer_tensor(t),
+                                           fx.make_layout(THREADS * 4, 1)), (None, bid))
+        tiles.append(fx.slice(fx.logical_divide(block, fx.make_layout(4, 1)), (None, tid)))
+    ra, rb, rc = (fx.make_rmem_tensor(4, fx.Float32) for _ in range(3))
+    fx.copy(atom, tiles[0], ra)
+    fx.copy(atom, tiles[1], rb)
+    fx.memref_store_vec(fx.memref_load_vec(ra) + fx.memref_load_vec(rb), rc)
+    fx.copy(atom, rc, tiles[2])
+
+
+def test_register_vectors_between_buffer_copies():
+    a = np.random.default_rng(0).random(3 * 256, dtype=np.float32)
+    b = np.random.default_rng(1).random(3 * 256, dtype=np.float32)
+    c = np.zeros_like(a)
+    tiled_add[3, 64](a, b, c, 64)
+    np.testing.assert_array_equal(c, a + b)
+
+    @flydsl.jit
+    def run(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor):
+        tiled_add(a, b, c, 64).launch(grid=(3, 1, 1), block=(64, 1, 1))
+
+    gcn = flydsl.compile(run, a, b, c, backend="rocm", arch="gfx942").asm["amdgcn"]
+    assert gcn.count("buffer_load_dwordx4") == 2 and "buffer_store_dwordx4" in gcn
+
+
+@flydsl.kernel
 def global_pointers(x: fx.Tensor, y: fx.Tensor):
     """get_iter of tensors, a view from a pointer, ptrtoint/inttoptr round trip."""
     t = fx.thread_idx.x

@@ -236,23 +236,30 @@ def test_debug_checks_and_the_profiler_together(monkeypatch):
     assert (drain.requests, drain.ways) == (64, 32.0)
 
 
-def test_a_launch_that_outgrows_the_buffer_reports_the_accesses_it_lost(monkeypatch):
-    monkeypatch.setattr(mp, "_FIRST_CAPACITY", 1000)
+@flydsl.kernel
+def big_copy(x: fx.Tensor, y: fx.Tensor, TAG: fx.Constexpr[int]):   # TAG: a launcher each
+    t = fx.thread_idx.x + fx.block_idx.x * fx.block_dim.x
+    y[t] = x[t]
+
+
+def test_the_record_buffer_grows_while_a_block_runs(monkeypatch):
+    monkeypatch.setattr(mp, "_FIRST_CAPACITY", 100)
+    x = np.arange(4096, dtype=np.float32)
+    with flydsl.profile() as report:
+        big_copy[4, 1024](x, np.zeros_like(x), 1)     # 2048 records a block
+    s = report.find(access="load")
+    assert (report.dropped, s.requests, s.sectors_per_request) == (0, 128, 4.0)
+
+
+def test_accesses_past_the_largest_buffer_are_reported_lost(monkeypatch):
+    monkeypatch.setattr(mp, "_FIRST_CAPACITY", 512)
+    monkeypatch.setattr(mp, "MAX_CAPACITY", 1024)
     x = np.arange(2048, dtype=np.float32)
-
-    @flydsl.kernel
-    def big_copy(x: fx.Tensor, y: fx.Tensor):
-        t = fx.thread_idx.x + fx.block_idx.x * fx.block_dim.x
-        y[t] = x[t]
-
     with flydsl.profile() as report:
-        big_copy[2, 1024](x, np.zeros_like(x))    # 2048 records a block
-    assert report.dropped == 2048 - 1000
-    assert report.find(access="load").requests < 64
-    assert "accesses were not recorded" in report.table()
-    with flydsl.profile() as report:
-        big_copy[2, 1024](x, np.zeros_like(x))    # the buffer grew
-    assert report.dropped == 0 and report.find(access="load").requests == 64
+        big_copy[2, 1024](x, np.zeros_like(x), 2)
+    assert report.dropped == 2 * (2048 - 1024)
+    assert report.find(access="load").requests == 2 * 16    # the first 512 threads' loads
+    assert "2048 accesses were not recorded: a block made more than 1024" in report.table()
 
 
 def test_the_report_table():

@@ -88,8 +88,13 @@ def is_library_module(module_name: str) -> bool:
     top = (module_name or "").partition(".")[0]
     if top in _STDLIB or top == "flydsl":
         return True
+    parts = (module_name or "").split(".")
     module = sys.modules.get(module_name) or sys.modules.get(top)
     path = getattr(module, "__file__", None)
+    for k in range(len(parts), 0, -1):   # a namespace package (mlir) has no file: a parent
+        if path:
+            break
+        path = getattr(sys.modules.get(".".join(parts[:k])), "__file__", None)
     if not path:
         return module is not None and top in sys.builtin_module_names
     return os.path.abspath(path).startswith(_library_dirs())

@@ -29,7 +29,8 @@ from .dtypes import UInt8 as _UInt8
 from .implementation import ops as _ops
 
 __all__ = ["Align", "Arena", "Array", "SharedAllocator", "Storage", "Struct", "Union",
-           "is_composite_type", "is_struct_type", "struct", "union"]
+           "is_composite_type", "is_specializable_struct_type", "is_struct_type", "struct",
+           "union"]
 
 
 # -- types: sizes and alignments ----------------------------------------------------------
@@ -202,6 +203,12 @@ def is_composite_type(t) -> bool:
 def is_struct_type(t) -> bool:
     """Whether ``t`` is an ``@fx.struct`` type (fields one after another)."""
     return is_composite_type(t) and not t.__flydsl_union__
+
+
+def is_specializable_struct_type(t) -> bool:
+    """FlyDSL's test for a struct with compile-time (``Constexpr``) fields: always False
+    here, where structs describe shared memory only."""
+    return False
 
 
 def _layout(t) -> tuple:

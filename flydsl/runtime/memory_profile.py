@@ -43,10 +43,15 @@ import numpy as np
 
 from ..errors import FlydslRuntimeError
 
-#: The exported control block of a profiled kernel library: ``int64[CONTROL_WORDS]``
-#: (records written since the last drain, capacity in records, buffer address).
+#: The exported control block of a profiled kernel library: ``int64[CONTROL_WORDS]``,
+#: its words at the indices below.
 CONTROL_SYMBOL = "__flydsl_memprof"
-CONTROL_WORDS = 4
+CONTROL_WORDS = 5
+COUNT = 0       #: records in the buffer
+CAPACITY = 1    #: the buffer's capacity, in records
+BUFFER = 2      #: the buffer's address
+GROW = 3        #: ``void grow(void)``: called when the buffer is full
+LOST = 4        #: accesses not recorded (no room even after ``grow``)
 #: The recording helper the kernels call (internal to the library).
 RECORD_FUNC = "__flydsl_memprof_record"
 #: ``int64`` words per record: ``site | bytes << BYTES_SHIFT | thread << 32``, block,
@@ -59,6 +64,11 @@ MAX_BYTES = (1 << (32 - BYTES_SHIFT)) - 1
 PROFILES = ("", "memory")
 
 _FIRST_CAPACITY = 1 << 16      # records in a launcher's first buffer
+#: The largest buffer (records; 24 bytes each): one block's accesses past it are lost.
+MAX_CAPACITY = 1 << 24
+_GROW = ctypes.CFUNCTYPE(None)
+#: Profiled launches run one at a time (a library's control block is shared).
+_launch_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -185,7 +195,7 @@ class MemoryProfile:
         self.model = model_for(arch)
         self._stats: dict = {}
         self.launches = 0
-        #: accesses made but not recorded (a launch outgrew its buffer)
+        #: accesses made but not recorded (a block made more than MAX_CAPACITY)
         self.dropped = 0
         self._lock = threading.Lock()
 
@@ -230,8 +240,8 @@ class MemoryProfile:
         if not rows:
             lines.append("(no shared or global accesses were profiled)")
         if self.dropped:
-            lines.append(f"({self.dropped} accesses were not recorded: a launch outgrew "
-                         "its record buffer; the numbers above omit them)")
+            lines.append(f"({self.dropped} accesses were not recorded: a block made more "
+                         f"than {MAX_CAPACITY} of them; the numbers above omit them)")
         return "\n".join(lines)
 
     def print(self, file: Optional[TextIO] = None) -> None:
@@ -273,7 +283,9 @@ class MemoryProfile:
 def _label(site: dict) -> str:
     if "arg" in site:
         return site.get("name") or f"argument {site['arg']}"
-    return site.get("tensor", "").replace("shared array ", "").strip("'") or "shared"
+    tensor = site.get("tensor", "shared array")
+    named = tensor.startswith("shared array '")       # by its variable: just the name
+    return tensor[len("shared array "):].strip("'") if named else tensor
 
 
 # -- the active profile -------------------------------------------------------
@@ -357,39 +369,46 @@ class ProfiledLaunches:
             if arg is not None and arg < len(arg_names):
                 site["name"] = arg_names[arg]
         self.buffer = np.zeros((_FIRST_CAPACITY, RECORD_WORDS), np.int64)
-        self.lock = threading.Lock()
+        self._grow_cb = _GROW(self._grow)      # kept alive as long as the launches
 
     def _point_at(self, buffer: np.ndarray) -> None:
         self.buffer = buffer
-        self.control[0] = 0
-        self.control[1] = len(buffer)
-        self.control[2] = buffer.ctypes.data
+        self.control[CAPACITY] = len(buffer)
+        self.control[BUFFER] = buffer.ctypes.data
+
+    def _grow(self) -> None:
+        """The kernel's buffer is full (called from the kernel): a twice bigger one,
+        with the records so far."""
+        held = len(self.buffer)
+        if 2 * held > MAX_CAPACITY:
+            return                  # the kernel counts what it cannot record as lost
+        bigger = np.zeros((2 * held, RECORD_WORDS), np.int64)
+        bigger[:held] = self.buffer
+        self._point_at(bigger)
 
     def run(self, run_blocks: Callable[[int, int], None], nblocks: int,
             threads_per_block: int) -> None:
         """Run the launch's ``nblocks`` blocks one at a time (``run_blocks(begin, end)``),
-        counting its accesses into :func:`active_profile`."""
+        counting its accesses into :func:`active_profile`. The records are counted
+        whenever the buffer is half full after a block (a block's records are never
+        split: its requests are rebuilt from all of them)."""
         report = active_profile()
-        with self.lock:
+        control = self.control
+        with _launch_lock:
             self._point_at(self.buffer)
+            control[COUNT] = control[LOST] = 0
+            control[GROW] = ctypes.cast(self._grow_cb, ctypes.c_void_p).value
             try:
                 for b in range(nblocks):
                     run_blocks(b, b + 1)
-                    made = self.control[0]
-                    capacity = len(self.buffer)
-                    if made > capacity:          # some were lost: a bigger buffer next
-                        report.dropped += made - capacity
-                        report.add_records(self.buffer, self.sites, threads_per_block)
-                        size = 1 << int(made * 2 - 1).bit_length()
-                        self._point_at(np.zeros((size, RECORD_WORDS), np.int64))
-                    elif made * 2 > capacity:
-                        report.add_records(self.buffer[:made], self.sites, threads_per_block)
-                        self.control[0] = 0
-                made = min(self.control[0], len(self.buffer))
-                report.add_records(self.buffer[:made], self.sites, threads_per_block)
+                    if control[COUNT] * 2 > len(self.buffer):
+                        report.add_records(self.buffer[:control[COUNT]], self.sites,
+                                           threads_per_block)
+                        control[COUNT] = 0
+                report.add_records(self.buffer[:control[COUNT]], self.sites, threads_per_block)
             finally:
-                self.control[0] = 0
-                self.control[1] = 0      # a stray call records nothing
+                report.dropped += control[LOST]
+                control[COUNT] = control[LOST] = 0
                 report.launches += 1
 
 

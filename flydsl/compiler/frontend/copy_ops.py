@@ -22,7 +22,7 @@ What each call becomes:
 from __future__ import annotations
 
 import mlir.ir as ir
-from mlir.dialects import arith, llvm, memref, rocdl, scf
+from mlir.dialects import arith, memref, rocdl, scf
 
 from ...errors import DSLTypeError
 from ...expr import layout_algebra as la
@@ -30,11 +30,10 @@ from . import context
 from .values import Value, as_value, to_index
 from .tensors import storage_type
 from .views import Memory, TensorView, as_view, vector_load, vector_store, vector_type, when
-
-#: Buffer-resource word 3 for gfx9 (CDNA): 32-bit data format, as LLVM's AMDGPU
-#: lowering of ``amdgpu.raw_buffer_load`` sets it.
-GFX9_BUFFER_FLAGS = (7 << 12) | (4 << 15)
-
+from .buffer_resources import GFX9_BUFFER_FLAGS  # noqa: F401  (re-exported)
+from .buffer_resources import address as _address, byte_offset as _byte_offset
+from .buffer_resources import guarded_load as _guarded_load, i32 as _i32
+from .buffer_resources import in_records as _in_records, resource as _resource
 
 def copy(atom, src, dst, pred=None) -> None:
     """``fx.copy(atom, src, dst, pred=None)``: see the module docstring."""
@@ -188,32 +187,11 @@ def _aligned(mem: Memory, offset, nbytes: int):
     return arith.cmpi(arith.CmpIPredicate.eq, low, arith.constant(idx_t, 0))
 
 
-def _address(mem: Memory, offset) -> ir.Value:
-    """The byte address (an index) of element ``offset`` of ``mem``."""
-    idx_t = ir.IndexType.get()
-    base = memref.extract_aligned_pointer_as_index(mem.mem)
-    elems = arith.addi(memref.ExtractStridedMetadataOp(mem.mem).offset, to_index(offset))
-    return arith.addi(base, arith.muli(elems, arith.constant(idx_t, mem.itemsize)))
-
-
 def _scalar_copy(src: TensorView, dst: TensorView, first: int, width: int) -> None:
     for t in range(first, first + width):
         so, do = src.element_offset(t), dst.element_offset(t)
         value = _guarded_load(src.memory, so)
         _guarded_store(dst.memory, do, value)
-
-
-def _guarded_load(mem: Memory, offset) -> Value:
-    if mem.records is None:
-        return mem.load(offset)
-    ok = _in_records(mem, offset, 1)
-    branch = scf.IfOp(ok, [mem.dtype.mlir_type() if mem.dtype.kind != "bool"
-                           else ir.IntegerType.get_signless(1)], has_else=True)
-    with ir.InsertionPoint(branch.then_block):
-        scf.YieldOp([mem.load(offset).v])
-    with ir.InsertionPoint(branch.else_block):
-        scf.YieldOp([as_value(0, mem.dtype).v])
-    return Value(branch.results[0], mem.dtype)
 
 
 def _guarded_store(mem: Memory, offset, value: Value) -> None:
@@ -222,15 +200,6 @@ def _guarded_store(mem: Memory, offset, value: Value) -> None:
         return
     with when(_in_records(mem, offset, 1)):
         mem.store(offset, value)
-
-
-def _in_records(mem: Memory, offset, width: int) -> ir.Value:
-    """i1: elements ``offset .. offset+width-1`` lie inside the buffer's records."""
-    if mem.records is None:
-        return arith.constant(ir.IntegerType.get_signless(1), 1)
-    lo = as_value(offset, None) if not isinstance(offset, Value) else offset
-    inside = (lo >= 0) & (lo + width <= mem.records)
-    return inside.v
 
 
 def _plus(offset, t: int):
@@ -264,32 +233,3 @@ def _buffer_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
         memref.store(vec, dm.mem, [to_index(do)])
     else:
         vector_store(dm, do, vec, _static_align(dm, do, width * dm.itemsize))
-
-
-def _i32(n: int) -> ir.Value:
-    return arith.constant(ir.IntegerType.get_signless(32), n)
-
-
-def _byte_offset(mem: Memory, offset) -> ir.Value:
-    i32 = ir.IntegerType.get_signless(32)
-    off = offset.v if isinstance(offset, Value) else _i32(offset)
-    if isinstance(offset, Value) and offset.dtype.bits != 32:
-        off = arith.trunci(i32, off)
-    return arith.muli(off, _i32(mem.itemsize))
-
-
-def _resource(mem: Memory) -> ir.Value:
-    """A buffer resource whose base is element 0 of ``mem`` and whose size is its
-    records (in bytes)."""
-    i64 = ir.IntegerType.get_signless(64)
-    ptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, _address(mem, 0)))
-    records = mem.records
-    nbytes = (records * mem.itemsize) if isinstance(records, int) else \
-        (records * mem.itemsize).v
-    if isinstance(nbytes, int):
-        nbytes = arith.constant(i64, nbytes)
-    elif ir.IntegerType(nbytes.type).width != 64:
-        nbytes = arith.extui(i64, nbytes)
-    return rocdl.make_buffer_rsrc(llvm.PointerType.get(8), ptr,
-                                  arith.constant(ir.IntegerType.get_signless(16), 0),
-                                  nbytes, _i32(GFX9_BUFFER_FLAGS))

@@ -15,11 +15,13 @@ from __future__ import annotations
 from typing import Optional
 
 import mlir.ir as ir
-from mlir.dialects import arith, llvm, memref, rocdl
+from mlir.dialects import arith, llvm, memref, rocdl, scf, vector
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
+from ...expr import implementation
 from . import context
+from .buffer_resources import address, byte_offset, guarded_load, in_records, resource
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
@@ -125,8 +127,7 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
         if rocm:
             rocdl.s_barrier()
         else:
-            from .ops import barrier
-            barrier()
+            implementation.ops().barrier()
         return None
     out = _dtype_of(res, name)
     if name in ("exp2", "rcp"):
@@ -173,8 +174,7 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
 # -- buffer loads straight to LDS -----------------------------------------------------------
 
 def _wave_lane() -> ir.Value:
-    from .ops import block_thread_index
-    return (block_thread_index() % WAVE_LANES).v
+    return (implementation.ops().block_thread_index() % WAVE_LANES).v
 
 
 def buffer_lds_copy(atom, src: TensorView, dst: TensorView, first: int, width: int,
@@ -198,25 +198,20 @@ def buffer_lds_copy(atom, src: TensorView, dst: TensorView, first: int, width: i
     dst_off = lane_first + lane * width
     sm, dm = src.memory, dst.memory
     if target.backend == "rocm":
-        from .copy_ops import _address, _byte_offset, _resource
         lds = llvm.inttoptr(llvm.PointerType.get(3),
                             arith.index_cast(ir.IntegerType.get_signless(32),
-                                             _address(dm, lane_first)))
-        rocdl.raw_ptr_buffer_load_lds(_resource(sm), lds, _i32(bits // 8),
-                                      _byte_offset(sm, so), _i32(0), _i32(0), _i32(0))
+                                             address(dm, lane_first)))
+        rocdl.raw_ptr_buffer_load_lds(resource(sm), lds, _i32(bits // 8),
+                                      byte_offset(sm, so), _i32(0), _i32(0), _i32(0))
         return
-    from .copy_ops import _in_records
-    ok = _in_records(sm, so, width)
+    ok = in_records(sm, so, width)
     # in range: one load of the call; else element by element (0 past the records)
-    from mlir.dialects import scf
     vtype = vector_type(width, sm.dtype)
     branch = scf.IfOp(ok, [vtype], has_else=True)
     with ir.InsertionPoint(branch.then_block):
         scf.YieldOp([vector_load(sm, so, width, sm.itemsize)])
     with ir.InsertionPoint(branch.else_block):
-        from .copy_ops import _guarded_load
-        from mlir.dialects import vector
-        elems = [_guarded_load(sm, so + t if t else so).v for t in range(width)]
+        elems = [guarded_load(sm, so + t if t else so).v for t in range(width)]
         scf.YieldOp([vector.from_elements(vtype, elems)])
     vector_store(dm, dst_off, branch.results[0], dm.itemsize)
 
@@ -259,8 +254,7 @@ def buffer_atomic_copy(atom, src: TensorView, dst: TensorView, first: int, width
         if target.backend == "rocm" and target.arch.startswith("gfx9") and \
                 _gfx9_buffer_atomic(op.op, d, val, dm, do):
             continue
-        from .copy_ops import _in_records
-        with when(_in_records(dm, do, 1)):
+        with when(in_records(dm, do, 1)):
             memref.atomic_rmw(getattr(arith.AtomicRMWKind, rmw), cast(val, d).v, dm.mem,
                               [to_index(do)])
 
@@ -268,7 +262,6 @@ def buffer_atomic_copy(atom, src: TensorView, dst: TensorView, first: int, width
 def _gfx9_buffer_atomic(op: str, d: dt.DType, val: Value, dm, do) -> bool:
     """The ``buffer_atomic_*`` instruction where ROCDL has it (f32 add/max, i32 smax,
     u32 umin); False where not (the caller emits an atomic with a bounds check)."""
-    from .copy_ops import _byte_offset, _resource
     fn = {("add", "float", 32): rocdl.raw_ptr_buffer_atomic_fadd,
           ("max", "float", 32): rocdl.raw_ptr_buffer_atomic_fmax,
           ("add", "float", 16): rocdl.raw_ptr_buffer_atomic_fadd,
@@ -277,5 +270,5 @@ def _gfx9_buffer_atomic(op: str, d: dt.DType, val: Value, dm, do) -> bool:
         (op, "float" if d.kind == "float" else ("int" if d.signed else "uint"), d.bits))
     if fn is None or (d.bits == 16 and d.name != "Float16"):
         return False
-    fn(cast(val, d).v, _resource(dm), _byte_offset(dm, do), _i32(0), _i32(0))
+    fn(cast(val, d).v, resource(dm), byte_offset(dm, do), _i32(0), _i32(0))
     return True

@@ -49,7 +49,7 @@ def function_source(fn: Callable) -> FunctionSource:
     return FunctionSource(fn, node, filename, first, text)
 
 
-_LIBRARIES = ("flydsl", "numpy", "torch", "builtins")
+_LIBRARIES = ("flydsl", "numpy", "torch", "builtins", "mlir")   # mlir: raw dialect builders
 
 
 def is_user_function(fn) -> bool:

@@ -1,0 +1,1 @@
+"""``flydsl._mlir.dialects``: the MLIR dialects' Python builders (see ``flydsl._mlir``)."""

@@ -1,0 +1,1 @@
+"""``flydsl._mlir.extras``: ``mlir.extras``."""

@@ -1,0 +1,312 @@
+"""FlyDSL's raw-MLIR and typed-arith layer: ``flydsl._mlir``, ``flydsl.expr.arith``,
+``.math`` and ``.typing`` (``T``, ``Vector``, ``ReductionOp``), and the interop of
+kernel values with raw ``ir.Value`` s. Cases modelled on upstream FlyDSL's
+tests/unit/test_arith_ops.py and tests/language/test_arithmetic_types.py (in our own
+words), run on the CPU against numpy, plus compile-only checks for sm_90 and gfx942."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import DSLError, DSLTypeError
+from flydsl.expr import arith
+from flydsl.expr import math as fmath
+from flydsl.expr.typing import (Float32x4, ReductionOp, T, Vector, full, ones_like,
+                                zeros_like)
+from flydsl._mlir import ir
+from flydsl._mlir.dialects import arith as raw_arith, vector as raw_vector
+
+FAST = arith.FastMathFlags.fast
+RNG = np.random.default_rng(31)
+
+
+# -- importing -------------------------------------------------------------------------
+
+def test_importing_flydsl_and_the_typing_module_loads_no_mlir():
+    code = ("import sys, flydsl, flydsl.expr, flydsl.expr.typing, flydsl.expr.math;"
+            "print(any(m == 'mlir' or m.startswith('mlir.') or m.startswith('flydsl._mlir')"
+            " for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_fx_has_flydsls_typing_names_and_loads_arith_on_first_use():
+    code = ("import sys, flydsl.expr as fx, flydsl.expr.typing as ty;"
+            "ok = fx.Vector is ty.Vector and fx.Float32x4 is ty.Float32x4 and fx.T is ty.T;"
+            "ok = ok and fx.ReductionOp.ADD and callable(fx.full) and callable(fx.math.exp2);"
+            "before = 'mlir' in sys.modules;"
+            "ok = ok and fx.FastMathFlags.fast == fx.arith.FastMathFlags.fast;"
+            "print(ok, before, 'mlir' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True"]
+
+
+def test_mlir_package_reexports_the_bindings():
+    import mlir.ir
+    from flydsl._mlir.dialects import gpu, llvm, math, memref, rocdl, scf  # noqa: F401
+    from flydsl._mlir.extras import types
+    assert ir.F32Type is mlir.ir.F32Type and ir.Context is mlir.ir.Context
+    assert raw_arith.CmpFPredicate.OLT is arith.CmpFPredicate.OLT
+    assert raw_vector.CombiningKind.ADD is not None and callable(types.f32)
+    with ir.Context(), ir.Location.unknown():
+        assert str(T.f32) == "f32" and str(T.i32) == "i32" and str(T.index) == "index"
+        assert str(T.f32x4) == "vector<4xf32>" and str(T.vec(8, T.f16)) == "vector<8xf16>"
+        assert str(T.bf16x8) == "vector<8xbf16>" and str(T.vec(2, fx.Int8)) == "vector<2xi8>"
+        with pytest.raises(AttributeError, match="T has no type"):
+            T.f33
+
+
+# -- raw values and kernel values ------------------------------------------------------
+
+@flydsl.kernel
+def raw_interop(x: fx.Tensor, n: fx.Tensor, out: fx.Tensor, kinds: fx.Tensor):
+    i = fx.thread_idx.x
+    a = x[i]
+    kinds[i, 0] = fx.Int32(isinstance(a, ir.Value))          # a kernel value is an ir.Value
+    kinds[i, 1] = fx.Int32(str(a.type) == "f32")
+    s = raw_arith.addf(a, a)                                # a raw builder takes it ...
+    t = s * 2.0 + 1                                         # ... and gives a kernel value
+    c = raw_arith.constant(T.f32, 0.5)                      # raw constant
+    m = fx.max(c, t)                                        # fx functions take raw values
+    k = raw_arith.addi(n[i], raw_arith.constant(T.i32, 3))  # i32 is Int32
+    kinds[i, 2] = fx.Int32(k.dtype is fx.Int32)
+    idx = arith.index_cast(T.index, fx.Int32(0))            # index values subscript
+    out[i] = m + fx.Float32(k) + x[idx]
+
+
+def test_raw_values_and_kernel_values_mix():
+    x = RNG.standard_normal(16).astype(np.float32)
+    n = np.arange(16, dtype=np.int32)
+    out, kinds = np.zeros(16, np.float32), np.zeros((16, 3), np.int32)
+    raw_interop[1, 16](x, n, out, kinds)
+    assert (kinds == 1).all()
+    np.testing.assert_allclose(out, np.maximum(0.5, 4 * x + 1) + n + 3 + x[0], rtol=1e-6)
+
+
+# -- flydsl.expr.arith -----------------------------------------------------------------
+
+@flydsl.kernel
+def arith_helpers(x: fx.Tensor, y: fx.Tensor, f: fx.Tensor, i: fx.Tensor):
+    t = fx.thread_idx.x
+    a, b = x[t], y[t]
+    f[t, 0] = arith.select(a > b, a, 0.25)
+    f[t, 1] = arith.max(a, b, 0.0)
+    f[t, 2] = arith.min(a, b, -0.5)
+    f[t, 3] = arith.maxnumf(a, arith.constant(float("nan")))   # the non-NaN operand
+    f[t, 4] = a.addf(b, fastmath=FAST) + arith.constant(2, type=T.f32)
+    f[t, 5] = fx.Float32(arith.cmpf(arith.CmpFPredicate.OLT, a, 0.0))
+    n = fx.Int32(t) - 5
+    i[t, 0] = arith.ceildiv(n, 4)
+    i[t, 1] = fx.Int32(arith.cmpi(arith.CmpIPredicate.slt, n, 0))
+    i[t, 2] = arith.shrui(n, 28)
+    i[t, 3] = arith.andi(n, 6) + arith.xori(n, 1) + arith.shli(n, 2)
+    i[t, 4] = fx.Int32(arith.constant(7, type=T.i64)) + arith.unwrap(1, type=T.i32)
+    i[t, 5] = (n > 0).select(n, 0)
+
+
+def test_arith_helpers_match_numpy():
+    x = RNG.standard_normal(16).astype(np.float32)
+    y = RNG.standard_normal(16).astype(np.float32)
+    f, i = np.zeros((16, 6), np.float32), np.zeros((16, 6), np.int32)
+    arith_helpers[1, 16](x, y, f, i)
+    np.testing.assert_array_equal(f[:, 0], np.where(x > y, x, np.float32(0.25)))
+    np.testing.assert_array_equal(f[:, 1], np.maximum(np.maximum(x, y), 0))
+    np.testing.assert_array_equal(f[:, 2], np.minimum(np.minimum(x, y), -0.5))
+    np.testing.assert_array_equal(f[:, 3], x)
+    np.testing.assert_allclose(f[:, 4], x + y + 2, rtol=1e-6)
+    np.testing.assert_array_equal(f[:, 5], (x < 0).astype(np.float32))
+    n = np.arange(16, dtype=np.int32) - 5
+    np.testing.assert_array_equal(i[:, 0], -(-n // 4))
+    np.testing.assert_array_equal(i[:, 1], (n < 0).astype(np.int32))
+    np.testing.assert_array_equal(i[:, 2], (n.view(np.uint32) >> 28).view(np.int32))
+    np.testing.assert_array_equal(i[:, 3], (n & 6) + (n ^ 1) + (n << 2))
+    np.testing.assert_array_equal(i[:, 4], np.full(16, 8))
+    np.testing.assert_array_equal(i[:, 5], np.maximum(n, 0))
+
+
+# -- scalar value methods (upstream's ArithValue API) ---------------------------------
+
+@flydsl.kernel
+def value_methods(x: fx.Tensor, out: fx.Tensor, bits: fx.Tensor):
+    t = fx.thread_idx.x
+    v = x[t]
+    w = v
+    for k in fx.range_constexpr(5):                 # a butterfly sum over 32 lanes
+        w = w.addf(w.shuffle_xor(16 >> k, 32), fastmath=FAST)
+    out[t, 0] = w
+    out[t, 1] = (v * v + 1.0).rsqrt(fastmath=FAST)
+    out[t, 2] = v.exp2(fastmath=FAST)
+    out[t, 3] = v.to(fx.Float16).to(T.f32)
+    out[t, 4] = (v < 0).select(-v, v)
+    out[t, 5] = v.maximumf(0.0)
+    bits[t] = v.bitcast(fx.UInt32) & 0x7FFFFFFF
+
+
+def test_scalar_value_methods():
+    x = RNG.standard_normal(32).astype(np.float32)
+    out, bits = np.zeros((32, 6), np.float32), np.zeros(32, np.uint32)
+    value_methods[1, 32](x, out, bits)
+    np.testing.assert_allclose(out[:, 0], np.full(32, x.sum()), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 1], 1 / np.sqrt(x * x + 1), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 2], np.exp2(x), rtol=1e-5)
+    np.testing.assert_array_equal(out[:, 3], x.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(out[:, 4], np.abs(x))
+    np.testing.assert_array_equal(out[:, 5], np.maximum(x, 0))
+    np.testing.assert_array_equal(bits, np.abs(x).view(np.uint32))
+
+
+# -- Vector ----------------------------------------------------------------------------
+
+@flydsl.kernel
+def vectors(x: fx.Tensor, out: fx.Tensor, red: fx.Tensor, flags: fx.Tensor):
+    t = fx.thread_idx.x
+    v = Vector([x[t, 0], x[t, 1], x[t, 2], x[t, 3]])
+    flags[t, 0] = fx.Int32(isinstance(v, Vector) and isinstance(v, Float32x4))
+    flags[t, 1] = fx.Int32(isinstance(x[t, 0], Vector))
+    shifted = (v - v.reduce(ReductionOp.MAX)) * 1.4426950408889634
+    e = fmath.exp2(shifted, fastmath=FAST)
+    s = e.reduce(ReductionOp.ADD, fastmath=FAST)
+    norm = e * (1.0 / s)
+    mask = Vector.filled(4, 0x7FFFFFFF, fx.UInt32)
+    absv = (v.bitcast(fx.UInt32) & mask).bitcast(fx.Float32)
+    picked = (v > 0.0).select(v, zeros_like(v))
+    half = v.to(fx.Float16).to(fx.Float32)
+    for k in fx.range_constexpr(4):
+        out[t, k, 0] = norm[k]
+        out[t, k, 1] = absv[k]
+        out[t, k, 2] = picked[k]
+        out[t, k, 3] = half[k]
+        out[t, k, 4] = (2.0 * v + ones_like(v) - full(4, 0.5, fx.Float32) / 2)[k]
+    red[t, 0] = v.reduce(ReductionOp.MIN)
+    red[t, 1] = v.reduce(ReductionOp.MUL)
+    red[t, 2] = v.reduce(ReductionOp.ADD, 10.0)
+    red[t, 3] = v[fx.Int32(t) % 4]                       # a dynamic lane
+    iv = Vector.filled(4, fx.Int32(t), fx.Int32) * 3 - 7
+    flags[t, 2] = (iv % 4).reduce(ReductionOp.ADD)
+    flags[t, 3] = (iv // 4).reduce(ReductionOp.MAX) + (iv >> 1).reduce(ReductionOp.MIN)
+
+
+def test_vectors_compute_like_numpy():
+    x = RNG.standard_normal((8, 4)).astype(np.float32)
+    out, red = np.zeros((8, 4, 5), np.float32), np.zeros((8, 4), np.float32)
+    flags = np.zeros((8, 4), np.int32)
+    vectors[1, 8](x, out, red, flags)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out[:, :, 0], e / e.sum(axis=1, keepdims=True), rtol=2e-5)
+    np.testing.assert_array_equal(out[:, :, 1], np.abs(x))
+    np.testing.assert_array_equal(out[:, :, 2], np.where(x > 0, x, 0))
+    np.testing.assert_array_equal(out[:, :, 3], x.astype(np.float16).astype(np.float32))
+    np.testing.assert_allclose(out[:, :, 4], 2 * x + 1 - 0.25, rtol=1e-6)
+    np.testing.assert_array_equal(red[:, 0], x.min(axis=1))
+    np.testing.assert_allclose(red[:, 1], x.prod(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(red[:, 2], x.sum(axis=1) + 10, rtol=1e-5)
+    np.testing.assert_array_equal(red[:, 3], x[np.arange(8), np.arange(8) % 4])
+    assert (flags[:, 0] == 1).all() and (flags[:, 1] == 0).all()
+    iv = np.arange(8) * 3 - 7
+    np.testing.assert_array_equal(flags[:, 2], 4 * (iv % 4))
+    np.testing.assert_array_equal(flags[:, 3], iv // 4 + (iv >> 1))
+
+
+@flydsl.kernel
+def vector_lane_mismatch(out: fx.Tensor):
+    a = Vector.filled(4, 1.0, fx.Float32)
+    b = Vector.filled(8, 1.0, fx.Float32)
+    out[0] = (a + b)[0]
+
+
+@flydsl.kernel
+def vector_bad_bitcast(out: fx.Tensor):
+    a = Vector.filled(3, 1, fx.Int8)
+    out[0] = a.bitcast(fx.Int32)[0]
+
+
+@flydsl.kernel
+def math_cbrt(out: fx.Tensor):
+    out[0] = fmath.cbrt(out[0])
+
+
+@pytest.mark.parametrize("kernel,message", [
+    (vector_lane_mismatch, "vectors of 8 and 4 lanes|4 and 8 lanes"),
+    (vector_bad_bitcast, "cannot bitcast 3 x Int8"),
+    (math_cbrt, "math.cbrt is not supported"),
+])
+def test_vector_and_math_errors_are_located(kernel, message):
+    with pytest.raises(DSLError, match=message) as info:
+        kernel[1, 1](np.zeros(4, np.float32))
+    assert "test_flydsl_arith_typing.py" in str(info.value)
+
+
+# -- an upstream-style softmax row (the norm kernels' arith/typing layer) ------------
+
+def block_reduce(val, mode, red, lane, wave, block, warp):
+    """A block-wide max or sum: a butterfly in each warp, then over the warps' totals."""
+    w = val
+    for sh in fx.range_constexpr(5):
+        peer = w.shuffle_xor(warp >> (sh + 1), warp)
+        w = fx.max(w, peer) if mode == "max" else w.addf(peer, fastmath=FAST)
+    if lane == 0:
+        red[wave] = w
+    fx.barrier()
+    total = red[0]
+    for k in fx.range_constexpr(1, block // warp):
+        total = fx.max(total, red[k]) if mode == "max" else total + red[k]
+    fx.barrier()
+    return total
+
+
+def build_softmax(n_cols: int, block: int = 64, warp: int = 32):
+    vec = 4
+    tiles = n_cols // (block * vec)
+
+    @flydsl.kernel
+    def softmax_rows(a: fx.Tensor, c: fx.Tensor):
+        row, tid = fx.block_idx.x, fx.thread_idx.x
+        red = fx.shared_array(block // warp, fx.Float32)
+        lane, wave = tid % warp, tid // warp
+        rows = []
+        m = fx.Float32(float("-inf"))
+        for k in fx.range_constexpr(tiles):
+            base = (tid + k * block) * vec
+            v = Vector([a[row, base + j] for j in range(vec)])
+            rows.append(v)
+            m = fx.max(m, v.reduce(ReductionOp.MAX))
+        gmax = block_reduce(m, "max", red, lane, wave, block, warp)
+        s = fx.Float32(0.0)
+        for k in fx.range_constexpr(tiles):
+            e = fmath.exp2((rows[k] - gmax) * 1.4426950408889634, fastmath=FAST)
+            rows[k] = e
+            s = s + e.reduce(ReductionOp.ADD, fastmath=FAST)
+        inv = 1.0 / block_reduce(s, "sum", red, lane, wave, block, warp)
+        for k in fx.range_constexpr(tiles):
+            base = (tid + k * block) * vec
+            out = (rows[k] * inv).to(fx.Float16)
+            for j in fx.range_constexpr(vec):
+                c[row, base + j] = out[j]
+
+    return softmax_rows
+
+
+def test_upstream_style_softmax_runs_on_the_cpu():
+    a = (RNG.standard_normal((3, 512)) * 4).astype(np.float32)
+    c = np.zeros((3, 512), np.float16)
+    build_softmax(512)[3, 64](a, c)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(c.astype(np.float32), e / e.sum(axis=1, keepdims=True),
+                               rtol=2e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend,arch,stage,needles", [
+    ("cuda", "sm_90", "ptx", ("shfl.sync.bfly", "ex2.approx", "cvt.rn.f16x2.f32")),
+    ("rocm", "gfx942", "amdgcn", ("v_exp_f32", "v_cvt_f16_f32")),
+])
+def test_vector_kernels_compile_for_gpus(backend, arch, stage, needles):
+    a, c = np.zeros((3, 512), np.float32), np.zeros((3, 512), np.float16)
+    asm = flydsl.compile(build_softmax(512), a, c, backend=backend, arch=arch).asm
+    text = asm[stage]
+    for needle in needles:
+        assert needle in text, needle
