@@ -149,3 +149,19 @@ def test_fx_level_names_take_flydsl_signatures():
     out = np.zeros(32, np.float32)
     _fx_level[1, 32](x, out)
     assert (out == (np.arange(32) ^ 4) + 0).all()
+
+
+@flydsl.kernel
+def _scoped_adds(c: fx.Tensor):
+    fx.atomic_add(c, 0, 1, scope=fx.SyncScope.System, ordering=fx.AtomicOrdering.monotonic)
+    fx.atomic_add(c, 1, 2, scope="agent")
+
+
+def test_atomic_add_takes_scope_and_ordering():
+    c = np.zeros(2, np.int32)
+    _scoped_adds[4, 32](c)
+    assert c.tolist() == [128, 256]
+    with pytest.raises(TypeError, match="ordering"):
+        fx.enum.check_atomic_options(ordering="strongest")
+    with pytest.raises(TypeError, match="scope"):
+        fx.enum.check_atomic_options(scope=3)

@@ -360,7 +360,7 @@ def barrier() -> None:
     _ops().barrier()
 
 
-def atomic_add(t, index, value):
+def atomic_add(t, index, value, *, scope=None, ordering=None):
     """Atomically add ``value`` to ``t[index]``: ``t`` is a tensor or shared array of
     Int32, Int64, UInt32, UInt64, Float32 or Float64 elements, ``index`` an int or a
     tuple, ``value`` is converted to ``t``'s element type.
@@ -373,7 +373,13 @@ def atomic_add(t, index, value):
     Backends: PTX ``atom.global.add``, AMD ``global_atomic_add``/``ds_add``, CPU LLVM
     ``atomicrmw add``/``fadd`` (blocks run on several host threads, so these are real
     atomics).
+
+    ``scope`` (an ``fx.SyncScope`` value or an LLVM scope string such as ``"agent"``)
+    and ``ordering`` (an ``fx.AtomicOrdering``), FlyDSL's atomic options, are checked
+    and honoured by doing more: the add is sequentially consistent at system scope.
     """
+    from .enum import check_atomic_options
+    check_atomic_options(scope, ordering)
     return _ops().atomic_add(t, index, value)
 
 

@@ -61,12 +61,16 @@ class AtomicOrdering(_enum.Enum):
     seq_cst = 7
 
 
-def scope_name(scope) -> str:
-    """The LLVM sync-scope string of ``scope`` (a :class:`SyncScope` value, a string or
-    None for the system scope), for messages and checks."""
-    if scope is None:
-        return ""
-    if not isinstance(scope, str):
-        raise TypeError(f"a sync scope is a string such as fx.SyncScope.System or 'agent', "
-                        f"got {scope!r}")
-    return scope
+def check_atomic_options(scope=None, ordering=None) -> None:
+    """Check an atomic's ``scope`` (None, a :class:`SyncScope` value or an LLVM sync
+    scope string) and ``ordering`` (None or an :class:`AtomicOrdering`, or its name);
+    a ``TypeError`` naming what is wrong."""
+    if scope is not None and not isinstance(scope, str):
+        raise TypeError(f"an atomic's scope is fx.SyncScope.System/SingleThread or a sync "
+                        f"scope string such as 'agent', got {scope!r}")
+    if ordering is None or isinstance(ordering, AtomicOrdering):
+        return
+    name = getattr(ordering, "name", ordering)
+    if not isinstance(name, str) or name not in AtomicOrdering.__members__:
+        raise TypeError(f"an atomic's ordering is an fx.AtomicOrdering "
+                        f"({', '.join(AtomicOrdering.__members__)}), got {ordering!r}")
