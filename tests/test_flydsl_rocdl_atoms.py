@@ -413,3 +413,55 @@ def test_direct_wrappers_are_their_instructions():
         assert insn in text, insn
     ptx = _asm(wrappers, args, "cuda", "sm_90", "ptx")
     assert "bar.sync" in ptx and "shfl.sync.idx.b32" in ptx
+
+
+# -- together: an fp8 MFMA tile fed by buffer loads straight to LDS (issue 32, gfx942) -------
+
+@flydsl.kernel
+def fp8_tile(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor):
+    """C = A @ B.T for one 16x32 fp8 tile: A and B go global -> LDS with buffer-to-LDS
+    loads (4 fp8 per lane and call), each lane reads its MFMA fragments from LDS."""
+    tid = fx.thread_idx.x
+    sa = fx.shared_array((512,), fx.Float8E4M3FNUZ)
+    sb = fx.shared_array((512,), fx.Float8E4M3FNUZ)
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), fx.Float8E4M3FNUZ)
+    ga = fx.flat_divide(fx.rocdl.make_buffer_tensor(fx.make_view(A, fx.make_layout(512))), (4,))
+    gb = fx.flat_divide(fx.rocdl.make_buffer_tensor(fx.make_view(B, fx.make_layout(512))), (4,))
+    for c in fx.range_constexpr(2):
+        dst0 = fx.rocdl.readfirstlane(c * 256)
+        fx.copy(atom, ga[None, c * 64 + tid], fx.flat_divide(sa, (4,))[None, dst0 // 4])
+        fx.copy(atom, gb[None, c * 64 + tid], fx.flat_divide(sb, (4,))[None, dst0 // 4])
+    fx.rocdl.s_waitcnt(vmcnt=0)
+    fx.barrier()
+    mma = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 32, fx.Float8E4M3FNUZ))
+    a_tv, b_tv, c_tv = mma.layout_A_tv, mma.layout_B_tv, mma.layout_C_tv
+    fa = fx.make_rmem_tensor(8, fx.Float8E4M3FNUZ)
+    fb = fx.make_rmem_tensor(8, fx.Float8E4M3FNUZ)
+    fc = fx.make_rmem_tensor(4, fx.Float32)
+    for v in fx.range_constexpr(8):
+        i = a_tv((tid, v))                  # m + 16 k; A is row-major 16 x 32
+        fa[v] = sa[(i % 16) * 32 + i // 16]
+        j = b_tv((tid, v))
+        fb[v] = sb[(j % 16) * 32 + j // 16]
+    fc.fill(0.0)
+    fx.rocdl.sched_dsrd(2)
+    fx.rocdl.sched_mfma(1)
+    fx.gemm(mma, fc, fa, fb, fc)
+    for v in fx.range_constexpr(4):
+        i = c_tv((tid, v))
+        C[i % 16, i // 16] = fc[v]
+
+
+def test_fp8_mfma_tile_fed_through_lds_dma_runs_on_the_cpu_and_compiles_for_gfx942():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    A = torch.from_numpy(rng.choice([-2., -1., -0.5, 0., 0.5, 1., 3.], (16, 32))
+                         .astype(np.float32)).to(torch.float8_e4m3fnuz)
+    B = torch.from_numpy(rng.choice([-1., 0., 0.25, 1., 2.], (16, 32))
+                         .astype(np.float32)).to(torch.float8_e4m3fnuz)
+    C = torch.zeros(16, 16)
+    fp8_tile[1, 64](A, B, C)
+    assert torch.equal(C, A.float() @ B.float().T)
+    text = _asm(fp8_tile, (A, B, C), "rocm", "gfx942", "amdgcn")
+    assert len(re.findall(r"buffer_load_dword\s.*\blds\b", text)) == 4
+    assert "v_mfma_f32_16x16x32_fp8_fp8" in text and "s_waitcnt vmcnt(0)" in text
