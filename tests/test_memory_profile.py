@@ -13,6 +13,7 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
+from flydsl.compiler.frontend import ops as frontend_ops
 from flydsl.compiler.options import CompileOptions
 from flydsl.runtime import memory_profile as mp
 from conftest import marked_line
@@ -162,6 +163,34 @@ def test_the_model_comes_from_flydsl_gpu_arch(monkeypatch):
     with pytest.raises(ValueError, match="unknown profile 'time'"):
         with flydsl.profile("time"):
             pass
+
+
+def _named(array, name: str):
+    frontend_ops.name_shared_array(array, name)     # before any variable names it
+    return array
+
+
+@flydsl.kernel
+def through_scratch(x: fx.Tensor, y: fx.Tensor):
+    tile = fx.shared_array((32,), fx.Float32)
+    scratch = _named(fx.shared_array((32,), fx.Float32), ".scratch")   # flydsl's own
+    t = fx.thread_idx.x
+    scratch[t] = x[t]
+    tile[t] = scratch[t]
+    y[t] = tile[t]  # THROUGH
+
+
+def test_flydsl_scratch_arrays_and_torch_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(32, dtype=torch.float32)
+    y = torch.zeros(32)
+    with flydsl.profile() as report:
+        through_scratch[1, 32](x, y)
+    assert torch.equal(x, y)
+    assert {(s.tensor, s.kind) for s in report.sites} == {
+        ("x", "global load"), ("tile", "shared store"), ("tile", "shared load"),
+        ("y", "global store")}
+    assert report.find(line_of("THROUGH"), space="global").efficiency == 1.0
 
 
 # -- the bank model on synthetic records ------------------------------------------------------
