@@ -22,8 +22,10 @@ from .version import __version__
 from . import compiler as _compiler
 
 # ``import flydsl.compiler as flyc`` (FlyDSL's spelling) gives flyc.kernel / flyc.jit:
-# the same objects, set here because the compiler layer cannot import the user API.
-_compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, compile
+# the same objects, set here because the compiler layer cannot import the user API;
+# flyc.compile is FlyDSL's (runs once, returns a CompiledFunction; takes compile hints).
+from .jit import flyc_compile as _flyc_compile
+_compiler.kernel, _compiler.jit, _compiler.compile = kernel, jit, _flyc_compile
 
 __all__ = [
     "AutotuneError", "CompilationError", "CompiledProgram", "Config", "DSLError", "DeviceAssertError",

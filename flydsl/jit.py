@@ -1,39 +1,89 @@
 """``@flydsl.jit`` host functions and ``flydsl.compile``."""
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
-from .errors import FlydslError, KernelSelectionError
+from .compiler.kernel_function import CompilationContext, merge_compile_hints
+from .compiler.options import env_flag
+from .errors import DSLTypeError, FlydslError, KernelSelectionError
 from .tracebacks import trim_traceback
+from .expr.dtypes import Stream
 from .kernel import KernelFunction
 from .launch_context import LaunchContext, using
+from .runtime.host_args import JitArgumentRegistry, TensorArgument
 
 
 class JitFunction:
     """A host function that computes launch configurations and launches kernels.
 
     It runs as ordinary Python on every call; the kernels it launches are
-    compiled once per specialization and cached.
+    compiled once per specialization and cached. As in FlyDSL:
+
+    - a tensor passed for a parameter annotated ``fx.Tensor`` is seen as a
+      :class:`~flydsl.runtime.host_args.TensorArgument` (``M, N = A.shape.unpack()``,
+      ``A.stride[0]``; other attributes are the tensor's), layout-dynamic unless it
+      was wrapped by ``flyc.from_torch_tensor``/``from_dlpack`` already;
+    - values of types registered in ``flyc.JitArgumentRegistry`` are converted;
+    - ``compile_hints`` (set by ``flyc.compile[{...}](fn)``) and the enclosing
+      ``CompilationContext.compile_hints`` apply to the kernels it launches;
+    - defined in a class, it binds ``self`` like a method.
     """
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, compile_hints: Optional[dict] = None):
         self.fn = fn
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
         self.__doc__ = fn.__doc__
         self.__module__ = fn.__module__
         self.__wrapped__ = fn
+        #: FlyDSL compile hints (``flyc.compile[{"fast_fp_math": True}](fn)``).
+        self.compile_hints: dict = dict(compile_hints or {})
+        self._tensor_params: Optional[tuple] = None   # tensor parameters' (positions, names)
 
     def __repr__(self) -> str:
         return f"<flydsl.jit {self.__name__}>"
 
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
     def __call__(self, *args, **kwargs):
         try:
-            return self.fn(*args, **kwargs)
+            args, kwargs = self._host_arguments(args, kwargs)
+            context = hinted_context(merge_compile_hints(
+                self.compile_hints, CompilationContext.get_compile_hints()))
+            if context is None:
+                return self.fn(*args, **kwargs)
+            with using(context):
+                return self.fn(*args, **kwargs)
         except FlydslError as e:
             trim_traceback(e)   # the user's frames and kernel line, not flydsl's
             raise
+
+    def _host_arguments(self, args: tuple, kwargs: dict) -> tuple:
+        """``args``/``kwargs`` as the body sees them: registered types converted,
+        tensors of ``fx.Tensor`` parameters as host tensor views."""
+        if self._tensor_params is None:
+            self._tensor_params = tensor_parameters(self.fn)
+        positions, names = self._tensor_params
+        if JitArgumentRegistry.registry:
+            args = tuple(map(convert_registered, args))
+            kwargs = {k: convert_registered(v) for k, v in kwargs.items()}
+        if positions:
+            n = len(args)
+            if any(i < n for i in positions):
+                args = list(args)
+                for i in positions:
+                    if i < n:
+                        args[i] = host_tensor_view(args[i])
+                args = tuple(args)
+        if kwargs and names:
+            kwargs = {k: host_tensor_view(v) if k in names else v for k, v in kwargs.items()}
+        return args, kwargs
 
 
 def jit(fn: Optional[Callable] = None) -> Any:
@@ -41,6 +91,131 @@ def jit(fn: Optional[Callable] = None) -> Any:
     if fn is None:
         return jit
     return JitFunction(fn)
+
+
+def tensor_parameters(fn: Callable) -> tuple:
+    """``(positions, names)`` of ``fn``'s parameters annotated as tensors (positions:
+    of those that can be passed positionally)."""
+    from .expr.dtypes import TensorAnnotation
+    from .kernel import _resolve_string_annotation
+    positions, names = [], []
+    for i, p in enumerate(inspect.signature(fn).parameters.values()):
+        ann = p.annotation
+        if isinstance(ann, str):
+            try:
+                ann = _resolve_string_annotation(fn, ann)
+            except FlydslError:
+                continue
+        if isinstance(ann, TensorAnnotation):
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                positions.append(i)
+            if p.kind != p.POSITIONAL_ONLY:
+                names.append(p.name)
+    return tuple(positions), frozenset(names)
+
+
+def host_tensor_view(value):
+    """A tensor argument of a ``@flyc.jit`` function as its body sees it (FlyDSL's
+    layout-dynamic default); other values (not tensors) as they are."""
+    if type(value) is TensorArgument:
+        return value
+    try:
+        return TensorArgument(value, dynamic_layout=True)
+    except (TypeError, DSLTypeError):
+        return value
+
+
+def convert_registered(value):
+    """``value`` converted by its ``flyc.JitArgumentRegistry`` converter, if its type has one."""
+    conv = JitArgumentRegistry.get(type(value))[0]
+    if conv is None or (isinstance(conv, type) and issubclass(conv, Stream)):
+        return value   # a stream type: launch(stream=...) takes it as it is
+    return conv(value)
+
+
+#: Launch contexts of compile hints, one per distinct options (warm launches are keyed by it).
+_HINTED: dict = {}
+
+
+def hinted_context(hints: dict) -> Optional[LaunchContext]:
+    """The launch context that compiles with ``hints`` (None: no hint changes the
+    options, or a context is already pinned, e.g. by ``flydsl.compile``)."""
+    if not hints:
+        return None
+    from .compiler.kernel_function import options_overrides
+    from .compiler.options import CompileOptions
+    from .launch_context import DEFAULT, current
+    overrides = options_overrides(hints)
+    if not overrides or current() is not DEFAULT:
+        return None
+    options = CompileOptions.from_env(**overrides)
+    key = options.key()
+    context = _HINTED.get(key)
+    if context is None:
+        context = _HINTED.setdefault(key, LaunchContext(None, options))
+    return context
+
+
+class CompiledFunction:
+    """What ``flyc.compile(fn, *args)`` returns (FlyDSL's API): calling it with
+    positional arguments like those runs ``fn`` again on its compiled kernels."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: "JitFunction"):
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    @property
+    def compile_hints(self) -> dict:
+        return self.fn.compile_hints
+
+    def __repr__(self) -> str:
+        return f"<flyc.CompiledFunction {self.fn.__name__}>"
+
+
+class CompileCallable:
+    """``flyc.compile`` (FlyDSL's API; flydsl's own is :func:`flydsl.compile`).
+
+    - ``flyc.compile(fn, *args)`` runs the ``@flyc.jit`` function ``fn`` once (compiling
+      and launching its kernels) and returns a :class:`CompiledFunction` that runs it
+      again with new positional arguments; with ``COMPILE_ONLY=1`` in the environment it
+      compiles without launching and returns None.
+    - ``flyc.compile[{"fast_fp_math": True}](fn, *args)`` first adds compile hints to
+      ``fn`` (see :mod:`flydsl.compiler.kernel_function`); ``flyc.compile[hints](fn)``
+      only adds them and returns ``fn``.
+    """
+
+    def __init__(self, compile_hints: Optional[dict] = None):
+        self._compile_hints = compile_hints
+
+    def __getitem__(self, hints: dict) -> "CompileCallable":
+        if not isinstance(hints, dict):
+            raise DSLTypeError(f"flyc.compile[...] expects a dict of compile hints, got "
+                               f"{type(hints).__name__}")
+        return CompileCallable(dict(hints))
+
+    def __call__(self, fn, *args):
+        if not isinstance(fn, JitFunction):
+            raise DSLTypeError(f"flyc.compile() expects a @flyc.jit function, got "
+                               f"{type(fn).__name__}")
+        if self._compile_hints:
+            fn.compile_hints = {**fn.compile_hints, **self._compile_hints}
+        if not args:
+            return fn
+        if env_flag("COMPILE_ONLY"):
+            context = hinted_context(merge_compile_hints(
+                fn.compile_hints, CompilationContext.get_compile_hints()))
+            compile(fn, *args, options=context.options if context else None)
+            return None
+        fn(*args)
+        return CompiledFunction(fn)
+
+
+#: ``flydsl.compiler.compile`` (``flyc.compile``).
+flyc_compile = CompileCallable()
 
 
 #: Binary stages: several kernels' cannot be joined into one value.

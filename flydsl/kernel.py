@@ -12,10 +12,11 @@ from . import launch_context
 from .errors import DSLTypeError, FlydslError, LaunchError
 from .tracebacks import trim_traceback
 from .expr.dtypes import Stream, TensorAnnotation
-from .runtime.args import annotation_kind, check_scalar, scalar_dtype_of
+from .runtime.args import annotation_kind, check_scalar, constexpr_struct_type, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
                                constexpr_token, dim3, env_token)
 from .runtime.specialization import checked_pairs, int_divisible, overlap
+from .runtime.host_args import host_value, unwrap_args
 from .runtime.tensors import as_tensor, range_of, tensor_range
 
 _MAX_THREADS = MAX_THREADS_PER_DIM
@@ -58,7 +59,7 @@ class KernelFunction:
         sig = inspect.signature(fn)
         self.signature = sig
         params = []
-        for p in sig.parameters.values():
+        for pos, p in enumerate(sig.parameters.values()):
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise _arg_error("*args/**kwargs parameters are not supported",
                                  kernel=self.name)
@@ -66,6 +67,8 @@ class KernelFunction:
             if isinstance(ann, str):
                 ann = _resolve_string_annotation(fn, ann)
             kind = annotation_kind(ann) if ann is not inspect.Parameter.empty else "infer"
+            if pos == 0 and p.name == "self" and ann is inspect.Parameter.empty:
+                kind = "constexpr"   # a kernel defined in a class: its object, by identity
             params.append(_Param(p.name, kind, ann, p.default))
         self.params = tuple(params)
         self._last_compiled = None   # for ``metadata``
@@ -103,7 +106,18 @@ class KernelFunction:
 
     # -- calling -------------------------------------------------------
     def __call__(self, *args, **kwargs) -> "KernelCall":
-        return KernelCall(self, args, kwargs)
+        # FlyDSL host arguments (flyc.from_torch_tensor(t), fx.Int32(5), registered
+        # types) are passed as what they stand for.
+        if kwargs:
+            kwargs = {k: host_value(v) for k, v in kwargs.items()}
+        return KernelCall(self, unwrap_args(args), kwargs)
+
+    def __get__(self, obj, objtype=None):
+        """A kernel defined in a class: ``self.kernel(x).launch(...)`` passes the
+        object as the first (``self``, constexpr) argument."""
+        if obj is None:
+            return self
+        return _BoundKernel(self, obj)
 
     def __getitem__(self, config) -> Callable:
         try:
@@ -214,6 +228,11 @@ class KernelFunction:
         """Bind, specialize, compile (or find) and launch; then install the warm launch
         of ``fast_key``. ``launch=False`` (for :meth:`prepare`): install it only."""
         from .runtime.launch import bind_launch
+        unwrapped = unwrap_args(args)
+        if unwrapped is not args or kwargs:   # host arguments: no warm launch of their own
+            args = unwrapped
+            kwargs = {k: host_value(v) for k, v in kwargs.items()}
+            fast_key = None
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
         backend, options = context.resolve(runtime)
@@ -337,6 +356,9 @@ class KernelFunction:
                 try:
                     hash(v)
                 except TypeError:
+                    if constexpr_struct_type(type(v)):   # keyed by content (ParamSpec.key)
+                        specs.append(ParamSpec(p.name, "constexpr", value=v))
+                        continue
                     raise _arg_error(f"constexpr argument {p.name!r} "
                                        f"must be hashable, got {type(v).__name__}",
                                        kernel=self.name) from None
@@ -554,6 +576,25 @@ def _dsl_annotation_by_name(text: str):
     found = getattr(dtypes, head, None)
     return found if isinstance(found, dtypes.DType) and not isinstance(node, ast.Subscript) \
         else None
+
+
+class _BoundKernel:
+    """A class-defined kernel read from an object: calls pass the object first."""
+
+    __slots__ = ("kernel", "obj")
+
+    def __init__(self, kernel: KernelFunction, obj):
+        self.kernel, self.obj = kernel, obj
+
+    def __call__(self, *args, **kwargs) -> "KernelCall":
+        return self.kernel(self.obj, *args, **kwargs)
+
+    def __getitem__(self, config) -> Callable:
+        launcher = self.kernel[config]
+        return lambda *args, **kwargs: launcher(self.obj, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
 
 
 class KernelCall:

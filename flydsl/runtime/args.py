@@ -44,11 +44,22 @@ def check_scalar(kernel: str, name: str, ann: DType, value) -> None:
                            f"{type(value).__name__} {value!r}", kernel=kernel)
 
 
+def constexpr_struct_type(ann) -> bool:
+    """A parameter annotated with a dataclass or ``SimpleNamespace`` takes a struct of
+    compile-time values (FlyDSL's config objects): it is a constexpr, keyed by content."""
+    import dataclasses
+    from types import SimpleNamespace
+    return isinstance(ann, type) and (dataclasses.is_dataclass(ann)
+                                      or issubclass(ann, SimpleNamespace))
+
+
 def annotation_kind(ann) -> str:
     from ..expr.dtypes import Constexpr
     if isinstance(ann, ConstexprAnnotation) or ann is Constexpr:
         return "constexpr"
     if getattr(ann, "__flydsl_constexpr__", False):   # fx.TiledCopy, fx.Layout, ...
+        return "constexpr"
+    if constexpr_struct_type(ann):
         return "constexpr"
     if isinstance(ann, TensorAnnotation):
         return "tensor"
