@@ -465,3 +465,65 @@ def test_fp8_mfma_tile_fed_through_lds_dma_runs_on_the_cpu_and_compiles_for_gfx9
     text = _asm(fp8_tile, (A, B, C), "rocm", "gfx942", "amdgcn")
     assert len(re.findall(r"buffer_load_dword\s.*\blds\b", text)) == 4
     assert "v_mfma_f32_16x16x32_fp8_fp8" in text and "s_waitcnt vmcnt(0)" in text
+
+
+# -- FlyDSL's raw MFMA calls: rocdl.mfma_*(result_type, [a, b, c, cbsz, abid, blgp]) ----------
+# (operands built with raw MLIR, as FlyDSL kernels do)
+
+import mlir.ir as ir                                        # noqa: E402
+from mlir.dialects import arith, vector                     # noqa: E402
+from flydsl.compiler.frontend.values import Value           # noqa: E402
+
+
+def _pack(vals):
+    """Kernel values -> one vector operand (f16/f32 lanes)."""
+    raw = [v.v for v in vals]
+    return vector.from_elements(ir.VectorType.get([len(raw)], raw[0].type), raw)
+
+
+def _pack_fp8(vals):
+    """8 fp8 kernel values -> the i64 the fp8 MFMA takes (value 0 in the lowest byte)."""
+    i8, i64 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(64)
+    word = arith.constant(i64, 0)
+    for j, v in enumerate(vals):
+        byte = arith.extui(i64, arith.bitcast(i8, v.v))
+        word = arith.ori(word, arith.shli(byte, arith.constant(i64, 8 * j)))
+    return word
+
+
+def _unpack(vec, n):
+    return [Value(vector.extract(vec, [], [j]), fx.Float32) for j in range(n)]
+
+
+@flydsl.kernel
+def raw_mfma(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, fp8: fx.Constexpr):
+    """16x16 output; K = 16 (f16, 4 per lane) or 32 (fp8, 8 per lane)."""
+    lane = fx.thread_idx.x
+    kpl = 8 if fp8 else 4
+    dtype = fx.Float8E4M3FNUZ if fp8 else fx.Float16
+    a = [dtype(A[lane % 16, (lane // 16) * kpl + v]) for v in fx.range_constexpr(kpl)]
+    b = [dtype(B[lane % 16, (lane // 16) * kpl + v]) for v in fx.range_constexpr(kpl)]
+    acc = _pack([fx.Float32(1.0)] * 4)
+    if fp8:
+        out = fx.rocdl.mfma_f32_16x16x32_fp8_fp8(None, [_pack_fp8(a), _pack_fp8(b), acc, 0, 0, 0])
+    else:
+        out = fx.rocdl.mfma_f32_16x16x16f16(None, [_pack(a), _pack(b), acc, 0, 0, 0])
+    vals = _unpack(out, 4)
+    for v in fx.range_constexpr(4):
+        C[4 * (lane // 16) + v, lane % 16] = vals[v]
+
+
+@pytest.mark.filterwarnings("ignore:flydsl. kernel .raw_mfma. is cached in memory only")
+@pytest.mark.parametrize("fp8", [False, True])
+def test_raw_mfma_calls_run_on_the_cpu_and_are_the_instruction_on_gfx942(fp8):
+    k = 32 if fp8 else 16
+    rng = np.random.default_rng(7)
+    A = rng.integers(-3, 4, (16, k)).astype(np.float32)
+    B = rng.integers(-3, 4, (16, k)).astype(np.float32)
+    C = np.zeros((16, 16), np.float32)
+    raw_mfma[1, 64](A, B, C, fp8)
+    np.testing.assert_array_equal(C, A @ B.T + 1)
+    text = _asm(raw_mfma, (A, B, C, fp8), "rocm", "gfx942", "amdgcn")
+    assert ("v_mfma_f32_16x16x32_fp8_fp8" if fp8 else "v_mfma_f32_16x16x16") in text
+    with pytest.raises(flydsl.DSLError, match="gfx942"):
+        _asm(raw_mfma, (A, B, C, fp8), "cuda", "sm_90", "ptx")

@@ -25,8 +25,8 @@ from .buffer_resources import address, byte_offset, guarded_load, in_records, re
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
-__all__ = ["rocdl_hint", "rocdl_intrinsic", "rocdl_readfirstlane", "buffer_lds_copy",
-           "buffer_atomic_copy"]
+__all__ = ["rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_readfirstlane",
+           "buffer_lds_copy", "buffer_atomic_copy"]
 
 #: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
 #: the wave's LDS base on every target.
@@ -169,6 +169,111 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
         mask = Value(_ballot_raw(pred), _mask_dtype())
         return cast(mask, out) if out is not None else mask
     raise AssertionError(name)
+
+
+# -- FlyDSL's raw MFMA calls -----------------------------------------------------------------
+
+def _raw(x, what: str) -> ir.Value:
+    """An MFMA operand as a raw MLIR value (kernel values and Python ints accepted)."""
+    if isinstance(x, ir.Value):
+        return x
+    if isinstance(x, Value):
+        return x.v
+    if hasattr(x, "ir_value"):
+        return x.ir_value()
+    if isinstance(x, int) and not isinstance(x, bool):
+        return _i32(x)
+    raise DSLTypeError(f"{what}: expected an MLIR value or a kernel value, got {x!r}")
+
+
+def _flag(x, what: str) -> int:
+    v = getattr(x, "value", x)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise DSLTypeError(f"{what}: cbsz/abid/blgp must be compile-time ints, got {x!r}")
+    return v
+
+
+def _mfma_spec(name: str, arch):
+    from ...expr.mma_layouts import SPECS
+    specs = [s for s in SPECS.values() if s.family == "mfma"
+             and s.extra["rocdl_op"][len("rocdl."):].replace(".", "_") == name]
+    for s in specs:
+        if arch is None or arch in s.arches:
+            return s, specs
+    return None, specs
+
+
+def _unpack(x: ir.Value, spec, operand: str, what: str) -> list:
+    """The per-lane values (register order, as ``ab`` dtype Values) of a packed operand."""
+    from .mma_ops import _ELEM
+    from ...expr.mma_layouts import values_per_lane
+    ab = _ELEM[spec.ab_dtype]
+    n = values_per_lane(spec, operand)
+    t = x.type
+    if n == 1:
+        return [cast(Value(x, dt.Float32), ab)]
+    if spec.extra.get("packed_bytes"):          # fp8/bf8: 8 codes in an i64 (or its bits)
+        i64 = ir.IntegerType.get_signless(64)
+        if isinstance(t, ir.VectorType):
+            x = vector.extract(vector.bitcast(ir.VectorType.get([1], i64), x), [], [0])
+        i8 = ir.IntegerType.get_signless(8)
+        return [Value(arith.bitcast(ab.mlir_type(), arith.trunci(
+            i8, arith.shrui(x, arith.constant(i64, 8 * j)) if j else x)), ab) for j in range(n)]
+    if not isinstance(t, ir.VectorType) or ir.VectorType(t).shape != [n]:
+        raise DSLTypeError(f"{what}: operand {operand.upper()} must be a vector of {n} "
+                           f"elements, got {t}")
+    vals = [vector.extract(x, [], [j]) for j in range(n)]
+    if spec.ab_dtype == "bf16" and isinstance(ir.VectorType(t).element_type, ir.IntegerType):
+        vals = [arith.bitcast(ab.mlir_type(), v) for v in vals]
+    return [Value(v, ab) for v in vals]
+
+
+def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
+    """``fx.rocdl.<mfma name>(result_type, [a, b, c, cbsz, abid, blgp])``: see
+    :mod:`flydsl.expr.rocdl.mfma`."""
+    from .mma_ops import _emulated_gemm
+    from .views import register_fragment
+    from ...expr import layout_algebra as la
+    target = context.current().target
+    what = f"fx.rocdl.{name}"
+    ops_ = list(operands)
+    if len(ops_) not in (3, 6):
+        raise DSLTypeError(f"{what}: operands are [a, b, c] or [a, b, c, cbsz, abid, blgp], "
+                           f"got {len(ops_)}")
+    flags = [_flag(f, what) for f in ops_[3:]] or [0, 0, 0]
+    a, b, c = (_raw(v, what) for v in ops_[:3])
+    if target.backend == "rocm":
+        spec, specs = _mfma_spec(name, target.arch)
+        if spec is None:
+            raise DSLTypeError(f"{what}: not on {target.arch}; it exists on "
+                               f"{', '.join(x for s in specs for x in s.arches)}")
+        res = c.type if result_type is None else getattr(result_type, "ir_type", result_type)
+        return getattr(rocdl, name)(res, [a, b, c] + [_i32(f) for f in flags])
+    spec, specs = _mfma_spec(name, None)
+    if target.backend != "cpu":
+        raise DSLTypeError(f"{what}: an AMD matrix-core instruction, which {target.arch} does "
+                           f"not have (it exists on {', '.join(spec.arches)}); use "
+                           "fx.make_mma_atom with an atom of this target")
+    if any(flags):
+        raise DSLTypeError(f"{what}: the CPU runs MFMAs with cbsz = abid = blgp = 0, got "
+                           f"{flags}")
+    a_vals, b_vals = _unpack(a, spec, "a", what), _unpack(b, spec, "b", what)
+    nc = spec.c_regs[1]
+    if not isinstance(c.type, ir.VectorType) or ir.VectorType(c.type).shape != [nc]:
+        raise DSLTypeError(f"{what}: the accumulator must be a vector of {nc} f32, "
+                           f"got {c.type}")
+    frags = []
+    for vals, dtype in ((a_vals, a_vals[0].dtype), (b_vals, b_vals[0].dtype),
+                        ([Value(vector.extract(c, [], [j]), dt.Float32) for j in range(nc)],
+                         dt.Float32)):
+        frag = register_fragment(la.make_layout(len(vals)), dtype)
+        for j, v in enumerate(vals):
+            frag[j] = v
+        frags.append(frag)
+    fa, fb, fc = frags
+    _emulated_gemm(None, spec, fc, fa, fb, fc, 1, 1, 1)
+    return vector.from_elements(ir.VectorType.get([nc], ir.F32Type.get()),
+                                [fc[j].v for j in range(nc)])
 
 
 # -- buffer loads straight to LDS -----------------------------------------------------------

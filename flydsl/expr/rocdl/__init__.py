@@ -15,6 +15,8 @@
   :func:`readfirstlane`.
 * FlyDSL's direct wrappers (:mod:`.intrinsics`): ``s_barrier``, ``exp2``, ``rcp``,
   ``cvt_pk_fp8_f32``, ``ds_bpermute``, ``readlane``, ``ballot``.
+* FlyDSL's raw MFMA calls (:mod:`.mfma`): ``mfma_f32_16x16x32_fp8_fp8(result_type,
+  [a, b, c, 0, 0, 0])`` and the other MFMA names, run on the CPU too.
 * ``fx.rocdl.cdna3`` / ``fx.rocdl.cdna4``: FlyDSL's per-generation modules.
 
 Example::
@@ -32,11 +34,13 @@ from .copies import *    # noqa: F401,F403
 from .copies import __all__ as _copies_all
 from .intrinsics import *    # noqa: F401,F403
 from .intrinsics import __all__ as _intrinsics_all
+from .mfma import *          # noqa: F401,F403
+from .mfma import __all__ as _mfma_all
 from .sched import *     # noqa: F401,F403
 from .sched import __all__ as _sched_all
 
 __all__ = ["MFMA", "WMMA", "cdna3", "cdna4", "make_buffer_tensor", "readfirstlane",
-           "sched"] + _copies_all + _sched_all + _intrinsics_all
+           "sched"] + _copies_all + _sched_all + _intrinsics_all + _mfma_all
 
 
 def readfirstlane(res_or_value, value=None):
