@@ -555,3 +555,62 @@ def test_gather_and_scatter_rows():
     want = np.zeros((M, N), np.float32)
     want[rows] = src[rows]
     np.testing.assert_array_equal(out, want)
+
+
+# -- staged MMA fragments, fx.gemm of a tiled MMA ---------------------------------------------
+
+def test_make_fragment_with_stages_appends_a_stage_mode():
+    """upstream's mma_make_fragment_stages case: MFMA 16x16x16 f16, B of a 16 x 16 tile:
+    (4,1,1):(1,0,0) per stage, and stages=2 appends a last mode of stride 4. A third
+    (k-tile) mode of the input is ignored, as in the preshuffle GEMM example."""
+    tiled = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float16)),
+                              L((1, 1, 1), (0, 1, 2)))
+    shapes = {}
+
+    @flydsl.kernel
+    def k(x: fx.Tensor, out: fx.Tensor):
+        thr = tiled.thr_slice(fx.thread_idx.x)
+        tile = fx.make_view(x, L((16, 16), (1, 16)))
+        tiles = fx.make_view(x, L((16, 16, 4), (1, 16, 256)))
+        one = thr.make_fragment_B(tile)
+        two = thr.make_fragment_B(tiles, stages=2)
+        shapes["one"], shapes["two"] = one.layout, two.layout
+        two.fill(1.0)
+        one.fill(2.0)
+        out[fx.thread_idx.x] = two[3, 0, 0, 1] + one[3]
+    out = np.zeros(64, np.float32)
+    k[1, 64](np.zeros(1024, np.float16), out)
+    assert shapes["one"] == L((4, 1, 1), (1, 0, 0))
+    assert shapes["two"] == L((4, 1, 1, 2), (1, 0, 0, 4))
+    assert (out == 3).all()
+    with pytest.raises(DSLTypeError, match="stages"):
+        @flydsl.kernel
+        def bad(x: fx.Tensor):
+            tiled.thr_slice(fx.thread_idx.x).make_fragment_B(
+                fx.make_view(x, L((16, 16), (1, 16))), stages=0)
+        bad[1, 64](np.zeros(256, np.float16))
+
+
+def test_gemm_takes_the_tiled_mma_and_traversal_hints():
+    import torch
+    M = N = K = 16
+    atom = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float16))
+    tiled = fx.make_tiled_mma(atom, L((1, 1, 1), (0, 0, 0)))
+
+    @flydsl.kernel
+    def gemm(A: fx.Tensor, B: fx.Tensor, Cm: fx.Tensor):
+        A = fx.make_view(A, L((M, K), (K, 1)))
+        B = fx.make_view(B, L((N, K), (K, 1)))
+        Cm = fx.make_view(Cm, L((M, N), (N, 1)))
+        thr = tiled.thr_slice(fx.thread_idx.x)
+        a, b, c = thr.make_fragment_A(A), thr.make_fragment_B(B), thr.make_fragment_C(Cm)
+        cp16 = fx.make_copy_atom(fx.UniversalCopy16b(), fx.Float16)
+        fx.copy(cp16, thr.partition_A(A), a)
+        fx.copy(cp16, thr.partition_B(B), b)
+        c.fill(0.0)
+        fx.gemm(tiled, c, a, b, c, traversal_order="KNM")
+        fx.copy(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32), c, thr.partition_C(Cm))
+    A, B = torch.randn(M, K).half(), torch.randn(N, K).half()
+    out = torch.zeros(M, N)
+    gemm[1, 64](A, B, out)
+    torch.testing.assert_close(out, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)

@@ -770,25 +770,46 @@ class ThrMma:
         """This thread's elements of ``c`` (M x N): ``(values, rest_m, rest_n)``."""
         return self.partition("C", c)
 
-    def _fragment(self, operand: str, view, dtype):
-        part = self.partition(operand, view)
-        return _ops().mma_fragment(part, dtype, self.tiled, operand)
+    def _fragment(self, operand: str, view, dtype, stages=None):
+        tile = _first_two_modes(view)
+        part = self.partition(operand, tile)
+        layout = _layout_of(part)
+        if stages is not None:
+            if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+                raise DSLTypeError(f"make_fragment_{operand}: stages must be a positive int, "
+                                   f"got {stages!r}")
+            shape = layout.shape if isinstance(layout.shape, tuple) else (layout.shape,)
+            layout = la.make_layout(tuple(shape) + (stages,))   # the stage mode last
+        return _ops().mma_fragment(layout, dtype, self.tiled, operand)
 
-    def make_fragment_A(self, a):
-        """Registers for this thread's A values (the atom's input type)."""
-        return self._fragment("A", a, self.tiled.atom.ab_dtype)
+    def make_fragment_A(self, a, *, stages=None):
+        """Registers for this thread's A values (the atom's input type); ``stages=n``
+        adds a last mode of ``n`` copies (a multi-buffered fragment). Modes of ``a``
+        past the tile's two are ignored."""
+        return self._fragment("A", a, self.tiled.atom.ab_dtype, stages)
 
-    def make_fragment_B(self, b):
-        """Registers for this thread's B values (the atom's input type)."""
-        return self._fragment("B", b, self.tiled.atom.ab_dtype)
+    def make_fragment_B(self, b, *, stages=None):
+        """Registers for this thread's B values (the atom's input type); ``stages`` as
+        :meth:`make_fragment_A`."""
+        return self._fragment("B", b, self.tiled.atom.ab_dtype, stages)
 
-    def make_fragment_C(self, c):
-        """Registers for this thread's accumulators (the atom's accumulator type)."""
-        return self._fragment("C", c, self.tiled.atom.acc_dtype)
+    def make_fragment_C(self, c, *, stages=None):
+        """Registers for this thread's accumulators (the atom's accumulator type);
+        ``stages`` as :meth:`make_fragment_A`."""
+        return self._fragment("C", c, self.tiled.atom.acc_dtype, stages)
 
     partition_fragment_A = make_fragment_A
     partition_fragment_B = make_fragment_B
     partition_fragment_C = make_fragment_C
+
+
+def _first_two_modes(view):
+    """``view`` restricted to its first two modes (a tile of a ``(M, K, k...)`` tensor,
+    as FlyDSL's ``make_fragment`` takes one): the others fixed at 0."""
+    r = la.rank(_layout_of(view))
+    if r <= 2:
+        return view
+    return _slice(view, (None, None) + (0,) * (r - 2))
 
 
 def _flat_coord(layout: la.Layout, idx) -> tuple:

@@ -402,10 +402,12 @@ def _indexed(offsets, operand, pred):
                    None if pred is None else pred_grouped.sliced((v, i)))
 
 
-def gemm(atom, d, a, b, c) -> None:
+def gemm(atom, d, a, b, c, *, traversal_order=None, traversal_layout=None) -> None:
     """``d = a * b + c`` with MMA ``atom`` over fragments ``(values, m, k)``,
     ``(values, n, k)``, ``(values, m, n)`` (``make_fragment_A/B/C``), i.e.
-    ``D = A @ B.T + C``; one instruction per atom and M, N, K repeat.
+    ``D = A @ B.T + C``; one instruction per atom and M, N, K repeat. ``atom`` may also
+    be the tiled MMA (FlyDSL's spelling); FlyDSL's ``traversal_order`` /
+    ``traversal_layout`` hints are accepted and leave the result unchanged.
 
     Backends: CUDA ``mma.sync`` (sm_80+), CDNA ``v_mfma_*``, RDNA3/4 ``v_wmma_*``; the
     CPU emulates each atom with the hardware's per-lane fragment layout through
@@ -428,6 +430,8 @@ def gemm(atom, d, a, b, c) -> None:
         if fx.thread_idx.x < 32:
             fx.copy(atom, c, thr.partition_C(C))                 # C = A @ B.T
     """
+    if isinstance(atom, _atoms.TiledMma):     # FlyDSL passes the tiled MMA too
+        atom = atom.atom
     if isinstance(getattr(atom, "op", None), _atoms.FmaOp):
         _ops().fma_gemm(d, a, b, c)
         return

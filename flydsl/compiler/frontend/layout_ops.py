@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mlir.ir as ir
 from mlir.dialects import arith, memref
+from mlir.dialects import math as mmath
 
 from ...errors import DSLTypeError
 from ...expr import layout_algebra as la
@@ -15,7 +16,7 @@ from . import context
 from .copy_ops import copy
 from .mma_ops import gemm
 from .tensors import TensorValue, coerce_for_store, storage_type
-from .values import Value, to_index
+from .values import Value, cast, to_index
 from .views import (TensorView, as_view, buffer_tensor, make_fragment_like, make_view,
                     add_offsets, register_fragment, when)
 
@@ -178,7 +179,6 @@ def fma_gemm(d, a, b, c) -> None:
     """``fx.gemm`` with a ``UniversalFMA`` atom: per thread, ``d[0, m, n] = sum_k
     a[0, m, k] * b[0, n, k] + c[0, m, n]`` over its fragments (one fused multiply-add
     per term, k in order)."""
-    from .ops import fma     # the builtin (ops imports this module)
     d, a, b, c = (as_view(x) for x in (d, a, b, c))
     shapes = [tuple(la.size(x.layout[i]) for i in range(3)) if la.rank(x.layout) == 3
               else None for x in (d, a, b, c)]
@@ -189,12 +189,16 @@ def fma_gemm(d, a, b, c) -> None:
     if (Ma, Nb, Kb, Mc, Nc) != (M, N, K, M, N):
         raise DSLTypeError(f"fx.gemm: fragment shapes {[x.layout.shape for x in (d, a, b, c)]} "
                            "do not match (values, m, k) x (values, n, k) -> (values, m, n)")
+    dtype = c.dtype
+    if dtype.kind != "float":
+        raise DSLTypeError(f"fx.UniversalFMA accumulates floats, got {dtype.name}")
     for m in range(M):
         for n in range(N):
-            acc = c[0, m, n]
+            acc = cast(c[0, m, n], dtype).v
             for k in range(K):
-                acc = fma(a[0, m, k], b[0, n, k], acc)
-            d[0, m, n] = acc
+                x, y = cast(a[0, m, k], dtype).v, cast(b[0, n, k], dtype).v
+                acc = mmath.fma(x, y, acc)
+            d[0, m, n] = Value(acc, dtype)
 
 
 def offset_view(base, offset, layout: la.Layout) -> TensorView:
