@@ -195,10 +195,10 @@ def test_flydsl_scratch_arrays_and_torch_tensors():
 
 # -- the bank model on synthetic records ------------------------------------------------------
 
-def _shared(model: str, lanes: int, width: int, offset) -> mp.SiteStats:
+def _shared(model: str, lanes: int, width: int, offset, access="load") -> mp.SiteStats:
     """One request of ``lanes`` lanes of a block, lane i at byte ``offset(i)``."""
     report = mp.MemoryProfile(model)
-    sites = [{"kernel": "k", "file": "k.py", "line": 1, "space": "shared", "access": "load",
+    sites = [{"kernel": "k", "file": "k.py", "line": 1, "space": "shared", "access": access,
               "tensor": "shared array 's'", "bytes": width}]
     rec = np.array([[0 | width << mp.BYTES_SHIFT | lane << 32, 0, offset(lane)]
                     for lane in range(lanes)], np.int64)
@@ -223,6 +223,24 @@ def test_shared_memory_phases_by_access_width(model, lanes, width, offset, phase
     s = _shared(model, lanes, width, offset)
     assert (s.requests, s.phases, s.wavefronts) == (1, phases, wavefronts)
     assert s.conflicts_per_request == wavefronts - phases
+
+
+def _paired_quads(i: int) -> int:
+    """Lane i's byte: quads 0, 1, 4, 5 (mod 8) on banks 0-15, the others on 16-31."""
+    quad = i // 4
+    return 16 * (i % 4) + 64 * (0, 0, 1, 1, 1, 1, 0, 0)[quad % 8] + 128 * quad
+
+
+def test_gfx9_ds_read_b128_pairs_quads_that_are_not_neighbours():
+    # lanes 0-3 with 20-23, 4-7 with 16-19, ...: one bank half each, so no conflict
+    s = _shared("gfx9", 64, 16, _paired_quads)
+    assert (s.phases, s.wavefronts) == (8, 8)
+    # a store (ds_write_b128) pairs neighbours: 0-3 with 4-7 share banks 0-15
+    s = _shared("gfx9", 64, 16, _paired_quads, access="store")
+    assert (s.phases, s.wavefronts) == (8, 16)
+    # NVIDIA's quarter-warps are neighbours too
+    s = _shared("nvidia", 32, 16, _paired_quads)
+    assert (s.phases, s.wavefronts) == (4, 8)
 
 
 # -- options, cache, reports ---------------------------------------------------------------------

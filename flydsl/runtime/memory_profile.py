@@ -17,7 +17,7 @@ would see and counts what they cost under a :class:`MemoryModel`:
   inactive in it: divergence);
 * shared memory: the request's lanes are served in *phases* of 128 bytes
   (``banks x bank_bytes``): 32 lanes of 4-byte accesses, 16 of 8-byte, 8 of
-  16-byte. In a phase, each bank delivers one 4-byte word per cycle (lanes reading
+  16-byte (:meth:`MemoryModel.phases`). In a phase, each bank delivers one 4-byte word per cycle (lanes reading
   the same word share it: a broadcast), so a phase takes as many *wavefronts* as the
   most distinct words it asks of one bank. Conflicts per request are the wavefronts
   beyond one per phase; 32 lanes reading one column of a 32x32 float tile make one
@@ -82,20 +82,34 @@ class MemoryModel:
     sector_bytes: int
     banks: int = 32
     bank_bytes: int = 4
+    #: 16-byte shared loads served in phases of two 4-lane quads that are not
+    #: neighbours: entry ``q`` is the phase (of 4, in each 32 lanes) of quad ``q`` of
+    #: those lanes; empty: consecutive lanes, like every other access
+    read128_quads: tuple = ()
 
-    def lanes_per_phase(self, width: np.ndarray) -> np.ndarray:
-        """Lanes served together in one shared-memory phase, for accesses of ``width``
-        bytes: one phase moves ``banks x bank_bytes`` bytes."""
-        per = (self.banks * self.bank_bytes) // np.maximum(width, self.bank_bytes)
-        return np.clip(per, 1, self.warp)
+    def phases(self, lane: np.ndarray, width: np.ndarray, load: np.ndarray) -> np.ndarray:
+        """The shared-memory phase of each access (``lane``, ``width`` bytes, a
+        ``load`` or not): a phase moves ``banks x bank_bytes`` bytes, so it holds
+        ``128 / width`` consecutive lanes (32 for 4-byte and narrower accesses)."""
+        per = np.clip((self.banks * self.bank_bytes) // np.maximum(width, self.bank_bytes),
+                      1, self.warp)
+        phase = lane // per
+        if self.read128_quads:
+            quads = np.array(self.read128_quads)
+            paired = (width == 16) & load
+            half, quad = lane // 32, (lane % 32) // 4
+            phase = np.where(paired, half * 4 + quads[quad], phase)
+        return phase
 
 
 #: NVIDIA (sm_50 and later): 32 banks of 4 bytes, 32-lane warps, 32-byte sectors.
 NVIDIA = MemoryModel("nvidia", warp=32, sector_bytes=32)
 #: AMD gfx9 / CDNA (gfx90a, gfx942, gfx950): 32 LDS banks of 4 bytes, 64-lane waves
-#: served in halves (4-byte accesses), quarters (8-byte), eighths (16-byte); 64-byte
-#: global-memory transactions.
-GFX9 = MemoryModel("gfx9", warp=64, sector_bytes=64)
+#: served in halves (4-byte accesses), quarters (8-byte), eighths (16-byte; for
+#: ``ds_read_b128`` the eighths pair lanes 0-3 with 20-23, 4-7 with 16-19, 8-11 with
+#: 28-31, 12-15 with 24-27, and likewise above 32); 64-byte global-memory transactions.
+GFX9 = MemoryModel("gfx9", warp=64, sector_bytes=64,
+                   read128_quads=(0, 1, 2, 3, 1, 0, 3, 2))
 
 
 def model_for(arch: Optional[str] = None) -> MemoryModel:
@@ -504,8 +518,9 @@ def _aggregate(records: np.ndarray, sites: list, model: MemoryModel,
     if shared_rec.any():
         bb = model.bank_bytes
         a, w, ln = addr[shared_rec], width[shared_rec], lane[shared_rec]
+        load = np.array([s.get("access") == "load" for s in sites], bool)[site[shared_rec]]
         rows, word = _expand(a // bb, (a + w - 1) // bb)
-        r, phase = req[shared_rec][rows], (ln // model.lanes_per_phase(w))[rows]
+        r, phase = req[shared_rec][rows], model.phases(ln, w, load)[rows]
         # distinct words of each (request, phase): a word read by several lanes is shared
         o = _order(r, phase, word)
         r, phase, word = r[o], phase[o], word[o]
