@@ -46,6 +46,8 @@ def test_type_attributes():
     assert fx.Float6E2M3FN.format.max_value == 7.5 and fx.Float6E3M2FN.format.max_value == 28
     assert fx.Float4E2M1FN.format.max_value == 6.0
     assert numeric.NumericMeta is fx.DType
+    assert fx.Float32.zero == 0.0 and isinstance(fx.Float32.zero, float) and fx.Int8.zero == 0
+    assert fx.Float32.log_width == 5 and fx.Float6E2M3FN.log_width == 3
     assert fx.dtypes.dtype_from_torch(torch.float8_e5m2fnuz) is fx.Float8E5M2FNUZ
 
 

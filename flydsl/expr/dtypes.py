@@ -113,6 +113,16 @@ class DType(type):
         return cls.bits
 
     @property
+    def log_width(cls) -> int:
+        """``ceil(log2(width))`` (FlyDSL's attribute)."""
+        return (cls.bits - 1).bit_length()
+
+    @property
+    def zero(cls):
+        """The Python zero of the type: ``0`` for ints and Bool, ``0.0`` for floats."""
+        return 0.0 if cls.kind == "float" else 0
+
+    @property
     def is_float(cls) -> bool:
         return cls.kind == "float"
 
