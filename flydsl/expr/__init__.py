@@ -32,6 +32,8 @@ from .pointer import *    # noqa: F401,F403
 from .struct import (Align, Arena, Array, SharedAllocator, Storage, Struct,  # noqa: F401
                      Union, struct, union)
 from .warp import *       # noqa: F401,F403
+from . import math, typing  # FlyDSL's fx.math and fx.typing (no MLIR import)
+from .typing import *     # noqa: F401,F403  (T, Vector, ReductionOp, full, Float32x4...)
 
 __all__ = [
     "BFloat16", "Bool", "Constexpr", "DType", "Float16", "Float32", "Float64", "Int8", "Int16",
@@ -60,6 +62,12 @@ __all__ += layout.__all__ + [
     "make_tiled_copy_B", "make_tiled_copy_C", "make_tiled_copy_tv", "make_tiled_mma", "nvvm",
     "rocdl",
 ]
+#: FlyDSL's typed-arith layer: fx.arith (its names load MLIR, so on first use), fx.math,
+#: fx.typing's T, Vector, ReductionOp, full/zeros_like, the <Type>x<N> vector aliases.
+_ARITH_NAMES = ("FastMathFlags", "RoundingMode", "ceildiv", "cmpf", "cmpi",
+                "constant_vector", "fastmath", "index_cast", "maximumf", "maxnumf",
+                "minimumf", "minnumf", "shrui")
+__all__ += typing.__all__ + ["arith", "math", "typing"] + list(_ARITH_NAMES)
 #: FlyDSL's spelling of fx.Bool.
 Boolean = Bool
 
@@ -67,6 +75,10 @@ Boolean = Bool
 def __getattr__(name: str):
     """``fx.<unknown>``: an AttributeError naming the close ``fx`` names (``fx.erfx``:
     did you mean fx.erf?)."""
+    if name == "arith" or name in _ARITH_NAMES:
+        import importlib
+        arith_module = importlib.import_module(__name__ + ".arith")   # loads MLIR
+        return arith_module if name == "arith" else getattr(arith_module, name)
     from ..errors import close_matches
     hint = "" if name.startswith("__") else close_matches(name, __all__, "fx.")
     raise AttributeError(f"module 'flydsl.expr' (fx) has no attribute {name!r}{hint}")
