@@ -527,3 +527,18 @@ def test_raw_mfma_calls_run_on_the_cpu_and_are_the_instruction_on_gfx942(fp8):
     assert ("v_mfma_f32_16x16x32_fp8_fp8" if fp8 else "v_mfma_f32_16x16x16") in text
     with pytest.raises(flydsl.DSLError, match="gfx942"):
         _asm(raw_mfma, (A, B, C, fp8), "cuda", "sm_90", "ptx")
+
+
+def test_other_rocdl_operations_are_the_raw_op_on_rocm_and_a_located_error_elsewhere():
+    @flydsl.kernel
+    def sleepy(x: fx.Tensor):
+        fx.rocdl.s_sleep(2)  # mark: raw op
+        x[0] = 1.0
+
+    x = np.zeros(1, np.float32)
+    assert "s_sleep 2" in _asm(sleepy, (x,), "rocm", "gfx942", "amdgcn")
+    with pytest.raises(flydsl.DSLError, match="raw ROCDL operation") as e:
+        sleepy[1, 1](x)
+    assert f"test_flydsl_rocdl_atoms.py:{marked_line(__file__, 'mark: raw op')}:" in str(e.value)
+    with pytest.raises(AttributeError):
+        fx.rocdl.no_such_operation

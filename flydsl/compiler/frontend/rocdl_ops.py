@@ -25,7 +25,7 @@ from .buffer_resources import address, byte_offset, guarded_load, in_records, re
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
-__all__ = ["rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_readfirstlane",
+__all__ = ["rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_raw", "rocdl_readfirstlane",
            "buffer_lds_copy", "buffer_atomic_copy"]
 
 #: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
@@ -169,6 +169,35 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
         mask = Value(_ballot_raw(pred), _mask_dtype())
         return cast(mask, out) if out is not None else mask
     raise AssertionError(name)
+
+
+# -- any other ROCDL operation, by its builder's name ----------------------------------------
+
+def _raw_arg(x):
+    if isinstance(x, Value):
+        return x.v
+    if isinstance(x, dt.DType):
+        return x.mlir_type()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_raw_arg(v) for v in x)
+    if hasattr(x, "ir_value") and not isinstance(x, ir.Value):
+        return x.ir_value()
+    return x
+
+
+def rocdl_raw(name: str, args: tuple, kwargs: dict):
+    """``fx.rocdl.<name>(...)`` for a ROCDL builder flydsl does not wrap: the operation on
+    ROCm (kernel values passed as their MLIR values); elsewhere a DSLTypeError."""
+    target = context.current().target
+    if target.backend != "rocm":
+        raise DSLTypeError(f"fx.rocdl.{name}: a raw ROCDL operation, which only the rocm "
+                           f"backend has (this is {target.backend}); flydsl runs these "
+                           "fx.rocdl operations everywhere: the copy atoms, MFMA, "
+                           "readfirstlane, readlane, ds_bpermute, ballot, exp2, rcp, "
+                           "cvt_pk_fp8_f32, s_barrier and the scheduling hints")
+    result = getattr(rocdl, name)(*(_raw_arg(a) for a in args),
+                                  **{k: _raw_arg(v) for k, v in kwargs.items()})
+    return result
 
 
 # -- FlyDSL's raw MFMA calls -----------------------------------------------------------------

@@ -17,6 +17,9 @@
   ``cvt_pk_fp8_f32``, ``ds_bpermute``, ``readlane``, ``ballot``.
 * FlyDSL's raw MFMA calls (:mod:`.mfma`): ``mfma_f32_16x16x32_fp8_fp8(result_type,
   [a, b, c, 0, 0, 0])`` and the other MFMA names, run on the CPU too.
+* Any other ROCDL operation by its MLIR builder name (``fx.rocdl.permlane32_swap(...)``,
+  as FlyDSL re-exports the dialect): the raw operation on ROCm, a ``DSLTypeError`` naming
+  the operation on the CPU and NVIDIA.
 * ``fx.rocdl.cdna3`` / ``fx.rocdl.cdna4``: FlyDSL's per-generation modules.
 
 Example::
@@ -124,3 +127,22 @@ def WMMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None, *, elem_ty_ab=None
         32:1
     """
     return mma_op("wmma", m, n, k, dtype, ab_dtype or elem_ty_ab)
+
+
+def __getattr__(name: str):
+    """FlyDSL's ``fx.rocdl`` re-exports the ROCDL dialect's builders: a name not defined
+    here resolves to the raw builder (ROCm only; located error elsewhere)."""
+    if name.startswith("_"):
+        raise AttributeError(name)
+    from mlir.dialects import rocdl as _dialect
+    builder = getattr(_dialect, name, None)
+    if builder is None or isinstance(builder, type) or not callable(builder):
+        raise AttributeError(f"module 'flydsl.expr.rocdl' has no attribute {name!r}")
+
+    def raw(*args, **kwargs):
+        return _ops().rocdl_raw(name, args, kwargs)
+
+    raw.__name__ = raw.__qualname__ = name
+    raw.__doc__ = (f"The ROCDL operation ``{name}`` (FlyDSL re-exports the dialect): the raw "
+                   "operation on ROCm; a DSLTypeError on the CPU and NVIDIA.")
+    return raw
