@@ -61,6 +61,30 @@ def test_mlir_package_reexports_the_bindings():
             T.f33
 
 
+def test_upstreams_own_dialects_import_and_say_they_are_not_there():
+    from flydsl._mlir.dialects import fly, fly_rocdl
+    for module in (fly, fly_rocdl):
+        with pytest.raises(AttributeError, match="flydsl has no 'fly"):
+            module.IntTupleType
+    with pytest.raises(ImportError):
+        from flydsl._mlir.dialects.fly import make_layout  # noqa: F401
+
+
+def test_meta_decorators_for_upstream_helpers():
+    from flydsl.expr.meta import dsl_loc_tracing, dsl_wrap_result, tracing_context, \
+        tracing_option
+
+    def helper(x):
+        return x
+    assert dsl_loc_tracing(helper) is helper
+    assert dsl_wrap_result(helper)(3) == 3 and dsl_wrap_result(fx.Float32)(helper)(4) == 4
+    with tracing_context(fast=True):
+        with tracing_context(fast=None, other=1):
+            assert tracing_option("fast", "d") is None and tracing_option("other") == 1
+        assert tracing_option("fast") is True
+    assert tracing_option("fast", "d") == "d"
+
+
 # -- raw values and kernel values ------------------------------------------------------
 
 @flydsl.kernel
