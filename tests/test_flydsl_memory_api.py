@@ -231,7 +231,8 @@ def global_pointers(x: fx.Tensor, y: fx.Tensor):
     src = fx.get_iter(x)
     row = fx.make_view(src + 8, fx.make_layout(8, 1))      # x[8:16]
     addr = fx.ptrtoint(fx.get_iter(y))
-    dst = fx.inttoptr(fx.PointerType.get(fx.Float32, fx.AddressSpace.Global), addr)
+    ty = fx.PointerType(fx.get_iter(y).type)                # FlyDSL's PointerType(p.type)
+    dst = fx.inttoptr(fx.PointerType.get(ty.element_type, ty.address_space), addr)
     fx.ptr_store(row[t] * 10.0, dst + t)
     bits = fx.recast_iter(fx.Int32, src)                   # a raw pointer
     y[8 + t] = fx.Float32(fx.ptr_load(bits + t) & 0xFF)

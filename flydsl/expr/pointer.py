@@ -84,8 +84,12 @@ class PointerType:
         PointerType(fx.Int32, Global, align 4)
     """
 
-    def __init__(self, dtype: DType, address_space=AddressSpace.Global, alignment: int = 0):
-        self.dtype, self.address_space, self.alignment = dtype, address_space, alignment
+    def __init__(self, dtype, address_space=AddressSpace.Global, alignment: int = 0):
+        if isinstance(dtype, PointerType):      # FlyDSL's fx.PointerType(ptr.type)
+            dtype, address_space, alignment = dtype.dtype, dtype.address_space, \
+                dtype.alignment
+        self.dtype, self.address_space, self.alignment = _dtype(dtype), address_space, \
+            alignment
 
     @classmethod
     def get(cls, elem_ty=None, address_space=AddressSpace.Global, alignment: int = 0, *,

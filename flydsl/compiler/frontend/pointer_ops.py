@@ -74,6 +74,14 @@ class PointerValue:
     memspace = address_space
 
     @property
+    def type(self):
+        """The pointer's ``fx.PointerType`` (element type, address space, alignment)."""
+        from ...expr.pointer import AddressSpace, PointerType
+        space = {"global": AddressSpace.Global, "shared": AddressSpace.Shared,
+                 "register": AddressSpace.Register}[self.space]
+        return PointerType(self.dtype, space, self.alignment)
+
+    @property
     def is_raw(self) -> bool:
         return self.memory is None
 
