@@ -117,6 +117,20 @@ def test_coalesced_and_strided_global_copies():
     assert (s.sectors_per_request, s.efficiency) == (32.0, 0.125)
 
 
+@flydsl.kernel
+def broadcast(x: fx.Tensor, y: fx.Tensor):
+    t = fx.thread_idx.x
+    y[t] = x[0]  # BROADCAST
+
+
+def test_a_broadcast_load_uses_one_sector_of_which_4_bytes():
+    x = np.arange(32, dtype=np.float32)
+    with flydsl.profile() as report:
+        broadcast[1, 32](x, np.zeros_like(x))
+    s = report.find(line_of("BROADCAST"), access="load")
+    assert (s.sectors_per_request, s.requested_bytes, s.efficiency) == (1.0, 4, 0.125)
+
+
 def test_vector_accesses_count_their_width():
     a = np.arange(256, dtype=np.float32)
     b = np.zeros_like(a)

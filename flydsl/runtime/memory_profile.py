@@ -23,7 +23,8 @@ would see and counts what they cost under a :class:`MemoryModel`:
   beyond one per phase; 32 lanes reading one column of a 32x32 float tile make one
   phase of 32 wavefronts: a 32-way conflict, 31 extra wavefronts;
 * global memory: the distinct ``sector_bytes``-aligned sectors a request touches;
-  efficiency is requested bytes over transferred bytes (sectors x sector bytes).
+  efficiency is the bytes the lanes asked for (an address several lanes read counted
+  once) over the bytes transferred (sectors x sector bytes).
 
 This module never imports MLIR.
 """
@@ -147,6 +148,7 @@ class SiteStats:
     lanes: int = 0
     #: requests with fewer active lanes than their warp has threads (divergence)
     partial: int = 0
+    #: global: distinct bytes the lanes asked for (a broadcast address counted once)
     requested_bytes: int = 0
     #: global: sectors transferred
     sectors: int = 0
@@ -498,7 +500,7 @@ def _aggregate(records: np.ndarray, sites: list, model: MemoryModel,
     lanes = np.bincount(req, minlength=nreq)
     warp_threads = np.minimum(model.warp, threads_per_block - req_warp * model.warp)
     partial = (lanes < warp_threads).astype(np.int64)
-    requested = np.bincount(req, weights=width, minlength=nreq)
+    requested = np.zeros(nreq)
 
     space = np.array([s.get("space") == "shared" for s in sites], bool)
     shared_rec = space[site]
@@ -515,6 +517,11 @@ def _aggregate(records: np.ndarray, sites: list, model: MemoryModel,
         o = _order(r, sector)
         r, sector = r[o], sector[o]
         sectors = np.bincount(r[_starts(r, sector)], minlength=nreq).astype(float)
+        # the bytes asked for: lanes of a request reading one address share it
+        r, a = req[g], addr[g]
+        o = _order(r, a)
+        first = _starts(r[o], a[o])
+        requested = np.bincount(r[o][first], weights=w[o][first], minlength=nreq)
     if shared_rec.any():
         bb = model.bank_bytes
         a, w, ln = addr[shared_rec], width[shared_rec], lane[shared_rec]
