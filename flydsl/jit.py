@@ -1,6 +1,7 @@
 """``@flydsl.jit`` host functions and ``flydsl.compile``."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
 from collections.abc import Mapping
@@ -13,7 +14,7 @@ from .tracebacks import trim_traceback
 from .expr.dtypes import Stream
 from .kernel import KernelFunction
 from .launch_context import LaunchContext, using
-from .runtime.host_args import JitArgumentRegistry, TensorArgument
+from .runtime.host_args import JitArgumentRegistry, PointerArgument, TensorArgument
 
 
 class JitFunction:
@@ -160,12 +161,19 @@ class CompiledFunction:
     """What ``flyc.compile(fn, *args)`` returns (FlyDSL's API): calling it with
     positional arguments like those runs ``fn`` again on its compiled kernels."""
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "_pointers")
 
-    def __init__(self, fn: "JitFunction"):
+    def __init__(self, fn: "JitFunction", args: tuple = ()):
         self.fn = fn
+        #: position -> the flyc.from_c_void_p argument compiled there: a later call may
+        #: pass a bare address (``t.data_ptr()``) in its place, as FlyDSL allows.
+        self._pointers = {i: a for i, a in enumerate(args) if type(a) is PointerArgument}
 
     def __call__(self, *args):
+        if self._pointers:
+            args = tuple(self._pointers[i].with_address(a)
+                         if i in self._pointers and isinstance(a, (int, ctypes.c_void_p))
+                         else a for i, a in enumerate(args))
         return self.fn(*args)
 
     @property
@@ -211,7 +219,7 @@ class CompileCallable:
             compile(fn, *args, options=context.options if context else None)
             return None
         fn(*args)
-        return CompiledFunction(fn)
+        return CompiledFunction(fn, args)
 
 
 #: ``flydsl.compiler.compile`` (``flyc.compile``).

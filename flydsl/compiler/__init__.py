@@ -2,7 +2,7 @@
 
 Also FlyDSL's ``import flydsl.compiler as flyc`` face: ``flyc.kernel``, ``flyc.jit``,
 ``flyc.compile`` (FlyDSL's: runs once, returns a :class:`CompiledFunction`; subscript it
-with compile hints), ``flyc.from_torch_tensor``, ``flyc.from_dlpack``,
+with compile hints), ``flyc.from_torch_tensor``, ``flyc.from_dlpack``, ``flyc.from_c_void_p``,
 ``flyc.JitArgumentRegistry``, ``flyc.compile_backend_name``. ``kernel``, ``jit`` and
 ``compile`` are set by ``flydsl/__init__.py`` (this layer cannot import the user API);
 the others load on first use.
@@ -17,6 +17,7 @@ from .options import CompileOptions
 _LAZY = {
     "from_torch_tensor": "flydsl.runtime.host_args",
     "from_dlpack": "flydsl.runtime.host_args",
+    "from_c_void_p": "flydsl.runtime.host_args",
     "JitArgumentRegistry": "flydsl.runtime.host_args",
     "CompiledFunction": "flydsl.jit",
 }
@@ -34,5 +35,5 @@ def __getattr__(name: str):
 
 __all__ = ["BaseBackend", "CompileOptions", "CompiledArtifact", "CompiledFunction", "GPUTarget",
            "JitArgumentRegistry", "MlirCompiler", "compile", "compile_backend_name",
-           "current_target", "from_dlpack", "from_torch_tensor", "get_backend", "jit", "kernel",
+           "current_target", "from_c_void_p", "from_dlpack", "from_torch_tensor", "get_backend", "jit", "kernel",
            "list_backends", "register_backend"]

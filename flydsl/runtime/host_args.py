@@ -293,6 +293,63 @@ def from_dlpack(tensor, *, assumed_align: Optional[int] = None,
     return TensorArgument(tensor, assumed_align=assumed_align, use_32bit_stride=use_32bit_stride)
 
 
+#: Elements a raw pointer argument is taken to span: its extent is unknown, so it is
+#: assumed to overlap every other tensor argument (no ``noalias``) and debug-mode bounds
+#: checks see it as large (but not wide: ``t.shape`` stays Int32).
+POINTER_EXTENT = 2**31 - 1
+
+
+class PointerArgument:
+    """``flyc.from_c_void_p(dtype, address)``: a raw address as a kernel argument, for
+    ``fx.Pointer`` parameters (the kernel sees a pointer to ``dtype`` at ``address``).
+    ``device``: where the memory is (``"cpu"``, ``"cuda:0"``, ``"rocm:0"``); default
+    ``"cpu"``, the CPU backend's memory."""
+
+    __slots__ = ("address", "element_type", "address_space", "alignment", "device")
+
+    def __init__(self, element_type, pointer, address_space=None,
+                 alignment: Optional[int] = None, device: str = "cpu"):
+        import ctypes
+        if not isinstance(element_type, dt.DType):
+            raise DSLTypeError(f"from_c_void_p needs an fx element type (fx.Float32, ...), got "
+                               f"{element_type!r}")
+        if isinstance(pointer, ctypes.c_void_p):
+            pointer = pointer.value
+        self.address = int(pointer or 0)
+        self.element_type = element_type
+        self.address_space = address_space
+        self.alignment = alignment
+        self.device = device
+
+    def __flydsl_tensor_arg__(self):
+        """The pointer as the one-dimensional tensor a kernel reads (see POINTER_EXTENT)."""
+        from .tensors import TensorArg
+        return TensorArg(self.address, (POINTER_EXTENT,), (1,), self.element_type, self.device,
+                         self)
+
+    def with_address(self, pointer) -> "PointerArgument":
+        """The same pointer type at another address (``int``, ``c_void_p`` or a
+        PointerArgument)."""
+        if isinstance(pointer, PointerArgument):
+            return pointer
+        return PointerArgument(self.element_type, pointer, self.address_space, self.alignment,
+                               self.device)
+
+    def __int__(self) -> int:
+        return self.address
+
+    def __repr__(self) -> str:
+        return f"<flyc pointer {self.element_type!r} at {self.address:#x} on {self.device}>"
+
+
+def from_c_void_p(element_type, pointer, *, address_space=None,
+                  assumed_align: Optional[int] = None, device: str = "cpu") -> PointerArgument:
+    """FlyDSL's ``flyc.from_c_void_p``: ``pointer`` (an int or ``ctypes.c_void_p``) as an
+    ``fx.Pointer`` kernel argument to ``element_type`` elements. ``device`` (a flydsl
+    extension) names the memory when it is not the host's."""
+    return PointerArgument(element_type, pointer, address_space, assumed_align, device)
+
+
 class HostScalar:
     """A typed number on the host: what ``fx.Int32(5)`` is outside a kernel. Passed to
     a kernel it is its value (converted to the type the kernel declares; an
@@ -485,6 +542,7 @@ def unwrap_args(args: tuple) -> tuple:
     return args
 
 
-__all__ = ["HostScalar", "HostStride", "JitArgumentRegistry", "LayoutMarkError", "TensorArgument",
+__all__ = ["HostScalar", "HostStride", "JitArgumentRegistry", "LayoutMarkError", "POINTER_EXTENT",
+           "PointerArgument", "TensorArgument", "from_c_void_p",
            "convert_host_scalar", "from_dlpack", "from_torch_tensor", "host_scalar", "host_value",
            "unwrap_args"]

@@ -139,6 +139,9 @@ def as_tensor(x) -> Optional[TensorArg]:
         if int(dev_type) == 1:   # kDLCPU: numpy reads it (and its read-only flag)
             return _from_numpy(np.from_dlpack(x))
         return _from_dlpack(x, int(dev_type), int(dev_id))
+    hook = getattr(type(x), "__flydsl_tensor_arg__", None)   # flyc.from_c_void_p pointers
+    if hook is not None:
+        return hook(x)
     return None
 
 
