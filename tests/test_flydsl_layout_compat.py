@@ -614,3 +614,71 @@ def test_gemm_takes_the_tiled_mma_and_traversal_hints():
     out = torch.zeros(M, N)
     gemm[1, 64](A, B, out)
     torch.testing.assert_close(out, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
+
+
+# -- FlyDSL's int-tuple arithmetic, coordinates and functional forms ----------------------------
+
+def test_int_tuple_arithmetic_and_coordinates():
+    assert fx.int_tuple_add((1, (2, 3)), (10, (20, 30))) == (11, (22, 33))
+    assert fx.int_tuple_sub((5, 7), (1, 2)) == (4, 5)
+    assert fx.int_tuple_mul((2, 3), (4, 5)) == (8, 15)
+    assert fx.int_tuple_div((8, 15), (4, 5)) == (2, 3)
+    assert fx.int_tuple_mod((9, 17), (4, 5)) == (1, 2)
+    assert fx.int_tuple_product((2, (3, 4))) == 24
+    assert fx.int_tuple_product_each((2, (3, 4))) == (2, 12)
+    assert fx.int_tuple_product_like((2, (3, 4)), (0, 0)) == (2, 12)
+    assert fx.equal((2, (3, 4)), (2, (3, 4))) and not fx.equal((2, 3), (2, (3,)))
+    assert fx.has_none((3, None)) and not fx.has_none((3, 4))
+    with pytest.raises(LayoutError, match="congruent"):
+        fx.int_tuple_add((1, 2), (1, 2, 3))
+    # upstream's docstring examples: idx2crd / get_flat_coord / get_1d_coord use strides
+    assert fx.idx2crd(9, L((4, 8), (1, 4))) == (1, 2)
+    assert fx.idx2crd(5, L((4, 8), (8, 1))) == (0, 5)
+    assert fx.get_flat_coord(9, L((4, 8), (1, 4))) == (1, 2)
+    assert fx.get_flat_coord(3, L(((2, 2), 4), ((1, 2), 4))) == (1, 1, 0)
+    assert fx.get_1d_coord(9, L((4, 8), (1, 4))) == 9
+    assert fx.get_1d_coord(5, L((4, 8), (8, 1))) == 20
+    assert fx.crd2idx((1, 2), L((4, 8), (1, 4))) == 9 and fx.crd2idx(7, L((4, 8), (1, 4))) == 7
+    assert fx.coshape(L((4, 8), (8, 1))) == 32
+    assert fx.coshape(fx.make_identity_layout((4, 8))) == (4, 8)
+    assert fx.coprofile(fx.make_identity_layout((4, 8))) == (0, 0)
+    assert fx.make_layout_like(L((4, 8), (16, 2))) == L((4, 8), (8, 1))
+    assert fx.make_fragment_layout_like(L((4, 2), (1, 64))) == L((4, 2), (1, 4))
+
+
+def test_functional_forms_of_tiled_copies_and_mmas():
+    mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+                            L((2, 2, 1), (1, 2, 0)))
+    c = L((64, 64), (64, 1))
+    assert fx.tiled_mma_partition("C", mma, c, 70) == mma.thr_slice(70).partition_C(c)
+    assert fx.tiled_mma_partition_shape("C", mma, (64, 64)) == (4, 2, 2)
+    atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+    tiled = fx.make_tiled_copy_tv(atom, fx.make_ordered_layout((8, 16), (1, 0)),
+                                  fx.make_ordered_layout((1, 4), (0, 1)))
+    src = L((16, 128), (1000, 1))
+    assert fx.tiled_copy_partition_src(tiled, src, 17) == tiled.get_slice(17).partition_S(src)
+    assert fx.tiled_copy_partition_dst(tiled, src, (17,)) == tiled.get_slice(17).partition_D(src)
+    with pytest.raises(LayoutError, match="operand"):
+        fx.tiled_mma_partition("D", mma, c, 0)
+
+
+def test_get_layout_of_plain_and_swizzled_views():
+    seen = {}
+
+    @flydsl.kernel
+    def k(x: fx.Tensor):
+        smem = fx.shared_array(512, fx.Float32)
+        outer = fx.make_ordered_layout((8, 64), (1, 0))
+        sw = fx.make_composed_layout(fx.Swizzle(3, 2, 3), outer)
+        seen["plain"] = fx.get_layout(fx.make_view(x, outer))
+        seen["swizzled"] = fx.get_layout(fx.make_view(smem, sw))
+        seen["row"] = fx.get_layout(fx.slice(fx.make_view(smem, sw), (3, None)))
+        frag = fx.mma_make_fragment("C", fx.make_tiled_mma(fx.make_mma_atom(
+            fx.UniversalFMA(fx.Float32)), L((8, 8, 1), (1, 8, 0))), fx.make_view(x, outer))
+        seen["frag"] = frag.layout
+    k[1, 64](np.zeros(512, np.float32))
+    outer = fx.make_ordered_layout((8, 64), (1, 0))
+    assert seen["plain"] == outer
+    assert seen["swizzled"] == fx.make_composed_layout(fx.Swizzle(3, 2, 3), outer)
+    assert seen["row"] == fx.make_composed_layout(fx.Swizzle(3, 2, 3), 192, L((64,), (1,)))
+    assert seen["frag"] == L((1, 1, 8), (0, 0, 1))

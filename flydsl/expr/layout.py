@@ -36,7 +36,10 @@ _ALGEBRA = [
     "make_ordered_layout", "make_identity_layout", "make_layout_tv", "product_each",
     "ceil_div", "shape_div", "filter_zeros", "complement", "right_inverse", "left_inverse",
     "dice", "slice_and_offset", "max_common_vector", "is_static", "unpack", "get_scalar",
-    "get_leaves", "tile_to_shape", "make_tile",
+    "get_leaves", "tile_to_shape", "make_tile", "int_tuple_add", "int_tuple_sub",
+    "int_tuple_mul", "int_tuple_div", "int_tuple_mod", "int_tuple_product",
+    "int_tuple_product_each", "int_tuple_product_like", "equal", "has_none", "coshape",
+    "coprofile", "get_flat_coord", "get_1d_coord", "make_layout_like",
 ]
 
 
@@ -155,6 +158,113 @@ def recast_layout(layout, old_type_bits, new_type_bits):
     """
     old, new = la._bits(old_type_bits), la._bits(new_type_bits)
     return swz.recast(layout, old, new)
+
+
+def get_layout(t):
+    """The layout a tensor or view is seen through (for a swizzled view, its
+    composed layout); a layout is returned as it is.
+
+    Returns: a :class:`Layout` or :class:`ComposedLayout`.
+
+    Example::
+
+        rows = fx.make_view(x, fx.make_layout((8, 16), (16, 1)))
+        assert fx.get_layout(rows) == fx.make_layout((8, 16), (16, 1))
+    """
+    if isinstance(t, (Layout, ComposedLayout)):
+        return t
+    return _ops().layout_of(t)
+
+
+def make_fragment_layout_like(t):
+    """The layout :func:`make_fragment_like` gives registers shaped like ``t`` (a view
+    or layout): compact column-major over its shape.
+
+    Returns: a :class:`Layout`.
+
+    Example::
+
+        >>> fx.make_fragment_layout_like(fx.make_layout((4, 2), (1, 64)))
+        (4,2):(1,4)
+    """
+    layout = t if isinstance(t, (Layout, ComposedLayout)) else get_layout(t)
+    return la.make_layout(layout.shape)
+
+
+def _operand_name(operand) -> str:
+    name = str(getattr(operand, "name", operand)).upper()
+    if name not in ("A", "B", "C"):
+        raise la.LayoutError(f"an MMA operand is A, B or C (fx.MmaOperand), got {operand!r}")
+    return name
+
+
+def tiled_copy_partition_src(tiled_copy, src, thr_idx):
+    """FlyDSL's functional form of ``tiled_copy.get_slice(thr_idx).partition_S(src)``.
+
+    Example::
+
+        part = fx.tiled_copy_partition_src(tiled, A, fx.thread_idx.x)
+    """
+    return tiled_copy.get_slice(la.get_scalar(thr_idx)).partition_S(src)
+
+
+def tiled_copy_partition_dst(tiled_copy, dst, thr_idx):
+    """FlyDSL's functional form of ``tiled_copy.get_slice(thr_idx).partition_D(dst)``.
+
+    Example::
+
+        part = fx.tiled_copy_partition_dst(tiled, B, fx.thread_idx.x)
+    """
+    return tiled_copy.get_slice(la.get_scalar(thr_idx)).partition_D(dst)
+
+
+def tiled_copy_retile(tiled_copy, t):
+    """FlyDSL's functional form of ``thr_copy.retile(t)`` (the same for every thread).
+
+    Example::
+
+        regs = fx.tiled_copy_retile(fx.make_tiled_copy_A(atom, mma), frag_A)
+    """
+    return tiled_copy.get_slice(0).retile(t)
+
+
+def tiled_mma_partition(operand, tiled_mma, t, thr_idx):
+    """FlyDSL's ``tiled_mma_partition(MmaOperand.A, mma, t, tid)``:
+    ``mma.thr_slice(tid).partition_A(t)`` (B, C likewise).
+
+    Example::
+
+        pa = fx.tiled_mma_partition("A", mma, A, fx.thread_idx.x)
+    """
+    return tiled_mma.thr_slice(la.get_scalar(thr_idx)).partition(_operand_name(operand), t)
+
+
+def tiled_mma_partition_shape(operand, tiled_mma, shape):
+    """The shape of one thread's partition of an operand tile of ``shape``.
+
+    Returns: an :class:`IntTuple`.
+
+    Example::
+
+        >>> mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)))
+        >>> fx.tiled_mma_partition_shape("C", mma, (32, 32))
+        (4,2,2)
+    """
+    part = tiled_mma.thr_slice(0).partition(_operand_name(operand), la.make_layout(shape))
+    return part.shape
+
+
+def mma_make_fragment(operand, tiled_mma, t, *, stages=None):
+    """FlyDSL's functional form of ``thr_mma.make_fragment_A/B/C(t, stages=)``.
+
+    Example::
+
+        frag_c = fx.mma_make_fragment("C", mma, C)
+    """
+    name = _operand_name(operand)
+    thr = tiled_mma.thr_slice(0)
+    dtype = tiled_mma.atom.acc_dtype if name == "C" else tiled_mma.atom.ab_dtype
+    return thr._fragment(name, t, dtype, stages)
 
 
 def static(x):
@@ -442,7 +552,10 @@ __all__ = sorted(_ON_TENSORS + _ALGEBRA + [
     "Basis", "ComposedLayout", "E", "IntTuple", "Layout", "ScaledBasis", "StaticInt",
     "Swizzle", "SwizzleType", "apply_swizzle", "ceildiv", "composed_get_inner",
     "composed_get_offset", "composed_get_outer", "copy", "copy_atom_call", "crd2idx",
-    "elem_less", "gather", "gemm", "mma_atom_call", "scatter",
+    "elem_less", "gather", "gemm", "get_layout", "make_fragment_layout_like",
+    "mma_atom_call", "mma_make_fragment", "scatter", "tiled_copy_partition_dst",
+    "tiled_copy_partition_src", "tiled_copy_retile", "tiled_mma_partition",
+    "tiled_mma_partition_shape",
     "idx2crd", "make_composed_layout", "make_fragment_like", "make_rmem_tensor",
     "make_view", "recast_layout", "select", "slice", "static", "target",
 ])

@@ -51,6 +51,9 @@ __all__ = [
     "blocked_product", "raked_product", "recast_layout", "max_common_vector",
     # FlyDSL's extras
     "Basis", "E", "get_scalar", "get_leaves", "get_", "take", "tile_to_shape", "make_tile",
+    "int_tuple_add", "int_tuple_sub", "int_tuple_mul", "int_tuple_div", "int_tuple_mod",
+    "int_tuple_product", "int_tuple_product_each", "int_tuple_product_like", "equal",
+    "has_none", "coshape", "coprofile", "get_flat_coord", "get_1d_coord", "make_layout_like",
 ]
 
 
@@ -1177,8 +1180,11 @@ def crd2idx(coord: Any, layout_or_shape: Any, stride: Any = None) -> Any:
 
 
 def idx2crd(idx: Any, layout_or_shape: Any) -> Any:
-    """The natural (congruent) coordinate of the column-major domain index ``idx``:
-    ``(idx % s0, idx / s0 % s1, ...)``.  A layout contributes its shape only.
+    """The coordinate of index ``idx``: for a shape, the natural (column-major)
+    coordinate ``(idx % s0, idx / s0 % s1, ...)``; for a layout, CuTe's and FlyDSL's
+    ``(idx / d0 % s0, idx / d1 % s1, ...)`` with its strides (the inverse of a compact
+    layout in any mode order; the same as the shape's for a column-major one; a
+    stride-0 mode gives 0).
 
     Returns: an :class:`IntTuple` congruent to the shape (an int for a scalar shape).
 
@@ -1186,7 +1192,11 @@ def idx2crd(idx: Any, layout_or_shape: Any) -> Any:
 
         >>> fx.idx2crd(43, (8, 16))
         (3,5)
+        >>> fx.idx2crd(5, fx.make_layout((4, 8), (8, 1)))
+        (0,5)
     """
+    if isinstance(layout_or_shape, Layout) and not isinstance(_to_it(idx), tuple):
+        return _idx2crd_strided(idx, layout_or_shape)
     s = _shape_of(layout_or_shape)
     idx = _to_it(idx)
     if isinstance(idx, tuple):
@@ -1200,6 +1210,14 @@ def idx2crd(idx: Any, layout_or_shape: Any) -> Any:
         if k + 1 < len(leaves):
             run = _mul(run, sk)
     return _unflatten(out, s)
+
+
+def _idx2crd_strided(idx, L: Layout):
+    shapes, strides = _flatten(L.shape), _flatten(L.stride)
+    if any(isinstance(d, ScaledBasis) for d in strides):
+        raise LayoutError(f"idx2crd of a layout with basis strides: {L!r}")
+    out = [0 if _is_zero(d) else _mod(_floordiv(idx, d), s) for s, d in zip(shapes, strides)]
+    return _unflatten(out, L.shape) if isinstance(L.shape, tuple) else out[0]
 
 
 def _slice(c, t):
@@ -2043,3 +2061,222 @@ def _check_tiler_mode(m) -> None:
         return
     raise LayoutError(f"make_tile: a mode is an int, a layout, a tuple of those or None, "
                       f"got {m!r}")
+
+
+# ======================================================================================
+# FlyDSL's int-tuple arithmetic and coordinate helpers
+# ======================================================================================
+
+def _elementwise(op, a, b, what: str):
+    a, b = _to_it(a), _to_it(b)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        if len(a) != len(b):
+            raise LayoutError(f"{what}: {a!r} and {b!r} are not congruent")
+        return IntTuple(_elementwise(op, x, y, what) for x, y in zip(a, b))
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        raise LayoutError(f"{what}: {a!r} and {b!r} are not congruent")
+    return op(a, b)
+
+
+def int_tuple_add(a: Any, b: Any) -> Any:
+    """``a + b`` entry by entry (congruent int tuples, or two scalars).
+
+    Example::
+
+        >>> fx.int_tuple_add((1, (2, 3)), (10, (20, 30)))
+        (11,(22,33))
+    """
+    return _elementwise(_add, a, b, "int_tuple_add")
+
+
+def int_tuple_sub(a: Any, b: Any) -> Any:
+    """``a - b`` entry by entry.
+
+    Example::
+
+        >>> fx.int_tuple_sub((5, 7), (1, 2))
+        (4,5)
+    """
+    return _elementwise(_sub, a, b, "int_tuple_sub")
+
+
+def int_tuple_mul(a: Any, b: Any) -> Any:
+    """``a * b`` entry by entry.
+
+    Example::
+
+        >>> fx.int_tuple_mul((2, 3), (4, 5))
+        (8,15)
+    """
+    return _elementwise(_mul, a, b, "int_tuple_mul")
+
+
+def int_tuple_div(a: Any, b: Any) -> Any:
+    """``a // b`` entry by entry.
+
+    Example::
+
+        >>> fx.int_tuple_div((8, 15), (4, 5))
+        (2,3)
+    """
+    return _elementwise(_floordiv, a, b, "int_tuple_div")
+
+
+def int_tuple_mod(a: Any, b: Any) -> Any:
+    """``a % b`` entry by entry.
+
+    Example::
+
+        >>> fx.int_tuple_mod((9, 17), (4, 5))
+        (1,2)
+    """
+    return _elementwise(_mod, a, b, "int_tuple_mod")
+
+
+def int_tuple_product(t: Any) -> Any:
+    """The product of all leaves of ``t`` (the size of a shape).
+
+    Example::
+
+        >>> fx.int_tuple_product((2, (3, 4)))
+        24
+    """
+    return _static_result(_product(_to_it(t)))
+
+
+def int_tuple_product_each(t: Any) -> Any:
+    """The product of each top-level mode of ``t`` (:func:`product_each`).
+
+    Example::
+
+        >>> fx.int_tuple_product_each((2, (3, 4)))
+        (2,12)
+    """
+    return product_each(t)
+
+
+def int_tuple_product_like(a: Any, b: Any) -> Any:
+    """``a``'s leaves multiplied together where ``b`` has a leaf (CuTe's
+    ``product_like``): the result is congruent to ``b``.
+
+    Example::
+
+        >>> fx.int_tuple_product_like((2, (3, 4)), (0, 0))
+        (2,12)
+    """
+    a, b = _to_it(a), _to_it(b)
+    if isinstance(b, tuple):
+        if not isinstance(a, tuple) or len(a) != len(b):
+            raise LayoutError(f"int_tuple_product_like: {a!r} is not like {b!r}")
+        return IntTuple(int_tuple_product_like(x, y) for x, y in zip(a, b))
+    return _static_result(_product(a))
+
+
+def equal(a: Any, b: Any) -> bool:
+    """Whether two int tuples (or layouts) are the same, structure and values; only
+    static values compare (a dynamic value equals only itself).
+
+    Example::
+
+        >>> fx.equal((2, (3, 4)), (2, (3, 4))), fx.equal((2, 3), (2, (3,)))
+        (True, False)
+    """
+    if isinstance(a, Layout) or isinstance(b, Layout):
+        return a == b
+    return _struct_eq(_to_it(a), _to_it(b))
+
+
+def has_none(t: Any) -> bool:
+    """Whether a coordinate has a ``None`` (CuTe's ``_``) anywhere: it slices.
+
+    Example::
+
+        >>> fx.has_none((3, None)), fx.has_none((3, 4))
+        (True, False)
+    """
+    return _has_none(t)
+
+
+def coshape(L: Layout) -> Any:
+    """The shape of ``L``'s codomain: ``L(size - 1) + 1`` (an int for integer strides,
+    a tuple for basis strides, e.g. an identity layout's own shape).
+
+    Example::
+
+        >>> fx.coshape(fx.make_layout((4, 8), (8, 1))), fx.coshape(fx.make_identity_layout((4, 8)))
+        (32, (4,8))
+    """
+    L = _as_layout(L)
+    absl = Layout._raw(L.shape, _map_leaves(L.stride, _abs))
+    last = absl(_sub(size(L), 1))
+    if isinstance(last, ScaledBasis):
+        last = _coord_tuple(last)
+    if isinstance(last, tuple):
+        return _map_leaves(_to_it(last), lambda x: _add(x, 1))
+    return _static_result(_add(last, 1))
+
+
+def coprofile(L: Layout) -> Any:
+    """``coshape(L)`` with every leaf 0: the profile of ``L``'s codomain.
+
+    Example::
+
+        >>> fx.coprofile(fx.make_identity_layout((4, 8)))
+        (0,0)
+    """
+    return _map_leaves(coshape(L), lambda x: 0)
+
+
+def _map_leaves(t, f):
+    if isinstance(t, tuple):
+        return IntTuple(_map_leaves(x, f) for x in t)
+    return f(t)
+
+
+def get_flat_coord(idx: Any, L: Layout) -> Any:
+    """The coordinate of index ``idx`` in ``L`` (:func:`idx2crd` with its strides),
+    flattened.
+
+    Example::
+
+        >>> fx.get_flat_coord(3, fx.make_layout(((2, 2), 4), ((1, 2), 4)))
+        (1,1,0)
+    """
+    c = idx2crd(idx, L)
+    return IntTuple(_flatten(c)) if isinstance(c, tuple) else IntTuple((c,))
+
+
+def get_1d_coord(idx: Any, L: Layout) -> Any:
+    """The column-major position, in ``L``'s domain, of the coordinate holding index
+    ``idx`` (``crd2idx(idx2crd(idx, L), shape(L))``).
+
+    Example::
+
+        >>> fx.get_1d_coord(5, fx.make_layout((4, 8), (8, 1)))
+        20
+    """
+    L = _as_layout(L)
+    return _static_result(crd2idx(idx2crd(idx, L), L.shape))
+
+
+def make_layout_like(L: Layout) -> Layout:
+    """A compact layout of ``L``'s shape whose modes are ordered like ``L``'s strides
+    (the smallest stride gets stride 1; a stride-0 mode keeps stride 0).
+
+    Example::
+
+        >>> fx.make_layout_like(fx.make_layout((4, 8), (16, 2)))
+        (4,8):(8,1)
+    """
+    L = _as_layout(L)
+    shapes, strides = _flatten(L.shape), _flatten(L.stride)
+    if not all(isinstance(d, int) for d in strides):
+        return make_layout(L.shape)
+    live = [k for k, d in enumerate(strides) if d != 0 and shapes[k] != 1]
+    order = sorted(live, key=lambda k: abs(strides[k]))
+    out, run = [0] * len(strides), 1
+    for k in order:
+        out[k] = run
+        run = _mul(run, shapes[k])
+    return Layout._raw(L.shape, _unflatten(out, L.stride) if isinstance(L.stride, tuple)
+                       else out[0])

@@ -21,7 +21,8 @@ from .views import (TensorView, as_view, buffer_tensor, make_fragment_like, make
                     add_offsets, register_fragment, when)
 
 __all__ = ["atomic_copy", "buffer_tensor", "current_gpu_arch", "current_target", "copy",
-           "elem_less", "fma_gemm", "gemm", "is_view", "make_fragment_like", "make_view",
+           "elem_less", "fma_gemm", "gemm", "is_view", "layout_of", "make_fragment_like",
+           "make_view",
            "mma_fragment", "offset_view", "retile", "view_apply"]
 
 
@@ -53,6 +54,19 @@ def view_apply(fn, x, *args, **kwargs):
     if isinstance(out, la.Layout):
         return view.with_layout(out)
     return out
+
+
+def layout_of(x):
+    """The layout a tensor or view is seen through; a swizzled view's composed layout
+    (its inner function and the offset inside it)."""
+    view = as_view(x)
+    remap = None if view.memory is None else view.memory.remap
+    if remap is None:
+        return view.layout
+    from ...expr.swizzle import ComposedLayout
+    inner, base = remap
+    rel = view.offset if isinstance(base, int) and base == 0 else view.offset - base
+    return ComposedLayout(inner, rel, view.layout)
 
 
 def mma_fragment(part, dtype, tiled_mma, operand: str) -> TensorView:
