@@ -66,6 +66,24 @@ def test_struct_layout_follows_c_rules():
     assert Mixed(a=1, b=2, c=3).replace(c=4).c == 4
 
 
+def test_storable_protocol():
+    """flydsl.compiler.protocol, as FlyDSL's kernels and tests import it."""
+    from flydsl.compiler.protocol import dsl_align_of, dsl_size_of
+    for dtype, size in ((fx.Int8, 1), (fx.Int32, 4), (fx.Float32, 4), (fx.Float64, 8)):
+        assert (dsl_size_of(dtype), dsl_align_of(dtype)) == (size, size)
+    tile = fx.Array[fx.Float32, 32, 16]
+    assert (tile.size, tile.align, dsl_size_of(tile), dsl_align_of(tile)) == (32, 16, 128, 16)
+    assert fx.Array[fx.Int32, 64] is fx.Array[fx.Int32, 64]
+    assert fx.Array[fx.Int32, 64] is not fx.Array[fx.Int32, 64, 8]
+    assert (dsl_size_of(Smem), dsl_align_of(Smem)) == (32, 16)   # 16 + 4, rounded up
+    with pytest.raises(TypeError, match="sub-byte"):
+        dsl_size_of(fx.Bool)
+    with pytest.raises(TypeError, match="sub-byte"):
+        fx.Array[fx.Bool, 8]
+    with pytest.raises(TypeError, match="not Storable"):
+        dsl_size_of(fx.Tensor)
+
+
 def test_array_and_struct_mistakes_are_clear():
     with pytest.raises(TypeError, match="positive int"):
         fx.Array[fx.Float32, 0]

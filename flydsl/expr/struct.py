@@ -39,10 +39,17 @@ def _itemsize(dtype: DType) -> int:
     return 1 if dtype.kind == "bool" else max(dtype.bits // 8, 1)
 
 
+def _whole_bytes(t: DType) -> DType:
+    if t.kind == "bool" or t.bits < 8:
+        raise TypeError(f"{t!r} is a sub-byte type and is not Storable: shared memory "
+                        "holds whole bytes (store it in an Int8/Uint8 field)")
+    return t
+
+
 def size_of(t) -> int:
     """Bytes a storable type takes (a dtype, ``Array[...]``, ``Align[...]``, a struct)."""
     if isinstance(t, DType):
-        return _itemsize(t)
+        return _itemsize(_whole_bytes(t))
     fn = getattr(t, "__dsl_size_of__", None)
     if fn is None:
         raise TypeError(f"{t!r} cannot be stored in shared memory: use a dtype such as "
@@ -53,7 +60,7 @@ def size_of(t) -> int:
 def align_of(t) -> int:
     """Alignment in bytes of a storable type."""
     if isinstance(t, DType):
-        return _itemsize(t)
+        return _itemsize(_whole_bytes(t))
     fn = getattr(t, "__dsl_align_of__", None)
     if fn is None:
         raise TypeError(f"{t!r} cannot be stored in shared memory")
@@ -148,6 +155,7 @@ class Array:
         if not isinstance(dtype, DType):
             raise TypeError(f"fx.Array dtype must be a flydsl dtype such as fx.Float32, "
                             f"got {dtype!r}")
+        _whole_bytes(dtype)
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
             raise TypeError(f"fx.Array size must be a positive int, got {n!r}")
         align = params[2] if len(params) == 3 else _itemsize(dtype)

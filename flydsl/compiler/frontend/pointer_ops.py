@@ -25,6 +25,7 @@ from mlir.dialects import arith, llvm, memref, vector
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
+from ...expr import implementation
 from ...expr import layout_algebra as la
 from ...expr.dtypes import DType
 from . import context
@@ -260,13 +261,13 @@ def _recast_pooled(mem: PooledMemory, offset, dtype: DType) -> PointerValue:
 def shared_pool(nbytes: int, align: int, name: str) -> PointerValue:
     """A new static shared-memory allocation of ``nbytes`` bytes aligned to ``align``
     (a workgroup array named ``name`` in debug reports), as a UInt8 pointer."""
-    from .ops import name_shared_array, shared_array
-    t = shared_array((nbytes,), dt.UInt8)
+    ops = implementation.installed()      # the front end's ops module (it imports this one)
+    t = ops.shared_array((nbytes,), dt.UInt8)
     func_op = context.current().func_op
     k = int(t.name[len("shared"):])
     _set_alignment(func_op, k, align)
     if name:
-        name_shared_array(t, name)
+        ops.name_shared_array(t, name)
     return PointerValue(dt.UInt8, "shared", PooledMemory(t.mem, dt.UInt8, "shared",
                                                          name or t.name, t.mem, 0), 0)
 
