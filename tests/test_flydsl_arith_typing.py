@@ -265,6 +265,53 @@ def test_vector_and_math_errors_are_located(kernel, message):
     assert "test_flydsl_arith_typing.py" in str(info.value)
 
 
+# -- functions defined inside a kernel (FlyDSL's kernels define their helpers so) ---------
+
+@flydsl.kernel
+def nested_helpers(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    scale = 3.0
+
+    def wave_sum(v, width=32):
+        w = v
+        for k in fx.range_constexpr(5):
+            if width > (1 << k):                       # a compile-time default
+                w = w.addf(w.shuffle_xor(1 << k, 32), fastmath=FAST)
+        return w
+
+    def scaled(v, *, by):
+        local = v * scale                             # reads the kernel's variable
+        return local * by
+
+    out[t, 0] = wave_sum(x[t])
+    out[t, 1] = scaled(x[t], by=2.0)
+    out[t, 2] = wave_sum(x[t], width=2)
+
+
+def test_functions_defined_inside_a_kernel_are_traced_in_place():
+    x = RNG.standard_normal(32).astype(np.float32)
+    out = np.zeros((32, 3), np.float32)
+    nested_helpers[1, 32](x, out)
+    np.testing.assert_allclose(out[:, 0], np.full(32, x.sum()), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 1], 6 * x, rtol=1e-6)
+    np.testing.assert_allclose(out[:, 2], x + x[np.arange(32) ^ 1], rtol=1e-6)
+
+
+@flydsl.kernel
+def nested_decorated(out: fx.Tensor):
+    @staticmethod
+    def helper(v):
+        return v
+    out[0] = helper(1.0)
+
+
+def test_a_decorated_function_inside_a_kernel_is_a_located_error():
+    with pytest.raises(DSLError, match="decorated functions cannot be defined inside a "
+                                       "kernel") as info:
+        nested_decorated[1, 1](np.zeros(1, np.float32))
+    assert "test_flydsl_arith_typing.py" in str(info.value)
+
+
 # -- an upstream-style softmax row (the norm kernels' arith/typing layer) ------------
 
 def block_reduce(val, mode, red, lane, wave, block, warp):

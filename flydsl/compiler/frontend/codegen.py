@@ -64,6 +64,9 @@ class Codegen(ControlFlow):
     and attribute the body reads is recorded under it (:mod:`..dependencies`).
     """
 
+    #: Whether this traces a function defined inside the kernel body (it may return).
+    nested = False
+
     def __init__(self, src: FunctionSource, scope: dict, kernel_name: str,
                  path: Optional[Path] = ()):
         self.src = src
@@ -202,7 +205,7 @@ class Codegen(ControlFlow):
 
     def stmt_Return(self, node: ast.Return) -> bool:
         value = self.eval_node(node.value) if node.value is not None else None
-        if value is not None and self.path == ():
+        if value is not None and self.path == () and not self.nested:
             raise self.error(node, "a kernel returns nothing: `return` takes no value in a "
                                    "@flydsl.kernel body; store results into a tensor "
                                    "argument (y[i] = ...)", DSLTypeError)
@@ -223,8 +226,8 @@ class Codegen(ControlFlow):
 
 
     def stmt_FunctionDef(self, node: ast.FunctionDef) -> None:
-        raise self.error(node, "nested function definitions are not supported in kernels; "
-                               "define helpers at module level", UnsupportedConstructError)
+        from .nested_functions import define     # a kernel-local helper (FlyDSL's kernels)
+        self.scope[node.name] = define(self, node, Codegen)
 
 
 
