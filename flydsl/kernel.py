@@ -38,7 +38,8 @@ class KernelFunction:
     ``kernel[grid, block](*args)``."""
 
     def __init__(self, fn: Callable, do_not_specialize: Sequence[str] = (),
-                 may_alias: Sequence[str] = (), known_block_size=None):
+                 may_alias: Sequence[str] = (), known_block_size=None,
+                 name: Optional[str] = None):
         self.fn = fn
         #: ``@flydsl.kernel(known_block_size=[x, y, z])``: the only block shape the kernel
         #: launches with (checked at each launch), a hint to the backend (the gpu.func's
@@ -48,7 +49,12 @@ class KernelFunction:
                                   else list(self.known_block_size))
         if self.known_block_size is not None:   # what the tracer reads
             fn.__flydsl_known_block_size__ = self.known_block_size
-        self.name = fn.__name__
+        if name is not None and not (isinstance(name, str) and name.isidentifier()):
+            raise DSLTypeError(f"kernel {fn.__name__!r}: name must be an identifier, got "
+                               f"{name!r}", kernel=fn.__name__)
+        #: The compiled kernel's symbol (``@flyc.kernel(name=...)``, FlyDSL's option:
+        #: what profilers show); the Python function's name by default.
+        self.name = name or fn.__name__
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
         self.__doc__ = fn.__doc__
@@ -619,7 +625,8 @@ class KernelCall:
 
 
 def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = (),
-           may_alias: Sequence[str] = (), known_block_size=None) -> Any:
+           may_alias: Sequence[str] = (), known_block_size=None,
+           name: Optional[str] = None) -> Any:
     """Decorator marking a SIMT kernel (see the README's "Writing kernels").
 
     ``do_not_specialize``: names of parameters never specialized on 16-byte alignment
@@ -635,10 +642,13 @@ def kernel(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[str] = 
     ``known_block_size``: ``[x, y, z]``, the block shape every launch uses (FlyDSL's
     option): a launch with another block is a ``LaunchError``; the backend gets it as
     the kernel's ``gpu.known_block_size`` (CUDA ``.reqntid``, ROCm
-    ``amdgpu-flat-work-group-size``), and ``fx.gpu.known_block_size()`` returns it."""
+    ``amdgpu-flat-work-group-size``), and ``fx.gpu.known_block_size()`` returns it.
+
+    ``name``: the compiled kernel's symbol (FlyDSL's option; what profilers and
+    ``flydsl.compile(...).kernel_names`` show), by default the function's name."""
     if fn is None:
-        return lambda f: KernelFunction(f, do_not_specialize, may_alias, known_block_size)
-    return KernelFunction(fn, do_not_specialize, may_alias, known_block_size)
+        return lambda f: KernelFunction(f, do_not_specialize, may_alias, known_block_size, name)
+    return KernelFunction(fn, do_not_specialize, may_alias, known_block_size, name)
 
 
 def _known_block_size(size, kernel_name: str) -> Optional[tuple]:

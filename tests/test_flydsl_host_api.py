@@ -375,3 +375,22 @@ def test_from_c_void_p_pointers_and_compiled_function_addresses():
     assert torch.equal(c, a * 2)
     with pytest.raises(TypeError, match="fx element type"):
         flyc.from_c_void_p("f32", 0)
+
+
+@flyc.kernel(name="renamed_add_one")
+def add_one_named(x: fx.Tensor, n: fx.Int32):
+    i = fx.thread_idx.x
+    if i < n:
+        x[i] = x[i] + 1.0
+
+
+def test_kernel_name_option_names_the_compiled_kernel():
+    import flydsl
+    x = np.zeros(8, np.float32)
+    prog = flydsl.compile(add_one_named, x, 8)
+    assert prog.kernel_names == ["renamed_add_one"]
+    assert "renamed_add_one" in prog.asm["mlir"]
+    add_one_named[(1, 1, 1), (32, 1, 1)](x, 8)
+    assert (x == 1.0).all()
+    with pytest.raises(TypeError, match="identifier"):
+        flyc.kernel(name="not a name")(lambda x: None)
