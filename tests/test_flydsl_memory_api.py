@@ -188,6 +188,35 @@ def test_union_members_share_bytes_and_scalars_peek_poke():
     assert Overlay.__dsl_size_of__() == 64 and WithScalar.__dsl_size_of__() == 8
 
 
+class DynamicArena(fx.Arena):
+    """An arena over the launch's dynamic shared memory (FlyDSL's Arena subclassing)."""
+
+    @property
+    def base_ptr(self):
+        return fx.get_dyn_shared(fx.Float32)
+
+
+@flydsl.kernel
+def arena_pair(x: fx.Tensor, y: fx.Tensor):
+    t = fx.thread_idx.x
+    arena = DynamicArena()
+    a = arena.allocate(fx.Array[fx.Int8, 3]).peek()       # bytes 0..2
+    b = arena.allocate(fx.Array[fx.Float32, 8]).peek()    # bytes 4..35, aligned
+    if t == 0:
+        a[0] = 7
+    b[t] = x[t]
+    fx.barrier()
+    raw = fx.get_dyn_shared(fx.Float32)
+    y[t] = raw[1 + t] + fx.cast(a[0], fx.Float32)
+
+
+def test_an_arena_subclass_carves_bytes_from_its_base():
+    x = np.arange(8, dtype=np.float32)
+    y = np.zeros(8, np.float32)
+    arena_pair[1, 8, 64](x, y)
+    np.testing.assert_array_equal(y, x + 7)
+
+
 @flydsl.kernel
 def scale_in_registers(x: fx.Tensor, y: fx.Tensor):
     """make_rmem_tensor + memref_load_vec/store_vec, fragment arithmetic."""

@@ -447,7 +447,8 @@ class Arena:
     def allocate(self, what, alignment: Optional[int] = None) -> Storage:
         t, nbytes, align = self._request(what, alignment)
         start = self._bump(nbytes, align)
-        return Storage(t, _ops().add_offset(self.base_ptr, start))
+        base = _ops().recast_iter(_UInt8, self.base_ptr)     # offsets are in bytes
+        return Storage(t, _ops().add_offset(base, start))
 
 
 class SharedAllocator(Arena):
