@@ -542,3 +542,23 @@ def test_other_rocdl_operations_are_the_raw_op_on_rocm_and_a_located_error_elsew
     assert f"test_flydsl_rocdl_atoms.py:{marked_line(__file__, 'mark: raw op')}:" in str(e.value)
     with pytest.raises(AttributeError):
         fx.rocdl.no_such_operation
+
+
+@flydsl.kernel
+def ragged_rows(x: fx.Tensor, y: fx.Tensor, rows: fx.Int32):
+    """Copy a 4 x 8 tile whose buffer covers only `rows` rows (FlyDSL's num_records_bytes)."""
+    i = fx.thread_idx.x
+    src = fx.rocdl.make_buffer_tensor(x, max_size=False,
+                                      num_records_bytes=fx.Int64(rows) * 8 * 4)
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopy32b(), fx.Float32)
+    regs = fx.make_fragment_like(fx.flat_divide(src, (1,))[None, i])
+    fx.copy(atom, fx.flat_divide(src, (1,))[None, i], regs)
+    y[i] = regs[0]
+
+
+def test_num_records_bytes_bounds_the_buffer():
+    x = np.arange(1, 33, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    ragged_rows[1, 32](x, y, 3)
+    np.testing.assert_array_equal(y, np.where(np.arange(32) < 24, x, 0))
+    assert "buffer_load_dword" in _asm(ragged_rows, (x, y, 3), "rocm", "gfx942", "amdgcn")

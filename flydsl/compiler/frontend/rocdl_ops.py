@@ -25,7 +25,7 @@ from .buffer_resources import address, byte_offset, guarded_load, in_records, re
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
-__all__ = ["rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_raw", "rocdl_readfirstlane",
+__all__ = ["rocdl_buffer_tensor", "rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_raw", "rocdl_readfirstlane",
            "buffer_lds_copy", "buffer_atomic_copy"]
 
 #: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
@@ -39,6 +39,25 @@ def _backend() -> str:
 
 def _i32(n: int) -> ir.Value:
     return arith.constant(ir.IntegerType.get_signless(32), n)
+
+
+# -- buffer tensors of a given size ---------------------------------------------------------
+
+def rocdl_buffer_tensor(x, num_records_bytes) -> TensorView:
+    """``fx.rocdl.make_buffer_tensor(x, num_records_bytes=n)``: the buffer resource covers
+    ``n`` bytes from ``x``'s first element (whole elements; a partial one is dropped)."""
+    from .views import TensorView as _View, buffer_tensor
+    view = buffer_tensor(x)
+    if not isinstance(view.offset, (int, Value)):
+        raise DSLTypeError("fx.rocdl.make_buffer_tensor: num_records_bytes needs a tensor, "
+                           "not a coordinate view")
+    nbytes = _operand(num_records_bytes, "make_buffer_tensor")
+    if nbytes.dtype.kind != "int":
+        raise DSLTypeError(f"fx.rocdl.make_buffer_tensor: num_records_bytes must be an "
+                           f"integer, got {nbytes.dtype.name}")
+    nbytes = cast(nbytes, dt.Int64)
+    records = nbytes // view.memory.itemsize + view.offset
+    return _View(view.memory.with_records(records), view.offset, view.layout)
 
 
 # -- scheduling hints and waits -----------------------------------------------------------

@@ -69,10 +69,17 @@ def readfirstlane(res_or_value, value=None):
     return _ops().rocdl_readfirstlane(value, dtype)
 
 
-def make_buffer_tensor(tensor):
+def make_buffer_tensor(tensor, max_size: bool = True, *, num_records_bytes=None):
     """``tensor`` accessed through an AMD buffer resource covering exactly its elements:
     copies with ``BufferCopy*`` atoms (and any copy) read 0 past its end and drop
     writes there.
+
+    ``num_records_bytes`` (FlyDSL's; an int or a run-time integer) sets the resource's
+    size in bytes from the tensor's first element instead, e.g. to the rows that exist
+    of a ragged tile. ``max_size`` is accepted for FlyDSL code: FlyDSL's default
+    (``True``) makes a 4 GiB resource, whose reads past the tensor return whatever
+    memory holds; flydsl bounds the resource by the tensor either way, so such reads
+    give 0 here (no FlyDSL kernel relies on reading past its tensors).
 
     Returns: a view of ``tensor``'s elements through the buffer resource (any copy atom
     may use it; ``BufferCopy`` atoms become ``buffer_load``/``buffer_store`` on
@@ -86,7 +93,9 @@ def make_buffer_tensor(tensor):
         fx.copy(atom, src, regs)                  # 0 where src is past the end of x
         y[i] = regs[0]
     """
-    return _ops().buffer_tensor(tensor)
+    if num_records_bytes is None:
+        return _ops().buffer_tensor(tensor)
+    return _ops().rocdl_buffer_tensor(tensor, num_records_bytes)
 
 
 def MFMA(m: int, n: int, k: int, dtype: DType, ab_dtype=None, *, elem_ty_ab=None,
