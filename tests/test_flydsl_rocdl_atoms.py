@@ -562,3 +562,22 @@ def test_num_records_bytes_bounds_the_buffer():
     ragged_rows[1, 32](x, y, 3)
     np.testing.assert_array_equal(y, np.where(np.arange(32) < 24, x, 0))
     assert "buffer_load_dword" in _asm(ragged_rows, (x, y, 3), "rocm", "gfx942", "amdgcn")
+
+
+def _i32_type():
+    return ir.IntegerType.get_signless(32)
+
+
+@flydsl.kernel
+def first_lane_flydsl_form(x: fx.Tensor, y: fx.Tensor):
+    """FlyDSL's spelling: readfirstlane(T.i32, raw MLIR value)."""
+    i = fx.thread_idx.x
+    y[i] = fx.rocdl.readfirstlane(_i32_type(), (x[i] * 3).v)
+
+
+@pytest.mark.filterwarnings("ignore:flydsl. kernel .first_lane_flydsl_form. is cached in memory")
+def test_readfirstlane_takes_flydsls_result_type_and_raw_values():
+    x = np.arange(64, dtype=np.int32) + 5
+    y = np.zeros_like(x)
+    first_lane_flydsl_form[1, 64](x, y)
+    np.testing.assert_array_equal(y, 3 * x[np.arange(64) // 32 * 32])

@@ -100,7 +100,7 @@ def _uniform(v: Value) -> Value:
 def rocdl_readfirstlane(value, dtype: Optional[dt.DType]) -> Value:
     """``fx.rocdl.readfirstlane``: see :func:`flydsl.expr.rocdl.readfirstlane`."""
     context.current()
-    v = as_value(value, None)
+    v = _operand(value, "readfirstlane")
     if not isinstance(v, Value) or v.dtype.kind == "bool" or v.dtype.bits not in (8, 16, 32, 64):
         raise DSLTypeError(f"fx.rocdl.readfirstlane needs a number, got {value!r}")
     if dtype is not None:
@@ -111,7 +111,8 @@ def rocdl_readfirstlane(value, dtype: Optional[dt.DType]) -> Value:
 # -- FlyDSL's direct ROCDL wrappers ------------------------------------------------------------
 
 _MLIR_DTYPES = {"i1": dt.Bool, "i8": dt.Int8, "i16": dt.Int16, "i32": dt.Int32, "i64": dt.Int64,
-                "f16": dt.Float16, "bf16": dt.BFloat16, "f32": dt.Float32, "f64": dt.Float64}
+                "f16": dt.Float16, "bf16": dt.BFloat16, "f32": dt.Float32, "f64": dt.Float64,
+                "index": dt.Index}
 
 
 def _dtype_of(res, fname: str) -> Optional[dt.DType]:
