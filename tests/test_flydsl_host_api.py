@@ -16,6 +16,7 @@ import flydsl.compiler as flyc
 import flydsl.expr as fx
 from flydsl.compiler.kernel_function import CompilationContext, options_overrides
 from flydsl.runtime import device
+from flydsl.expr.host_scalar import call_type
 from flydsl.runtime.host_args import (HostScalar, LayoutMarkError, TensorArgument, host_scalar,
                                       host_value)
 
@@ -312,7 +313,7 @@ def test_host_scalars_wrap_and_pass_as_their_value():
     assert host_scalar(300, fx.UInt8).value == 44
     assert host_scalar(3, fx.Float32).value == 3.0 and isinstance(host_scalar(3, fx.Float32).value,
                                                                   float)
-    five = host_scalar(5, fx.Int32)
+    five = call_type(fx.Int32, 5)            # fx.Int32(5) outside a kernel
     assert isinstance(five, HostScalar) and five + 1 == 6 and 10 // five == 2 and -five == -5
     assert (five + 255) // 256 == 1 and five == 5 and host_value(five) == 5
     x = np.zeros(8, np.float32)
