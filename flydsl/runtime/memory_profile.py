@@ -17,10 +17,10 @@ would see and counts what they cost under a :class:`MemoryModel`:
   inactive in it: divergence);
 * shared memory: the request's lanes are served in *phases* of 128 bytes
   (``banks x bank_bytes``): 32 lanes of 4-byte accesses, 16 of 8-byte, 8 of
-  16-byte (:meth:`MemoryModel.phases`). In a phase, each bank delivers one 4-byte word per cycle (lanes reading
-  the same word share it: a broadcast), so a phase takes as many *wavefronts* as the
-  most distinct words it asks of one bank. Conflicts per request are the wavefronts
-  beyond one per phase; 32 lanes reading one column of a 32x32 float tile make one
+  16-byte (:meth:`MemoryModel.phases`). In a phase, each bank delivers one 4-byte
+  word per cycle (lanes reading the same word share it: a broadcast), so a phase
+  takes as many *wavefronts* as the most distinct words it asks of one bank.
+  Conflicts per request are the wavefronts beyond one per phase; 32 lanes reading one column of a 32x32 float tile make one
   phase of 32 wavefronts: a 32-way conflict, 31 extra wavefronts;
 * global memory: the distinct ``sector_bytes``-aligned sectors a request touches;
   efficiency is the bytes the lanes asked for (an address several lanes read counted
@@ -37,7 +37,7 @@ import json
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, TextIO
 
 import numpy as np
@@ -61,8 +61,6 @@ RECORD_WORDS = 3
 BYTES_SHIFT = 20
 MAX_SITE = (1 << BYTES_SHIFT) - 1
 MAX_BYTES = (1 << (32 - BYTES_SHIFT)) - 1
-#: The values of ``FLYDSL_PROFILE`` (``CompileOptions.profile``).
-PROFILES = ("", "memory")
 
 _FIRST_CAPACITY = 1 << 16      # records in a launcher's first buffer
 #: The largest buffer (records; 24 bytes each): one block's accesses past it are lost.
