@@ -218,6 +218,33 @@ def test_an_arena_subclass_carves_bytes_from_its_base():
 
 
 @flydsl.kernel
+def lds_addresses(x: fx.Tensor, y: fx.Tensor):
+    """FlyDSL's attention kernels keep LDS addresses in an Int32 and make pointers from
+    them again (fx.inttoptr with a Shared pointer type)."""
+    t = fx.thread_idx.x
+    a = fx.SharedAllocator().allocate(fx.Array[fx.Float32, 16]).peek()
+    a[t] = x[t]
+    fx.barrier()
+    addr = fx.Int32(fx.ptrtoint(a.ptr)) + (15 - t) * 4
+    p = fx.inttoptr(fx.PointerType.get(fx.Float32, fx.AddressSpace.Shared, 4), addr)
+    y[t] = p.load()
+
+
+def test_32_bit_shared_addresses_round_trip():
+    x = np.arange(16, dtype=np.float32)
+    y = np.zeros(16, np.float32)
+    lds_addresses[1, 16](x, y)
+    np.testing.assert_array_equal(y, x[::-1])
+
+    @flydsl.jit
+    def run(x: fx.Tensor, y: fx.Tensor):
+        lds_addresses(x, y).launch(grid=(1, 1, 1), block=(16, 1, 1))
+
+    gcn = flydsl.compile(run, x, y, backend="rocm", arch="gfx942").asm["amdgcn"]
+    assert "ds_read_b32" in gcn or "ds_read2" in gcn
+
+
+@flydsl.kernel
 def scale_in_registers(x: fx.Tensor, y: fx.Tensor):
     """make_rmem_tensor + memref_load_vec/store_vec, fragment arithmetic."""
     t = fx.thread_idx.x

@@ -263,6 +263,7 @@ def shared_pool(nbytes: int, align: int, name: str) -> PointerValue:
     (a workgroup array named ``name`` in debug reports), as a UInt8 pointer."""
     ops = implementation.installed()      # the front end's ops module (it imports this one)
     t = ops.shared_array((nbytes,), dt.UInt8)
+    context.current().extra.setdefault("first_shared_pool", t)
     func_op = context.current().func_op
     k = int(t.name[len("shared"):])
     _set_alignment(func_op, k, align)
@@ -300,7 +301,27 @@ def inttoptr(dtype, address, space: str = "global") -> PointerValue:
                            f"got {address!r}")
     if space == "register":
         raise DSLTypeError("fx.inttoptr: register memory has no address")
+    if space == "shared" and address.dtype.bits <= 32 and \
+            context.current().target.backend not in _LLVM_SPACES:
+        return PointerValue(dtype, space, address=_host_shared_address(address))
     return PointerValue(dtype, space, address=cast(address, dt.Int64))
+
+
+def _host_shared_address(low: Value) -> Value:
+    """A 32-bit shared-memory address (FlyDSL kernels keep LDS addresses in an Int32,
+    as AMD's are) as the host address it was cut from, on host backends: the shared
+    arrays of a block are allocas of one stack frame, so the address is the one within
+    2 GiB of the kernel's first shared allocation with these low 32 bits."""
+    pool = context.current().extra.get("first_shared_pool")
+    if pool is None:
+        raise DSLTypeError("fx.inttoptr of a 32-bit shared-memory address needs a shared "
+                           "allocation (fx.SharedAllocator) in the kernel to tell, on the "
+                           "CPU backend, which host addresses it names")
+    ref = get_iter(pool).byte_address()
+    i32, i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
+    lo = cast(low, dt.Int32).v if low.dtype.bits < 32 else low.v
+    delta = arith.subi(lo, arith.trunci(i32, ref))          # wraps modulo 2**32
+    return Value(arith.addi(ref, arith.extsi(i64, delta)), dt.Int64)
 
 
 def ptrtoint(p) -> Value:
