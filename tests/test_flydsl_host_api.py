@@ -41,7 +41,7 @@ def test_from_torch_tensor_is_static_and_marks_like_flydsl():
     t = torch.zeros(4, 8)
     a = flyc.from_torch_tensor(t)
     assert isinstance(a, TensorArgument) and a.value is t
-    assert a.cache_signature() == (fx.Float32, 4, False, (4, 8), (8, 1))
+    assert a.cache_signature() == a.__cache_signature__() == (fx.Float32, 4, False, (4, 8), (8, 1))
     assert not a.is_layout_dynamic
     assert a.mark_layout_dynamic(leading_dim=1, divisibility=4) is a
     assert a.cache_signature()[3:] == ((-1, -1), (-4, 1))

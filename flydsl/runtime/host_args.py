@@ -275,6 +275,8 @@ class TensorArgument:
         return (self._dtype, align, self.use_32bit_stride, tuple(self._shape_marks),
                 tuple(self._stride_marks))
 
+    __cache_signature__ = cache_signature   # FlyDSL's protocol name
+
 
 def from_torch_tensor(tensor, *, assumed_align: Optional[int] = None,
                       use_32bit_stride: bool = False) -> TensorArgument:
