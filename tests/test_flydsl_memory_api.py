@@ -339,6 +339,37 @@ def test_pointer_parameters():
 
 
 @flydsl.kernel
+def vector_through_pointers(x: fx.Tensor, y: fx.Tensor):
+    """ptr_load with a vector result type and ptr_store of a vector: 4 consecutive
+    elements each, through memory pointers and raw ones."""
+    t = fx.thread_idx.x
+    v = fx.ptr_load(fx.get_iter(x) + t * 4, _F32X4)
+    fx.ptr_store(v * 2.0, fx.get_iter(y) + t * 4)
+    raw = fx.inttoptr(fx.Float32, fx.ptrtoint(fx.get_iter(y)) + 64 + t * 16)
+    fx.ptr_store(fx.ptr_load(fx.get_iter(x) + 16 + t * 4, _F32X4) + 1.0, raw)
+
+
+class _F32X4:
+    """A vector type as FlyDSL's Float32x4 describes one (lanes and element dtype)."""
+    dtype, lanes = fx.Float32, 4
+
+
+def test_vector_loads_and_stores_through_pointers():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    vector_through_pointers[1, 4](x, y)
+    np.testing.assert_array_equal(y[:16], x[:16] * 2)
+    np.testing.assert_array_equal(y[16:], x[16:] + 1)
+
+    @flydsl.jit
+    def run(x: fx.Tensor, y: fx.Tensor):
+        vector_through_pointers(x, y).launch(grid=(1, 1, 1), block=(4, 1, 1))
+
+    ptx = flydsl.compile(run, x, y, backend="cuda", arch="sm_90").asm["ptx"]
+    assert "st.global.v4" in ptx
+
+
+@flydsl.kernel
 def dynamic_words(x: fx.Tensor, y: fx.Tensor):
     t = fx.thread_idx.x
     buf = fx.make_view(fx.get_dyn_shared(fx.Float32), fx.make_layout(32, 1))

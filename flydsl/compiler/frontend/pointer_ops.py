@@ -32,7 +32,8 @@ from . import context
 from .memory_ops import _dynamic_shared_base, _space
 from .tensors import TensorValue, coerce_for_store, storage_type
 from .values import Value, as_value, cast, to_index
-from .views import FragmentValue, Memory, TensorView, add_offsets, as_view
+from .views import (FragmentValue, Memory, TensorView, add_offsets, as_view, vector_load,
+                    vector_store)
 
 __all__ = [
     "PointerValue", "add_offset", "bind_pointer_params", "get_dyn_shared", "get_iter", "inttoptr", "is_pointer",
@@ -408,7 +409,11 @@ def ptr_load(p, result_type=None):
     if not p.is_raw:
         if lanes == 0:
             return p.memory.load(p.offset)
-        return _as_vector([p.memory.load(add_offsets(p.offset, k)) for k in range(lanes)],
+        if dtype.kind == "bool":
+            return _as_vector([p.memory.load(add_offsets(p.offset, k))
+                               for k in range(lanes)], dtype)
+        vec = vector_load(p.memory, p.offset, lanes, p.memory.itemsize)   # one access
+        return _as_vector([Value(vector.extract(vec, [], [k]), dtype) for k in range(lanes)],
                           dtype)
     elem = storage_type(dtype)
     if lanes == 0:
@@ -426,6 +431,15 @@ def ptr_store(value, p) -> None:
     items = _elements(value)
     if items is None:
         items = [value]
+    if len(items) > 1 and p.dtype.kind != "bool":    # consecutive elements: one access
+        lanes = [coerce_for_store(x, p.dtype, "fx.ptr_store").v for x in items]
+        vec = vector.from_elements(ir.VectorType.get([len(lanes)], storage_type(p.dtype)),
+                                   lanes)
+        if p.is_raw:
+            llvm.store(vec, p.llvm_ptr, alignment=p.alignment)
+        else:
+            vector_store(p.memory, p.offset, vec, p.memory.itemsize)
+        return
     for k, item in enumerate(items):
         q = add_offset(p, k) if k else p
         if not q.is_raw:
