@@ -35,6 +35,7 @@ class JitFunction:
 
     def __init__(self, fn: Callable, compile_hints: Optional[dict] = None):
         self.fn = fn
+        self.func = fn   # FlyDSL's name for the wrapped function
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
         self.__doc__ = fn.__doc__

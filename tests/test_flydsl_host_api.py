@@ -227,7 +227,7 @@ def test_compile_hints_subscription_and_context():
 
     with pytest.raises(TypeError, match="expects a dict"):
         flyc.compile["fast"]
-    assert flyc.compile(scale) is scale and scale.compile_hints == {}
+    assert flyc.compile(scale) is scale and scale.compile_hints == {} and scale.func is scale.fn
     hinted = flyc.compile[{"fast_fp_math": True}](scale)
     assert hinted is scale and scale.compile_hints == {"fast_fp_math": True}
     scale_k.cache_clear()
