@@ -38,6 +38,10 @@ from .buffer_resources import in_records as _in_records, resource as _resource
 def copy(atom, src, dst, pred=None) -> None:
     """``fx.copy(atom, src, dst, pred=None)``: see the module docstring."""
     src, dst = as_view(src), as_view(dst)
+    if getattr(atom.op, "kind", "").startswith("nvvm_"):    # cp.async, ldmatrix
+        from .nvvm_copy_ops import nvvm_copy
+        nvvm_copy(atom, src, dst, pred)
+        return
     _check_views(atom, src, dst)
     n = src.size()
     width = max(atom.bits // src.dtype.bits, 1) if src.dtype.kind != "bool" else 1
