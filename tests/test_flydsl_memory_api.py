@@ -134,6 +134,15 @@ def test_recast_iter_reinterprets_shared_bytes():
     np.testing.assert_array_equal(y, x.view(np.int32))
 
 
+def test_vector_pointer_accesses_are_bounds_checked(monkeypatch):
+    """x has 14 elements: thread 0's second 4-wide load (x[16:20]) is the first access
+    past the end."""
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    with pytest.raises(OutOfBoundsError) as info:
+        vector_through_pointers[1, 4](np.zeros(14, np.float32), np.zeros(32, np.float32))
+    assert (info.value.index, info.value.size, info.value.thread) == (16, 14, (0, 0, 0))
+
+
 def test_a_recast_view_is_bounds_checked(monkeypatch):
     """The 64 bytes seen as Float32 hold 16 of them: thread 16 stores past the end."""
     monkeypatch.setenv("FLYDSL_DEBUG", "1")

@@ -400,6 +400,13 @@ def _dtype_of(t: ir.Type, like: DType) -> DType:
     raise DSLTypeError(f"fx.ptr_load: unsupported element type {text}")
 
 
+def _checked() -> bool:
+    """Whether the debug checks (bounds, races) are on: they see element accesses only,
+    so vectors through memory are then split into elements."""
+    options = context.current().options
+    return bool(getattr(options, "debug", False) or getattr(options, "racecheck", False))
+
+
 def ptr_load(p, result_type=None):
     """One element (or a vector of them with a vector ``result_type``) at ``p``."""
     p = _need_pointer("ptr_load", p)
@@ -409,7 +416,7 @@ def ptr_load(p, result_type=None):
     if not p.is_raw:
         if lanes == 0:
             return p.memory.load(p.offset)
-        if dtype.kind == "bool":
+        if dtype.kind == "bool" or _checked():
             return _as_vector([p.memory.load(add_offsets(p.offset, k))
                                for k in range(lanes)], dtype)
         vec = vector_load(p.memory, p.offset, lanes, p.memory.itemsize)   # one access
@@ -431,7 +438,8 @@ def ptr_store(value, p) -> None:
     items = _elements(value)
     if items is None:
         items = [value]
-    if len(items) > 1 and p.dtype.kind != "bool":    # consecutive elements: one access
+    if len(items) > 1 and p.dtype.kind != "bool" and (p.is_raw or not _checked()):
+        # consecutive elements: one access
         lanes = [coerce_for_store(x, p.dtype, "fx.ptr_store").v for x in items]
         vec = vector.from_elements(ir.VectorType.get([len(lanes)], storage_type(p.dtype)),
                                    lanes)
