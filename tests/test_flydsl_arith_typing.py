@@ -265,6 +265,26 @@ def test_vector_and_math_errors_are_located(kernel, message):
     assert "test_flydsl_arith_typing.py" in str(info.value)
 
 
+@flydsl.kernel
+def fx_math_forms(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    v = Vector.filled(2, x[t], fx.Float32)
+    out[t, 0] = fx.rsqrt(x[t] * x[t] + 1.0, fastmath=FAST)
+    out[t, 1] = fx.fma(x[t], 2.0, 0.5, fastmath=FAST)
+    out[t, 2] = fx.exp(v)[1] + fx.absf(-v)[0]
+    out[t, 3] = fx.maxnumf(x[t], 0.0) + fx.clampf(x[t], -0.5, 0.5)
+
+
+def test_fx_math_takes_fastmath_and_vectors():
+    x = RNG.standard_normal(8).astype(np.float32)
+    out = np.zeros((8, 4), np.float32)
+    fx_math_forms[1, 8](x, out)
+    np.testing.assert_allclose(out[:, 0], 1 / np.sqrt(x * x + 1), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 1], x * 2 + 0.5, rtol=1e-6)
+    np.testing.assert_allclose(out[:, 2], np.exp(x) + np.abs(x), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 3], np.maximum(x, 0) + np.clip(x, -0.5, 0.5), rtol=1e-6)
+
+
 # -- functions defined inside a kernel (FlyDSL's kernels define their helpers so) ---------
 
 @flydsl.kernel

@@ -68,6 +68,11 @@ _ARITH_NAMES = ("FastMathFlags", "RoundingMode", "ceildiv", "cmpf", "cmpi",
                 "constant_vector", "fastmath", "index_cast", "maximumf", "maxnumf",
                 "minimumf", "minnumf", "shrui")
 __all__ += typing.__all__ + ["arith", "math", "typing"] + list(_ARITH_NAMES)
+#: flydsl.expr.math's names fx has no other function for (fx.absf, fx.powf, fx.clampf...).
+from .math import (absf, absi, cbrt, clampf, ctlz, ctpop, cttz, fpowi, ipowi,  # noqa: E402
+                   isnormal, powf, roundeven, sincos)
+__all__ += ["absf", "absi", "cbrt", "clampf", "ctlz", "ctpop", "cttz", "fpowi", "ipowi",
+            "isnormal", "powf", "roundeven", "sincos"]
 #: FlyDSL's spelling of fx.Bool.
 Boolean = Bool
 

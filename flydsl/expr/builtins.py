@@ -3,6 +3,11 @@
 They only have meaning while a ``@flydsl.kernel`` is being traced; the MLIR
 that implements them lives in :mod:`flydsl.compiler.frontend.ops`, which the
 tracer installs (:mod:`.implementation`), so ``import flydsl.expr`` stays light.
+
+The math functions (``exp``, ``log``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``tanh``,
+``floor``, ``ceil``, ``fma``) also take an ``fx.Vector`` (per lane) and FlyDSL's
+``fastmath=`` keyword (flags on the arith ops it builds; ``FLYDSL_FAST_MATH=1`` relaxes
+every float op).
 """
 from __future__ import annotations
 
@@ -132,7 +137,7 @@ def threadfence_system() -> None:
     _ops().fence("system")
 
 
-def exp(x):
+def exp(x, *, fastmath=None):
     """e**x (floating point; ints are converted to Float32).
 
     Returns: a float value of ``x``'s type (``Float32`` for an int).
@@ -143,10 +148,10 @@ def exp(x):
     ``v_exp_f32`` with range reduction; CPU (Float32) flydsl's vectorizable code
     (:mod:`flydsl.passes.math_approx`, 1 ulp).
     """
-    return _ops().exp(x)
+    return _ops().vector_math('exp', x, fastmath=fastmath)
 
 
-def log(x):
+def log(x, *, fastmath=None):
     """Natural logarithm (NaN below 0, -inf at 0).
 
     Returns: a float value of ``x``'s type (``Float32`` for an int).
@@ -156,10 +161,10 @@ def log(x):
     Backends: CUDA libdevice ``__nv_logf``; ROCm ``v_log_f32`` with scaling; CPU (Float32)
     flydsl's vectorizable code (1 ulp).
     """
-    return _ops().log(x)
+    return _ops().vector_math('log', x, fastmath=fastmath)
 
 
-def sqrt(x):
+def sqrt(x, *, fastmath=None):
     """Square root (NaN below 0).
 
     Returns: a float value of ``x``'s type (``Float32`` for an int).
@@ -170,10 +175,10 @@ def sqrt(x):
     ``-prec-sqrt=true``; ``sqrt.approx.f32`` under fast math); ROCm ``v_sqrt_f32`` with a
     correction step; CPU ``llvm.sqrt``.
     """
-    return _ops().sqrt(x)
+    return _ops().vector_math('sqrt', x, fastmath=fastmath)
 
 
-def rsqrt(x):
+def rsqrt(x, *, fastmath=None):
     """1 / sqrt(x).
 
     Returns: a float value of ``x``'s type (``Float32`` for an int).
@@ -183,10 +188,10 @@ def rsqrt(x):
     Backends: CUDA ``rsqrt.approx.f32``; ROCm ``v_sqrt_f32`` and a division; CPU
     ``1 / sqrt(x)``.
     """
-    return _ops().rsqrt(x)
+    return _ops().vector_math('rsqrt', x, fastmath=fastmath)
 
 
-def sin(x):
+def sin(x, *, fastmath=None):
     """Sine of ``x`` (radians).
 
     Returns: a float value of ``x``'s type (``Float32`` for an int).
@@ -197,10 +202,10 @@ def sin(x):
     (hardware, reduced accuracy for large arguments); CPU (Float32) flydsl's code, 1 ulp
     up to 3.4e38.
     """
-    return _ops().sin(x)
+    return _ops().vector_math('sin', x, fastmath=fastmath)
 
 
-def cos(x):
+def cos(x, *, fastmath=None):
     """Cosine of ``x`` (radians).
 
     Returns: a float value of ``x``'s type (``Float32`` for an int).
@@ -209,10 +214,10 @@ def cos(x):
 
     Backends: as :func:`sin` (ROCm ``v_cos_f32``).
     """
-    return _ops().cos(x)
+    return _ops().vector_math('cos', x, fastmath=fastmath)
 
 
-def tanh(x):
+def tanh(x, *, fastmath=None):
     """Hyperbolic tangent.
 
     Returns: a float value of ``x``'s type (``Float32`` for an int).
@@ -222,10 +227,10 @@ def tanh(x):
     Backends: CUDA libdevice ``__nv_tanhf``; ROCm from ``v_exp_f32``; CPU (Float32) flydsl's
     vectorizable code (2 ulp).
     """
-    return _ops().tanh(x)
+    return _ops().vector_math('tanh', x, fastmath=fastmath)
 
 
-def floor(x):
+def floor(x, *, fastmath=None):
     """Round towards -inf.
 
     Returns: a float of ``x``'s type (``math.floor(x)`` gives an ``Int64`` instead).
@@ -234,10 +239,10 @@ def floor(x):
 
     Backends: CUDA ``cvt.rmi``; ROCm ``v_floor_f32``; CPU ``llvm.floor``.
     """
-    return _ops().floor(x)
+    return _ops().vector_math('floor', x, fastmath=fastmath)
 
 
-def ceil(x):
+def ceil(x, *, fastmath=None):
     """Round towards +inf.
 
     Returns: a float of ``x``'s type (``math.ceil(x)`` gives an ``Int64`` instead).
@@ -246,7 +251,7 @@ def ceil(x):
 
     Backends: CUDA ``cvt.rpi``; ROCm ``v_ceil_f32``; CPU ``llvm.ceil``.
     """
-    return _ops().ceil(x)
+    return _ops().vector_math('ceil', x, fastmath=fastmath)
 
 
 def abs(x):
@@ -284,7 +289,7 @@ def min(a, b, *more):
     return _ops().reduce_args(_ops().minimum, (a, b, *more))
 
 
-def fma(a, b, c):
+def fma(a, b, c, *, fastmath=None):
     """a * b + c with one rounding.
 
     Returns: a value of the promoted type of the operands.
@@ -295,7 +300,7 @@ def fma(a, b, c):
     By default ``a * b + c`` written out is contracted into an FMA too
     (``FLYDSL_FP_CONTRACT=0`` keeps it as two roundings).
     """
-    return _ops().fma(a, b, c)
+    return _ops().vector_math("fma", a, b, c, fastmath=fastmath)
 
 
 def select(cond, a, b):
