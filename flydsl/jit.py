@@ -13,7 +13,8 @@ from .errors import DSLTypeError, FlydslError, KernelSelectionError
 from .tracebacks import trim_traceback
 from .expr.dtypes import Stream
 from .kernel import KernelFunction
-from .launch_context import LaunchContext, using
+from .launch_context import DEFAULT as DEFAULT_CONTEXT, LaunchContext, using
+from .launch_context import current as current_context
 from .runtime.host_args import JitArgumentRegistry, PointerArgument, TensorArgument
 
 
@@ -30,7 +31,9 @@ class JitFunction:
     - values of types registered in ``flyc.JitArgumentRegistry`` are converted;
     - ``compile_hints`` (set by ``flyc.compile[{...}](fn)``) and the enclosing
       ``CompilationContext.compile_hints`` apply to the kernels it launches;
-    - defined in a class, it binds ``self`` like a method.
+    - defined in a class, it binds ``self`` like a method;
+    - with ``COMPILE_ONLY=1`` in the environment a call compiles the kernels it
+      launches without running them.
     """
 
     def __init__(self, fn: Callable, compile_hints: Optional[dict] = None):
@@ -58,6 +61,9 @@ class JitFunction:
             args, kwargs = self._host_arguments(args, kwargs)
             context = hinted_context(merge_compile_hints(
                 self.compile_hints, CompilationContext.get_compile_hints()))
+            if env_flag("COMPILE_ONLY") and current_context() is DEFAULT_CONTEXT:
+                # FlyDSL's COMPILE_ONLY=1: the kernels compile, none launches
+                context = LaunchContext(None, context.options if context else None, record=[])
             if context is None:
                 return self.fn(*args, **kwargs)
             with using(context):

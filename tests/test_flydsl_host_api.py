@@ -217,7 +217,16 @@ def test_compile_only_compiles_without_launching(monkeypatch):
     monkeypatch.setenv("COMPILE_ONLY", "1")
     x = torch.ones(10)
     assert flyc.compile(scale, x) is None
+    scale(x)                                      # a plain call compiles only, too
     assert torch.equal(x, torch.ones(10))
+    # FlyDSL's test fixtures patch these; flydsl does not use them
+    from flydsl.compiler import jit_function
+    monkeypatch.setattr(jit_function, "_flydsl_key", lambda: "test-key")
+    monkeypatch.setattr(jit_function.MlirCompiler, "compile", classmethod(lambda cls, m, **k: m))
+    scale(x)
+    monkeypatch.delenv("COMPILE_ONLY")
+    scale(x)
+    assert torch.equal(x, torch.full((10,), 5.0))
 
 
 def test_compile_hints_subscription_and_context():
