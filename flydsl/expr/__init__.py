@@ -80,6 +80,9 @@ Boolean = Bool
 def __getattr__(name: str):
     """``fx.<unknown>``: an AttributeError naming the close ``fx`` names (``fx.erfx``:
     did you mean fx.erf?)."""
+    if name in ("coop", "random"):    # FlyDSL's libraries fx.coop, fx.random (no MLIR)
+        import importlib
+        return importlib.import_module("flydsl.extension." + name)
     if name == "arith" or name in _ARITH_NAMES:
         import importlib
         arith_module = importlib.import_module(__name__ + ".arith")   # loads MLIR

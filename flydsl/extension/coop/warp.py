@@ -1,0 +1,125 @@
+"""Warp-scope cooperative algorithms (FlyDSL's ``fx.coop.warp_*``): a reduction and
+prefix scans over the lanes of a warp, or of independent groups of ``width`` lanes.
+
+``op`` is a :class:`~flydsl.expr.typing.ReductionOp`. ``width`` (a power of two, at
+most the warp: ``fx.warp_size()`` is 32 on CUDA and the CPU, 64 on CDNA) defaults to
+the whole warp; narrower groups work side by side, each on its own lanes. Every lane
+of a group must make the call.
+
+A whole warp reuses flydsl's own warp collectives (:func:`flydsl.expr.warp.warp_reduce`
+and :func:`~flydsl.expr.warp.warp_scan`: on the CPU one exchange folding the lanes in
+order; on GPUs shuffles); a narrower group uses a shuffle butterfly (reduce) or a
+Hillis-Steele scan of ``shuffle_up`` steps. Scans keep operands in lane order, so their
+``op`` need only be associative; the reduction needs a commutative one.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from ...expr import gpu as _gpu
+from ...expr import warp as _warp
+from ...expr.typing import ReductionOp
+from ._common import combine, identity, resolve_warp_width, seed
+
+__all__ = ["warp_reduce", "warp_inclusive_scan", "warp_exclusive_scan", "warp_scan",
+           "warp_scan_with_aggregate"]
+
+#: ReductionOp -> the op names of flydsl's own warp collectives.
+_OP_NAMES = {ReductionOp.ADD: "sum", ReductionOp.MUL: "prod", ReductionOp.MAX: "max",
+             ReductionOp.MIN: "min", ReductionOp.AND: "and", ReductionOp.OR: "or",
+             ReductionOp.XOR: "xor"}
+
+
+def _full_warp(width: int) -> bool:
+    return width == _gpu.num_warp_threads()
+
+
+def warp_reduce(value: Any, op: ReductionOp, *, width: Optional[int] = None) -> Any:
+    """``value`` folded with ``op`` over the ``width`` lanes of the caller's group; every
+    lane of the group gets the result (a value of ``value``'s type).
+
+    Example: ``total = fx.coop.warp_reduce(x[i], fx.ReductionOp.ADD, width=16)``
+    """
+    width = resolve_warp_width(width, "warp_reduce width")
+    if op not in _OP_NAMES:
+        raise TypeError(f"op must be a fx.ReductionOp, got {op!r}")
+    if _full_warp(width):
+        return _as_type(_warp.warp_reduce(value, _OP_NAMES[op]), value)
+    offset = 1
+    while offset < width:
+        value = combine(op, value, _gpu.shuffle_xor(value, offset, width))
+        offset <<= 1
+    return value
+
+
+def _as_type(result: Any, like: Any) -> Any:
+    """flydsl's collectives count Bool sums in Int32; FlyDSL's keep the input type."""
+    dtype = getattr(like, "dtype", None)
+    if dtype is not None and getattr(result, "dtype", dtype) is not dtype:
+        return dtype(result)
+    return result
+
+
+def _inclusive(value: Any, op: ReductionOp, width: int) -> Any:
+    """The raw inclusive scan over groups of ``width`` lanes."""
+    if op not in _OP_NAMES:
+        raise TypeError(f"op must be a fx.ReductionOp, got {op!r}")
+    if _full_warp(width):
+        return _as_type(_warp.warp_scan(value, _OP_NAMES[op], True), value)
+    lane = _gpu.lane_id() % width
+    offset = 1
+    while offset < width:
+        below = _gpu.shuffle_up(value, offset, width)
+        value = (lane >= offset).select(combine(op, below, value), value)
+        offset <<= 1
+    return value
+
+
+def _shift_up(inclusive: Any, op: ReductionOp, width: int) -> Any:
+    """The exclusive scan from the inclusive one: each lane takes the lane below's,
+    the group's first lane the identity."""
+    below = _gpu.shuffle_up(inclusive, 1, width)
+    first = (_gpu.lane_id() % width) == 0
+    return first.select(identity(op, inclusive.dtype), below)
+
+
+def _last_lane(value: Any, width: int) -> Any:
+    """What the last lane of the caller's group holds, in every lane of the group."""
+    return _gpu.shuffle_idx(value, width - 1, width)
+
+
+def warp_inclusive_scan(value: Any, op: ReductionOp, *, width: Optional[int] = None,
+                        init: Any = None) -> Any:
+    """Lane ``k`` of a group gets lanes ``0..k`` folded (``init`` folded in first when
+    given).
+
+    Example: ``running = fx.coop.warp_inclusive_scan(n, fx.ReductionOp.ADD)``
+    """
+    width = resolve_warp_width(width, "warp_inclusive_scan width")
+    return seed(_inclusive(value, op, width), op, init)
+
+
+def warp_exclusive_scan(value: Any, op: ReductionOp, *, width: Optional[int] = None,
+                        init: Any = None) -> Any:
+    """Lane ``k`` of a group gets lanes ``0..k-1`` folded; lane 0 gets ``init``, or the
+    identity of ``op`` (0 for ADD, 1 for MUL, the lowest value for MAX, ...)."""
+    width = resolve_warp_width(width, "warp_exclusive_scan width")
+    return seed(_shift_up(_inclusive(value, op, width), op, width), op, init)
+
+
+def warp_scan(value: Any, op: ReductionOp, *, width: Optional[int] = None,
+              init: Any = None) -> Tuple[Any, Any]:
+    """``(inclusive, exclusive)`` for this lane, from one scan."""
+    width = resolve_warp_width(width, "warp_scan width")
+    raw = _inclusive(value, op, width)
+    return seed(raw, op, init), seed(_shift_up(raw, op, width), op, init)
+
+
+def warp_scan_with_aggregate(value: Any, op: ReductionOp, *, width: Optional[int] = None,
+                             init: Any = None) -> Tuple[Any, Any, Any]:
+    """``(inclusive, exclusive, aggregate)``: the scans and the group's whole fold (in
+    every lane; ``init`` is not folded into the aggregate)."""
+    width = resolve_warp_width(width, "warp_scan_with_aggregate width")
+    raw = _inclusive(value, op, width)
+    return (seed(raw, op, init), seed(_shift_up(raw, op, width), op, init),
+            _last_lane(raw, width))
