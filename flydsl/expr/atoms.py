@@ -806,7 +806,7 @@ class ThrMma:
 def _first_two_modes(view):
     """``view`` restricted to its first two modes (a tile of a ``(M, K, k...)`` tensor,
     as FlyDSL's ``make_fragment`` takes one): the others fixed at 0."""
-    r = la.rank(_layout_of(view))
+    r = la.rank(view) if isinstance(view, la.Layout) else _ops().view_apply(la.rank, view)
     if r <= 2:
         return view
     return _slice(view, (None, None) + (0,) * (r - 2))
