@@ -1,5 +1,6 @@
 """NVIDIA-specific atoms of the layout model (``fx.nvvm``): ``mma.sync`` tensor cores,
-``cp.async`` (global -> shared) and ``ldmatrix`` (shared -> registers) copy atoms.
+``cp.async`` (global -> shared), ``ldmatrix`` (shared -> registers) and ``stmatrix``
+(registers -> shared) copy atoms (docs/async-copies.md).
 
 ``MMA(m, n, k, acc_dtype, ab_dtype=)`` is ``mma.sync.aligned.mMnNkK.row.col`` on sm_80
 and later (a warp of 32 lanes), e.g. ``MMA(16, 8, 16, fx.Float32, ab_dtype=fx.Float16)``
@@ -21,7 +22,7 @@ from .atoms import MmaOp, UniversalCopy, mma_op
 from .dtypes import DType
 from .implementation import ops as _ops
 
-__all__ = ["MMA", "CpAsync", "LdMatrix", "cp_async_commit_group", "cp_async_wait_group"]
+__all__ = ["MMA", "CpAsync", "LdMatrix", "StMatrix", "cp_async_commit_group", "cp_async_wait_group"]
 
 
 def MMA(m: int, n: int, k: int, acc_dtype: DType, ab_dtype=None) -> MmaOp:
@@ -99,6 +100,32 @@ class LdMatrix(UniversalCopy):
             raise DSLTypeError(f"fx.nvvm.LdMatrix num must be 1, 2 or 4, got {self.num!r}")
         if not isinstance(self.trans, bool):
             raise DSLTypeError(f"fx.nvvm.LdMatrix trans must be a bool, got {self.trans!r}")
+
+
+@dataclass(frozen=True)
+class StMatrix(UniversalCopy):
+    """``stmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16`` (sm_90+): the inverse of
+    :class:`LdMatrix`. With ``fx.copy(atom, src, dst)`` each lane passes as ``src`` a
+    register fragment of ``2 * num`` 16-bit elements (the ldmatrix order: ``src[2j],
+    src[2j+1]`` are row ``lane // 4``, columns ``2 * (lane % 4) + {0, 1}`` of matrix
+    ``j``; transposed with ``trans=True``) and as ``dst`` the shared-memory row it
+    addresses (8 contiguous elements; lane ``i``: row ``i % 8`` of matrix ``i // 8``).
+
+    Example::
+
+        >>> fx.make_copy_atom(fx.nvvm.StMatrix(4, trans=True), fx.BFloat16)
+        CopyAtom(StMatrix128b, BFloat16)
+    """
+    num: int = 4
+    trans: bool = False
+    bits: int = field(default=128, init=False)   # what one lane addresses: its row
+    kind = "nvvm_stmatrix"
+
+    def __post_init__(self):
+        if self.num not in (1, 2, 4):
+            raise DSLTypeError(f"fx.nvvm.StMatrix num must be 1, 2 or 4, got {self.num!r}")
+        if not isinstance(self.trans, bool):
+            raise DSLTypeError(f"fx.nvvm.StMatrix trans must be a bool, got {self.trans!r}")
 
 
 def _impl():

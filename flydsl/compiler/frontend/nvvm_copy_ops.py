@@ -17,6 +17,9 @@ and ``cp.async`` group commit/wait, per target.
   ``2 * (lane % 4) + {0, 1}``). On CUDA the instruction; on the CPU the same exchange
   with warp shuffles (:mod:`.warp_ops`): each lane reads the row address from the lane
   that supplies it, then its elements from shared memory.
+* **stmatrix** (registers -> shared, ``m8n8.x{1,2,4}{.trans}.b16``, sm_90+): the inverse
+  of ldmatrix (same lanes, same fragment order); on the CPU each lane writes its
+  elements to the rows the supplying lanes address.
 """
 from __future__ import annotations
 
@@ -48,7 +51,10 @@ def _require_sm80(what: str) -> None:
     if target.backend == "cuda":
         arch = target.arch
         num = int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()) or 0)
-        if num < 80 and not (what.startswith("ldmatrix") and num >= 75):
+        if what.startswith("stmatrix"):
+            if num < 90:
+                raise DSLTypeError(f"{what} needs sm_90 or later, not {arch}")
+        elif num < 80 and not (what.startswith("ldmatrix") and num >= 75):
             raise DSLTypeError(f"{what} needs sm_80 or later (ldmatrix: sm_75), not {arch}")
 
 
@@ -58,11 +64,14 @@ def nvvm_copy(atom, src, dst, pred=None) -> None:
     kind = atom.op.kind
     if kind == "nvvm_cp_async":
         _cp_async(atom, src, dst, pred)
-    elif kind == "nvvm_ldmatrix":
+    elif kind in ("nvvm_ldmatrix", "nvvm_stmatrix"):
         if pred is not None:
-            raise DSLTypeError(f"fx.copy with {atom!r}: ldmatrix is warp-collective and "
+            raise DSLTypeError(f"fx.copy with {atom!r}: {kind[5:]} is warp-collective and "
                                "takes no predicate")
-        _ldmatrix(atom, src, dst)
+        if kind == "nvvm_ldmatrix":
+            _ldmatrix(atom, src, dst)
+        else:
+            _stmatrix(atom, src, dst)
     else:   # pragma: no cover - the atoms module only makes the two kinds
         raise DSLTypeError(f"fx.copy: unknown NVIDIA copy atom {atom!r}")
 
@@ -117,8 +126,7 @@ def _cp_async_ptx(op, sm: Memory, so, dm: Memory, do, ok) -> None:
     i64 = ir.IntegerType.get_signless(64)
     i32 = ir.IntegerType.get_signless(32)
     gptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, address(sm, so)))
-    sptr = llvm.inttoptr(llvm.PointerType.get(3),
-                         arith.index_cast(i64, address(dm, dm.physical(do))))
+    sptr = _shared_ptr(dm, dm.physical(do))
     nbytes = op.bits // 8
     modifier = ir.Attribute.parse(f"#nvvm<load_cache_modifier {op.cache}>")
     size = ir.IntegerAttr.get(i32, nbytes)
@@ -172,29 +180,38 @@ def cp_async_wait_group(n: int) -> None:
 
 # -- ldmatrix ------------------------------------------------------------------------
 
+def _check_matrix(atom, name: str, smem: TensorView, regs: TensorView, role: str) -> None:
+    """``smem``: this lane's 8-element row in shared memory; ``regs``: its fragment."""
+    op = atom.op
+    _require_sm80(name)
+    if smem.memory is None or smem.memory.space != "shared":
+        raise DSLTypeError(f"fx.copy with {atom!r}: the {role} must be this lane's row in "
+                           "shared memory (8 contiguous 16-bit elements)")
+    other = "destination" if role == "source" else "source"
+    if regs.memory is None or regs.memory.space != "register":
+        raise DSLTypeError(f"fx.copy with {atom!r}: the {other} must be a register fragment")
+    for what, v in ((role, smem), (other, regs)):
+        if v.dtype.bits != 16:
+            raise DSLTypeError(f"fx.copy with {atom!r}: {name.split('.')[0]} moves 16-bit "
+                               f"elements, the {what} holds {v.dtype.name}")
+    if smem.dtype is not regs.dtype:
+        raise DSLTypeError(f"fx.copy with {atom!r}: the {role} is {smem.dtype.name} but the "
+                           f"{other} is {regs.dtype.name}")
+    if smem.size() != 8 or not _contiguous_runs(smem.layout, 8) or smem.memory.run() < 8:
+        raise DSLTypeError(f"fx.copy with {atom!r}: each lane's {role} is the row it "
+                           f"addresses, 8 contiguous elements; got {smem.layout!r}")
+    if regs.size() != 2 * op.num:
+        raise DSLTypeError(f"fx.copy with {atom!r}: each lane holds {2 * op.num} elements, "
+                           f"the {other} has {regs.size()}")
+
+
+def _matrix_name(op, what: str) -> str:
+    return f"{what}.m8n8.x{op.num}{'.trans' if op.trans else ''}.b16"
+
+
 def _ldmatrix(atom, src: TensorView, dst: TensorView) -> None:
     op = atom.op
-    name = f"ldmatrix.m8n8.x{op.num}{'.trans' if op.trans else ''}.b16"
-    _require_sm80(name)
-    if src.memory is None or src.memory.space != "shared":
-        raise DSLTypeError(f"fx.copy with {atom!r}: the source must be this lane's row in "
-                           "shared memory (8 contiguous 16-bit elements)")
-    if dst.memory is None or dst.memory.space != "register":
-        raise DSLTypeError(f"fx.copy with {atom!r}: the destination must be a register "
-                           "fragment")
-    for role, v in (("source", src), ("destination", dst)):
-        if v.dtype.bits != 16:
-            raise DSLTypeError(f"fx.copy with {atom!r}: ldmatrix moves 16-bit elements, the "
-                               f"{role} holds {v.dtype.name}")
-    if src.dtype is not dst.dtype:
-        raise DSLTypeError(f"fx.copy with {atom!r}: source is {src.dtype.name} but "
-                           f"destination is {dst.dtype.name}")
-    if src.size() != 8 or not _contiguous_runs(src.layout, 8) or src.memory.run() < 8:
-        raise DSLTypeError(f"fx.copy with {atom!r}: each lane's source is the row it "
-                           f"addresses, 8 contiguous elements; got {src.layout!r}")
-    if dst.size() != 2 * op.num:
-        raise DSLTypeError(f"fx.copy with {atom!r}: each lane receives {2 * op.num} "
-                           f"elements, the destination has {dst.size()}")
+    _check_matrix(atom, _matrix_name(op, "ldmatrix"), src, dst, "source")
     row = src.memory.physical(src.element_offset(0))
     if _target().backend == "cuda":
         _ldmatrix_ptx(op, src.memory, row, dst)
@@ -202,14 +219,66 @@ def _ldmatrix(atom, src: TensorView, dst: TensorView) -> None:
         _ldmatrix_emulated(op, src.memory, row, dst)
 
 
-def _ldmatrix_ptx(op, sm: Memory, row, dst: TensorView) -> None:
-    i32, i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
-    ptr = llvm.inttoptr(llvm.PointerType.get(3), arith.index_cast(i64, address(sm, row)))
-    res = i32 if op.num == 1 else llvm.StructType.get_literal([i32] * op.num)
+def _stmatrix(atom, src: TensorView, dst: TensorView) -> None:
+    op = atom.op
+    _check_matrix(atom, _matrix_name(op, "stmatrix"), dst, src, "destination")
+    row = dst.memory.physical(dst.element_offset(0))
+    if _target().backend == "cuda":
+        _stmatrix_ptx(op, dst.memory, row, src)
+    else:
+        _stmatrix_emulated(op, dst.memory, row, src)
+
+
+def _matrix_attrs(op):
     layout = nvvm.MMALayout.col if op.trans else nvvm.MMALayout.row
     shape = ir.Attribute.parse("#nvvm.ld_st_matrix_shape<m = 8, n = 8>")
     elt = ir.Attribute.parse("#nvvm.ld_st_matrix_elt_type<b16>")
-    out = nvvm.LdMatrixOp(res, ptr, op.num, layout, shape, elt).result
+    return layout, shape, elt
+
+
+def _shared_ptr(sm: Memory, row) -> ir.Value:
+    i64 = ir.IntegerType.get_signless(64)
+    return llvm.inttoptr(llvm.PointerType.get(3), arith.index_cast(i64, address(sm, row)))
+
+
+def _stmatrix_ptx(op, sm: Memory, row, src: TensorView) -> None:
+    i32 = ir.IntegerType.get_signless(32)
+    pair = ir.VectorType.get([2], storage_type(src.dtype))
+    words = []
+    for j in range(op.num):
+        halves = [_storage_bits(src[2 * j + e]) for e in range(2)]
+        vec = vector.bitcast(ir.VectorType.get([1], i32), vector.from_elements(pair, halves))
+        words.append(vector.extract(vec, [], [0]))
+    nvvm.StMatrixOp(_shared_ptr(sm, row), words, *_matrix_attrs(op))
+
+
+def _storage_bits(v: Value) -> ir.Value:
+    raw = v.v
+    want = storage_type(v.dtype)
+    return raw if raw.type == want else arith.bitcast(want, raw)
+
+
+def _stmatrix_emulated(op, sm: Memory, row, src: TensorView) -> None:
+    """Each lane writes its elements to the rows the supplying lanes address. A
+    barrier-free exchange: every element has exactly one writer."""
+    lane = lane_id()
+    mine = cast(as_value(row), dt.Int32)
+    flat = Memory(sm.mem, sm.dtype, sm.space, sm.name)
+    q, r = lane // 4, lane % 4
+    for j in range(op.num):
+        for e in range(2):
+            if op.trans:
+                base = shuffle(mine, 8 * j + 2 * r + e)
+                flat.store(base + q, src[2 * j + e])
+            else:
+                base = shuffle(mine, 8 * j + q)
+                flat.store(base + 2 * r + e, src[2 * j + e])
+
+
+def _ldmatrix_ptx(op, sm: Memory, row, dst: TensorView) -> None:
+    i32 = ir.IntegerType.get_signless(32)
+    res = i32 if op.num == 1 else llvm.StructType.get_literal([i32] * op.num)
+    out = nvvm.LdMatrixOp(res, _shared_ptr(sm, row), op.num, *_matrix_attrs(op)).result
     elem = storage_type(dst.dtype)
     pair = ir.VectorType.get([2], elem)
     for j in range(op.num):
