@@ -10,9 +10,11 @@
    and buffer copies, execute exactly on the CPU with gfx942's lane layouts), so
    code that branches on ``gfx942`` takes its gfx942 path on a machine without a GPU.
 
-The CPU backend's own warp builtins (``fx.warp``, shuffles) are 32 lanes wide; only the
-MFMA/buffer atoms model a 64-lane wavefront. :func:`get_warp_size` reports FlyDSL's
-answer for the arch (64 on CDNA), which is what FlyDSL kernels size their tiles with.
+The CPU backend's warps are 32 lanes wide, or 64 (a CDNA wavefront) with
+``FLYDSL_CPU_WARP_SIZE=64``; :func:`get_warp_size` without an arch answers the width
+kernels will really run with, so a FlyDSL kernel that sizes its shuffles with it gets the
+GPU's answers on the CPU, and one that hard-codes 64 lanes needs ``FLYDSL_CPU_WARP_SIZE=64``
+(else its 64-lane shuffles are a located error, never a wrong result).
 """
 from __future__ import annotations
 
@@ -75,10 +77,27 @@ def is_rdna_arch(arch: Optional[str] = None) -> bool:
 
 
 def get_warp_size(arch: Optional[str] = None) -> int:
-    """Lanes per wavefront of ``arch`` (default: :func:`get_rocm_arch`): 32 on gfx10-12,
-    64 otherwise."""
+    """Lanes per wavefront of ``arch``: 32 on gfx10-12, 64 otherwise.
+
+    Without ``arch``: the arch of ``FLYDSL_GPU_ARCH`` or of the ROCm device when there is
+    one; else the warp the kernel will really run with, so that code sizing its shuffles
+    with this answer is right: 32 on a CUDA device, and on the CPU backend its emulated
+    warp (32, or 64 with ``FLYDSL_CPU_WARP_SIZE=64``, which runs gfx9 kernels that
+    hard-code 64 lanes)."""
+    if arch is None and _env_arch() is None and _device_arch() is None:
+        return _running_warp_size()
     arch = (arch or get_rocm_arch()).lower()
     return 32 if arch.startswith(("gfx10", "gfx11", "gfx12")) else 64
+
+
+def _running_warp_size() -> int:
+    """The warp width of the backend kernels will run on, when no ROCm arch is known."""
+    from .cpu_warp import cpu_warp_size
+    from .devices import device_count
+    backend = os.environ.get("FLYDSL_COMPILE_BACKEND", "").strip()
+    if backend == "cuda" or (not backend and device_count("cuda") > 0):
+        return 32
+    return cpu_warp_size()
 
 
 def check_smem_capacity(allocated_bytes: int, arch: Optional[str] = None) -> None:

@@ -22,7 +22,8 @@ from .tensors import cai_key, is_torch_tensor
 
 #: Environment variables that change what gets compiled or where it runs.
 ENV_KEYS = ("FLYDSL_COMPILE_BACKEND", "FLYDSL_GPU_ARCH", "FLYDSL_OPT_LEVEL", "FLYDSL_DEBUG",
-            "FLYDSL_FAST_MATH", "FLYDSL_FP_CONTRACT", "FLYDSL_RACECHECK", "FLYDSL_PROFILE")
+            "FLYDSL_FAST_MATH", "FLYDSL_FP_CONTRACT", "FLYDSL_RACECHECK", "FLYDSL_PROFILE",
+            "FLYDSL_CPU_WARP_SIZE")
 
 _ENV_DATA = getattr(os.environ, "_data", None)   # CPython's raw dict: ~40x faster lookups
 if _ENV_DATA is not None and os.environ.encodekey("X") == b"X":
@@ -30,10 +31,14 @@ if _ENV_DATA is not None and os.environ.encodekey("X") == b"X":
 
     def env_token(_get=_ENV_DATA.get, _k=_ENV_BYTES) -> tuple:
         return (_get(_k[0]), _get(_k[1]), _get(_k[2]), _get(_k[3]), _get(_k[4]), _get(_k[5]),
-                _get(_k[6]), _get(_k[7]))
+                _get(_k[6]), _get(_k[7]), _get(_k[8]))
 else:  # pragma: no cover - other platforms
     def env_token() -> tuple:
         return tuple(map(os.environ.get, ENV_KEYS))
+
+# the unrolled fast form must read every key (a key it skipped would let a warm launch
+# reuse code compiled for another setting)
+assert len(env_token()) == len(ENV_KEYS), "env_token misses an ENV_KEYS entry"
 
 _ndarray = np.ndarray
 #: Argument classes other than ndarray/int/float/bool, classified once each (the

@@ -11,11 +11,9 @@ from __future__ import annotations
 import platform
 from typing import Optional
 
+from ...runtime.cpu_warp import CPU_WARP_SIZE, CPU_WARP_SIZES, cpu_warp_size  # noqa: F401
 from ..options import CompileOptions
 from .base import BaseBackend, GPUTarget, PythonPass
-
-#: CPU kernels emulate 32-wide warps so code written for CUDA behaves the same.
-CPU_WARP_SIZE = 32
 
 
 def host_arch() -> str:
@@ -30,17 +28,17 @@ class CpuBackend(BaseBackend):
     @classmethod
     def supports_target(cls, target: GPUTarget) -> bool:
         return target.backend == "cpu" and target.arch == host_arch() \
-            and target.warp_size == CPU_WARP_SIZE
+            and target.warp_size in CPU_WARP_SIZES
 
     @classmethod
     def make_target(cls, arch: str) -> GPUTarget:
         if arch not in (host_arch(), "host", "cpu"):
             raise ValueError(f"cpu backend compiles for this host ({host_arch()}), not {arch!r}")
-        return GPUTarget("cpu", host_arch(), CPU_WARP_SIZE)
+        return GPUTarget("cpu", host_arch(), cpu_warp_size())
 
     @classmethod
     def detect_target(cls) -> Optional[GPUTarget]:
-        return GPUTarget("cpu", host_arch(), CPU_WARP_SIZE)
+        return GPUTarget("cpu", host_arch(), cpu_warp_size())
 
     @classmethod
     def accepts_env_arch(cls, arch: str) -> bool:

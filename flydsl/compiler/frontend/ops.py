@@ -144,6 +144,12 @@ def shuffle_xor(value, mask) -> Value:
     v = as_value(value)
     if not isinstance(mask, int) and not isinstance(mask, Value):
         raise DSLTypeError(f"fx.shuffle_xor mask must be an int, got {mask!r}")
+    if isinstance(mask, int) and not 0 <= mask < ctx.target.warp_size:
+        from .warp_ops import wave64_hint
+        # lane ^ mask is no lane of the warp: the "shuffle" would return each lane's own
+        # value, which is how a kernel written for 64-lane wavefronts goes silently wrong
+        raise DSLTypeError(f"fx.shuffle_xor mask {mask} is outside this target's warp of "
+                           f"{ctx.target.warp_size} lanes{wave64_hint(ctx, mask)}")
     work = v
     if v.dtype.bits < 32 or v.dtype.kind == "bool":
         work = cast(v, dt.Float32 if v.dtype.kind == "float" else dt.Int32)
@@ -224,8 +230,8 @@ from .layout_ops import *    # noqa: E402,F401,F403
 from .memory_ops import *    # noqa: E402,F401,F403
 from .numeric_ops import *   # noqa: E402,F401,F403
 from .vector_ops import *    # noqa: E402,F401,F403  (fx.Vector, raw-MLIR interop)
-from .pointer_ops import *   # noqa: E402,F401,F403
 from .rocdl_ops import *     # noqa: E402,F401,F403
+from .pointer_ops import *   # noqa: E402,F401,F403
 from .warp_ops import *      # noqa: E402,F401,F403
 
 implementation.install(sys.modules[__name__], context.active)   # flydsl.expr's functions call into this module

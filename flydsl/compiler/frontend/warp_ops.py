@@ -110,6 +110,14 @@ def _int32(x, fname: str, what: str) -> ir.Value:
     return cast(v, dt.Int32).v if v.dtype.bits < 32 else v.v
 
 
+def wave64_hint(ctx, lanes: int) -> str:
+    """Advice for a warp operation over ``lanes`` lanes the CPU's 32-lane warps lack."""
+    if ctx.target.backend == "cpu" and ctx.target.warp_size < 64 and lanes >= 32:
+        return ("; the CPU backend runs 32-lane warps unless FLYDSL_CPU_WARP_SIZE=64 "
+                "(a 64-lane CDNA wavefront)")
+    return ""
+
+
 def _width(width, fname: str) -> int:
     """The segment width of a shuffle: a compile-time power of two <= the warp size."""
     warp = _warp()
@@ -120,8 +128,9 @@ def _width(width, fname: str) -> int:
                                        "(a Python int or an fx.Constexpr parameter)")
     if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= warp \
             or width & (width - 1):
+        hint = wave64_hint(context.current(), width) if isinstance(width, int) else ""
         raise DSLTypeError(f"fx.{fname}: width must be a power of two from 1 to the warp "
-                           f"size ({warp}), got {width!r}")
+                           f"size ({warp}), got {width!r}{hint}")
     return width
 
 
