@@ -17,10 +17,21 @@ def require_power_of_two(value: Any, what: str) -> None:
         raise ValueError(f"{what} must be a power of two, got {value!r}")
 
 
+def warp_threads() -> int:
+    """The warp size of the target being compiled for: the trace's inside a kernel,
+    else the current target's (a specialization like ``BlockScan[fx.Int32, 256]`` may
+    be made on the host)."""
+    from ...expr import implementation
+    if implementation.installed() is not None and implementation._tracing() is not None:
+        return num_warp_threads()
+    from ...compiler.backends import current_target
+    return current_target().warp_size
+
+
 def resolve_warp_width(width: Optional[int], what: str) -> int:
     """The lanes a warp-scope call spans: ``width``, or the target's warp size when it is
     None; a power of two no wider than the warp."""
-    warp = num_warp_threads()
+    warp = warp_threads()
     if width is None:
         return warp
     require_power_of_two(width, what)

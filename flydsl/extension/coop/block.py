@@ -25,11 +25,11 @@ import enum
 from typing import Any, Tuple
 
 from ...expr import builtins as _b
-from ...expr.gpu import num_warp_threads
 from ...expr.struct import Array, struct
 from ...expr.typing import ReductionOp, Vector
 from . import warp as _warp
-from ._common import combine, linear_thread_id, require_power_of_two, seed, thread_partial
+from ._common import (combine, linear_thread_id, require_power_of_two, seed, thread_partial,
+                      warp_threads as _target_warp_threads)
 
 __all__ = ["BlockReduceAlgorithm", "BlockReduce", "BlockScanAlgorithm", "BlockScan"]
 
@@ -99,7 +99,7 @@ class _BlockAlgorithmMeta(type):
             raise TypeError(f"expected a {cls._algorithms.__name__}, got {algorithm!r}")
         threads = block_size[0] * block_size[1] * block_size[2]
         require_power_of_two(threads, "block_size x * y * z")
-        warp_threads = min(num_warp_threads(), threads)
+        warp_threads = min(_target_warp_threads(), threads)
         key = (cls, dtype, block_size, algorithm, warp_threads)
         if key not in _SPECIALIZED:
             make_storage = cls._storage_of.get(algorithm)

@@ -19,7 +19,7 @@ from typing import Any, Optional, Tuple
 from ...expr import gpu as _gpu
 from ...expr import warp as _warp
 from ...expr.typing import ReductionOp
-from ._common import combine, identity, resolve_warp_width, seed
+from ._common import combine, identity, resolve_warp_width, seed, warp_threads
 
 __all__ = ["warp_reduce", "warp_inclusive_scan", "warp_exclusive_scan", "warp_scan",
            "warp_scan_with_aggregate"]
@@ -31,7 +31,7 @@ _OP_NAMES = {ReductionOp.ADD: "sum", ReductionOp.MUL: "prod", ReductionOp.MAX: "
 
 
 def _full_warp(width: int) -> bool:
-    return width == _gpu.num_warp_threads()
+    return width == warp_threads()
 
 
 def warp_reduce(value: Any, op: ReductionOp, *, width: Optional[int] = None) -> Any:
