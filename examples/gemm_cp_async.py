@@ -8,10 +8,11 @@ with a 3-stage ``cp.async`` pipeline, ``ldmatrix`` and ``mma.sync.m16n8k16``.
   bytes when K is not a multiple of 8), predicated per call: a call outside (M, K) or
   (N, K) zero-fills its 16 bytes (``src_size`` 0), so edges need no other code. An odd K
   (rows not 4-byte aligned) takes plain 16-bit copies into a zeroed stage instead.
-* Shared memory: ``STAGES`` buffers of 64 x 32 halves per operand, each row padded to 40
-  halves (80 bytes): the 8 row addresses of one ``ldmatrix`` matrix then fall in 8
-  different 16-byte bank groups (no bank conflicts), and every row stays 16-byte aligned
-  for ``cp.async``.
+* Shared memory: ``STAGES`` buffers of 64 x 32 halves per operand, swizzled with
+  ``fx.Swizzle(2, 3, 3)``: the 16-byte chunk ``c`` of row ``r`` is stored at chunk
+  ``c ^ ((r >> 1) & 3)``. The 8 rows one ``ldmatrix`` matrix reads then fall in 8
+  different 16-byte bank groups, and so do the 8 chunks each 8-lane phase of the
+  ``cp.async`` writes: no bank conflicts either way, no padding.
 * Pipeline (the idiom of docs/async-copies.md): the prologue issues tiles 0 and 1 (one
   commit group each); iteration ``kt`` waits until tile ``kt`` has landed
   (``cp_async_wait_group(STAGES - 2)`` + ``fx.barrier()``), issues tile ``kt + 2`` into
@@ -28,8 +29,7 @@ import flydsl.expr as fx
 
 BM, BN, BK = 64, 64, 32
 STAGES = 3
-PAD = 8                     # halves of padding per shared row
-LD = BK + PAD               # shared row pitch (elements)
+SWIZZLE = (2, 3, 3)         # XOR 16-byte chunk bits (3-4) with row bits 1-2 (6-7)
 THREADS = 128               # 4 warps, 2 x 2 over (M, N)
 WARPS_M, WARPS_N = 2, 2
 
@@ -54,8 +54,9 @@ def make_g2s_copy(dtype, vec: int):
 
 
 def stage_layout(rows: int):
-    """(rows, BK, STAGES) with rows padded to LD elements."""
-    return fx.make_layout((rows, BK, STAGES), (LD, 1, rows * LD))
+    """(rows, BK, STAGES), rows of BK contiguous elements, swizzled in 16-byte chunks."""
+    return fx.make_composed_layout(fx.Swizzle(*SWIZZLE),
+                                   fx.make_layout((rows, BK, STAGES), (BK, 1, rows * BK)))
 
 
 @flyc.kernel
@@ -78,8 +79,8 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, vec: fx.Constexpr[int]
     cB = fx.flat_divide(fx.make_view((0, 0), fx.make_identity_layout((N, K))), (BN, BK))[None, None, bn, None]
     cC = fx.flat_divide(fx.make_view((0, 0), fx.make_identity_layout((M, N))), (BM, BN))[None, None, bm, bn]
 
-    sA = fx.make_view(fx.shared_array((STAGES * BM * LD,), dtype), stage_layout(BM))
-    sB = fx.make_view(fx.shared_array((STAGES * BN * LD,), dtype), stage_layout(BN))
+    sA = fx.make_view(fx.shared_array((STAGES * BM * BK,), dtype), stage_layout(BM))
+    sB = fx.make_view(fx.shared_array((STAGES * BN * BK,), dtype), stage_layout(BN))
     # each lane's 8-element rows: (8, rows, BK // 8 chunks, STAGES)
     rowsA = fx.flat_divide(sA, (1, 8))[0, None, None, None, None]
     rowsB = fx.flat_divide(sB, (1, 8))[0, None, None, None, None]

@@ -257,4 +257,4 @@ def test_cp_async_gemm_ptx_on_sm90_has_the_pipeline_and_no_spills(K, copy):
     meta = prog.kernels[0].metadata
     assert meta.spill_bytes == 0 and meta.local_bytes == 0
     assert 0 < meta.registers <= 128
-    assert meta.shared_bytes == 2 * g.STAGES * g.BM * g.LD * 2
+    assert meta.shared_bytes == 2 * g.STAGES * g.BM * g.BK * 2

@@ -33,7 +33,7 @@ from .buffer_resources import address
 from .copy_ops import _bool, _contiguous_runs
 from .tensors import storage_type
 from .values import Value, as_value, cast
-from .views import Memory, TensorView, as_view
+from .views import Memory, TensorView, as_view, vector_load, vector_store, vector_type
 from .warp_ops import lane_id, shuffle
 
 __all__ = ["nvvm_copy", "cp_async_commit_group", "cp_async_wait_group"]
@@ -139,9 +139,12 @@ def _cp_async_ptx(op, sm: Memory, so, dm: Memory, do, ok) -> None:
 
 
 def _cp_async_emulated(sm: Memory, so, dm: Memory, do, width: int, ok) -> None:
+    """The copy at once, one vector of ``width`` elements (as the instruction moves
+    them: the memory profiler sees one 4/8/16-byte access per lane)."""
+    vtype = vector_type(width, dm.dtype)
+
     def copy():
-        for t in range(width):
-            dm.store(_plus(do, t), sm.load(_plus(so, t)))
+        vector_store(dm, do, vector_load(sm, so, width, sm.itemsize), dm.itemsize)
 
     if ok is None:
         copy()
@@ -152,8 +155,9 @@ def _cp_async_emulated(sm: Memory, so, dm: Memory, do, width: int, ok) -> None:
         scf.YieldOp([])
     with ir.InsertionPoint(branch.else_block):
         zero = as_value(0, dm.dtype)
-        for t in range(width):
-            dm.store(_plus(do, t), zero)
+        raw = zero.v if zero.v.type == storage_type(dm.dtype) else \
+            arith.bitcast(storage_type(dm.dtype), zero.v)
+        vector_store(dm, do, vector.broadcast(vtype, raw), dm.itemsize)
         scf.YieldOp([])
 
 
