@@ -213,3 +213,47 @@ def test_op_must_be_a_reduction_op():
     assert identity(MUL, fx.Int32) == 1
     assert identity(MAX, fx.Int8) == -128 and identity(MIN, fx.Uint8) == 255
     assert identity(MAX, fx.Float32) == float("-inf")
+
+
+def test_a_new_block_algorithm_plugs_into_the_specialization():
+    """BlockAlgorithmMeta (FlyDSL's extension point): the default policy comes from
+    ``_default_algorithm_for(target)``, a named one bypasses it, the cache keys on it."""
+    import enum
+
+    from flydsl.compiler.backends import current_target
+    from flydsl.extension.coop.block._spec import BlockAlgorithmMeta, storage_struct
+
+    class Policy(enum.Enum):
+        A = "a"
+        B = "b"
+        C = "c"
+
+    seen = []
+
+    def slots(dtype, threads, warp_threads):
+        return storage_struct("S", slots=fx.Array[dtype, threads // warp_threads])
+
+    class Meta(BlockAlgorithmMeta):
+        _algorithms = Policy
+        _shared_storage = {Policy.A: slots, Policy.B: slots}
+
+        def _default_algorithm_for(cls, target):
+            seen.append(target)
+            return Policy.B
+
+    class Algo(metaclass=Meta):
+        block_threads = None
+
+    default = Algo[fx.Float32, 128]
+    assert default.algorithm is Policy.B and seen == [current_target()]
+    assert Algo[fx.Float32, 128, Policy.A] is not default
+    assert Algo[fx.Float32, 128, Policy.B] is default
+    assert default.SharedStorage.__dsl_size_of__() == 4 * (128 // WARP)
+    with pytest.raises(NotImplementedError, match="Policy.C is not implemented"):
+        Algo[fx.Float32, 128, Policy.C]
+
+    class Silent(metaclass=BlockAlgorithmMeta):
+        block_threads = None
+    Silent._algorithms = Policy
+    with pytest.raises(NotImplementedError, match="_default_algorithm_for"):
+        Silent[fx.Float32, 64]
