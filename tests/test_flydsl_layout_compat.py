@@ -710,3 +710,33 @@ def test_a_swizzled_tile_has_no_bank_conflicts_in_the_memory_profiler():
     assert ways == {"swizzled_transpose[SWZ=0]": 32.0, "swizzled_transpose[SWZ=5]": 1.0}
     writes = [s for s in report.sites if s.space == "shared" and s.kind.endswith("store")]
     assert {s.ways for s in writes} == {1.0}
+
+
+@fx.struct
+class _TwoTiles:
+    a: fx.Array[fx.Float32, 512]
+    b: fx.Array[fx.Float32, 512]
+
+
+def test_swizzled_view_of_a_shared_allocator_array_pointer():
+    """upstream's pattern: ``fx.make_view(arr.ptr, make_composed_layout(swizzle, layout))``
+    over a struct carved by fx.SharedAllocator; the second array's swizzle is relative to
+    its own start."""
+    @flydsl.kernel
+    def k(out: fx.Tensor):
+        t = fx.thread_idx.x
+        lds = fx.SharedAllocator().allocate(_TwoTiles).peek()
+        outer = fx.make_ordered_layout((8, 64), (1, 0))
+        sw = fx.make_view(lds.b.ptr, fx.make_composed_layout(fx.Swizzle(3, 2, 3), outer))
+        for c in fx.range_constexpr(64):
+            sw[t, c] = t * 64 + c
+        fx.barrier()
+        plain = fx.make_view(lds.b.ptr, outer)
+        for c in fx.range_constexpr(64):
+            out[t, c] = plain[t, c]
+    out = np.zeros((8, 64), np.float32)
+    k[1, 8](out)
+    want = np.zeros(512, np.float32)
+    for x in range(512):
+        want[cute_swizzle(x, 3, 2, 3)] = x
+    np.testing.assert_array_equal(out.ravel(), want)

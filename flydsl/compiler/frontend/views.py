@@ -23,6 +23,7 @@ in registers on GPUs (and SROA does the same on the CPU).
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Optional
 
 import mlir.ir as ir
@@ -56,8 +57,9 @@ class Memory:
         self.remap = remap          # (inner function, base offset) of a composed view
 
     def with_records(self, records) -> "Memory":
-        return Memory(self.mem, self.dtype, self.space, self.name, records, self.source,
-                      self.remap)
+        out = copy.copy(self)
+        out.records = records
+        return out
 
     def with_remap(self, inner, base) -> "Memory":
         """This memory seen through ``inner`` (a swizzle or layout) from offset
@@ -66,8 +68,9 @@ class Memory:
             raise DSLTypeError(f"the {self.label()} is already seen through "
                                f"{self.remap[0]!r}; compose the two functions in one "
                                "layout instead of viewing a swizzled view again")
-        return Memory(self.mem, self.dtype, self.space, self.name, self.records,
-                      self.source, (inner, base))
+        out = copy.copy(self)        # keeps what a subclass adds (a shared pool)
+        out.remap = (inner, base)
+        return out
 
     def physical(self, offset):
         """The element of the underlying memref that offset ``offset`` names."""
