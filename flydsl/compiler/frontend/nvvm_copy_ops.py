@@ -1,5 +1,5 @@
-"""NVIDIA sm_80+ copy atoms (``fx.nvvm.CpAsync``, ``fx.nvvm.LdMatrix``) for ``fx.copy``,
-and ``cp.async`` group commit/wait, per target.
+"""NVIDIA copy atoms (``fx.nvvm.CpAsync``, ``LdMatrix``, ``StMatrix``) for ``fx.copy``, and
+``cp.async`` group commit/wait, per target.
 
 * **cp.async** (global -> shared, 4/8/16 bytes per call): on CUDA one
   ``cp.async.{ca,cg}.shared.global [dst], [src], bytes[, src_size]`` per call; a
@@ -43,11 +43,15 @@ def _target():
     return context.current().target
 
 
-def _require_sm80(what: str) -> None:
+def _require_arch(what: str) -> None:
+    """A located error where the target lacks the instruction ``what`` (cp.async:
+    sm_80+, ldmatrix: sm_75+, stmatrix: sm_90+; none on ROCm)."""
     target = _target()
     if target.backend == "rocm":
-        raise DSLTypeError(f"{what} is an NVIDIA sm_80+ instruction; {target.arch} has no "
-                           "equivalent (use fx.rocdl.BufferCopyLDS* for global -> LDS)")
+        hint = " (global -> LDS: fx.rocdl.BufferCopyLDS*)" if what.startswith("cp.async") \
+            else ""
+        raise DSLTypeError(f"{what} is an NVIDIA instruction; {target.arch} has no "
+                           f"equivalent{hint}")
     if target.backend == "cuda":
         arch = target.arch
         num = int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()) or 0)
@@ -72,7 +76,7 @@ def nvvm_copy(atom, src, dst, pred=None) -> None:
             _ldmatrix(atom, src, dst)
         else:
             _stmatrix(atom, src, dst)
-    else:   # pragma: no cover - the atoms module only makes the two kinds
+    else:   # pragma: no cover - fx.nvvm makes only these kinds
         raise DSLTypeError(f"fx.copy: unknown NVIDIA copy atom {atom!r}")
 
 
@@ -81,7 +85,7 @@ def nvvm_copy(atom, src, dst, pred=None) -> None:
 def _cp_async(atom, src: TensorView, dst: TensorView, pred) -> None:
     op = atom.op
     what = f"cp.async.{op.cache} ({atom!r})"
-    _require_sm80(what)
+    _require_arch(what)
     for role, v, space in (("source", src, "global"), ("destination", dst, "shared")):
         if v.memory is None or v.memory.space != space:
             got = "a coordinate tensor" if v.memory is None else f"a {v.memory.label()}"
@@ -167,7 +171,7 @@ def _plus(offset, t: int):
 
 def cp_async_commit_group() -> None:
     """``cp.async.commit_group`` on CUDA; nothing elsewhere (the copies are done)."""
-    _require_sm80("cp.async.commit_group")
+    _require_arch("cp.async.commit_group")
     if _target().backend == "cuda":
         nvvm.CpAsyncCommitGroupOp()
 
@@ -177,7 +181,7 @@ def cp_async_wait_group(n: int) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise DSLTypeError(f"fx.nvvm.cp_async_wait_group(n): n must be a constant int >= 0, "
                            f"got {n!r}")
-    _require_sm80("cp.async.wait_group")
+    _require_arch("cp.async.wait_group")
     if _target().backend == "cuda":
         nvvm.CpAsyncWaitGroupOp(ir.IntegerAttr.get(ir.IntegerType.get_signless(32), n))
 
@@ -187,7 +191,7 @@ def cp_async_wait_group(n: int) -> None:
 def _check_matrix(atom, name: str, smem: TensorView, regs: TensorView, role: str) -> None:
     """``smem``: this lane's 8-element row in shared memory; ``regs``: its fragment."""
     op = atom.op
-    _require_sm80(name)
+    _require_arch(name)
     if smem.memory is None or smem.memory.space != "shared":
         raise DSLTypeError(f"fx.copy with {atom!r}: the {role} must be this lane's row in "
                            "shared memory (8 contiguous 16-bit elements)")
