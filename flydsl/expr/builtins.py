@@ -406,8 +406,8 @@ def shuffle_xor(value, mask, width=None):
     lane stores its value to an exchange buffer and reads its partner's slot.
     """
     if width is not None:
-        from .gpu import shuffle_xor as in_segments
-        return in_segments(value, mask, width)
+        from .warp import xor_in_segments
+        return xor_in_segments(value, mask, width)
     return _ops().shuffle_xor(value, mask)
 
 

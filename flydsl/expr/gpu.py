@@ -79,18 +79,14 @@ def shuffle(value: Any, offset: Any, width: Any, mode: str = "xor"):
     """
     if mode not in _MODES:
         raise ValueError(f"invalid shuffle mode {mode!r}; expected one of {', '.join(_MODES)}")
-    w = _static_width(width)
+    w = _warp.static_width(width)
     if mode == "up":
         return _warp.shuffle_up(value, offset, w)
     if mode == "down":
         return _warp.shuffle_down(value, offset, w)
     if mode == "idx":
         return _warp.shuffle(value, offset, w)
-    off = _static_int(offset)
-    if off is not None and (w is None or off < w):
-        from .builtins import shuffle_xor as butterfly
-        return butterfly(value, off)
-    return _warp.shuffle(value, _warp.lane_id() ^ offset, w)
+    return _warp.xor_in_segments(value, offset, w)
 
 
 def shuffle_xor(value: Any, offset: Any, width: Any):
@@ -114,25 +110,6 @@ def shuffle_down(value: Any, offset: Any, width: Any):
 def shuffle_idx(value: Any, lane: Any, width: Any):
     """``shuffle`` in ``"idx"`` mode: every lane reads lane ``lane`` of its segment."""
     return shuffle(value, lane, width, "idx")
-
-
-def _static_int(x: Any) -> Optional[int]:
-    """``x`` as a Python int when it is one or a kernel constant, else None."""
-    if isinstance(x, bool):
-        return int(x)
-    if isinstance(x, int):
-        return x
-    return _ops().static_int(x) if hasattr(_ops(), "static_int") else None
-
-
-def _static_width(width: Any) -> Optional[int]:
-    if width is None:
-        return None
-    w = _static_int(width)
-    if w is None:
-        from ..errors import DSLTypeError
-        raise DSLTypeError(f"a shuffle's width must be a compile-time int, got {width!r}")
-    return w
 
 
 def __getattr__(name: str):

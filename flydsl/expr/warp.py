@@ -296,3 +296,36 @@ def block_scan(value: Any, op: ReduceOp = "sum", inclusive: bool = True,
     Example: ``pos = fx.block_scan(keep, inclusive=False)``
     """
     return _ops().block_scan(value, op, inclusive, identity)
+
+
+# -- FlyDSL's width-taking XOR shuffle (fx.gpu.shuffle_xor, fx.shuffle_xor(v, m, width)) --
+
+def static_int(x: Any) -> Optional[int]:
+    """``x`` as a Python int when it is one or a kernel constant, else None."""
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, int):
+        return x
+    return _ops().static_int(x) if hasattr(_ops(), "static_int") else None
+
+
+def static_width(width: Any) -> Optional[int]:
+    """A shuffle's segment width as a Python int (None: the whole warp)."""
+    if width is None:
+        return None
+    w = static_int(width)
+    if w is None:
+        from ..errors import DSLTypeError
+        raise DSLTypeError(f"a shuffle's width must be a compile-time int, got {width!r}")
+    return w
+
+
+def xor_in_segments(value: Any, offset: Any, width: Any = None):
+    """Lane ``k`` reads lane ``k ^ offset`` of its segment of ``width`` lanes: a static
+    offset below the width never leaves the segment, so it is the plain butterfly
+    (which refuses an offset beyond the warp); otherwise an indexed shuffle."""
+    w = static_width(width)
+    off = static_int(offset)
+    if off is not None and (w is None or off < w):
+        return _ops().shuffle_xor(value, off)
+    return shuffle(value, lane_id() ^ offset, w)
