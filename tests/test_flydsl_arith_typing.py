@@ -156,7 +156,7 @@ def test_arith_helpers_match_numpy():
 # -- scalar value methods (upstream's ArithValue API) ---------------------------------
 
 @flydsl.kernel
-def value_methods(x: fx.Tensor, out: fx.Tensor, bits: fx.Tensor):
+def value_methods(x: fx.Tensor, out: fx.Tensor, bits: fx.Tensor, ints: fx.Tensor):
     t = fx.thread_idx.x
     v = x[t]
     w = v
@@ -169,12 +169,24 @@ def value_methods(x: fx.Tensor, out: fx.Tensor, bits: fx.Tensor):
     out[t, 4] = (v < 0).select(-v, v)
     out[t, 5] = v.maximumf(0.0)
     bits[t] = v.bitcast(fx.UInt32) & 0x7FFFFFFF
+    n = fx.Int32(t) - 16
+    ints[t, 0] = n.trunci(T.i8).extsi(T.i32)                   # sign-extended low byte
+    ints[t, 1] = n.trunci(T.i8).extui(T.i32)                   # zero-extended
+    ints[t, 2] = v.truncf(T.bf16).extf(T.f32).bitcast(fx.Int32)
+    ints[t, 3] = x[n.index_cast(T.index) + 16].bitcast(fx.Int32)
 
 
 def test_scalar_value_methods():
     x = RNG.standard_normal(32).astype(np.float32)
     out, bits = np.zeros((32, 6), np.float32), np.zeros(32, np.uint32)
-    value_methods[1, 32](x, out, bits)
+    ints = np.zeros((32, 4), np.int32)
+    value_methods[1, 32](x, out, bits, ints)
+    n = np.arange(32, dtype=np.int32) - 16
+    np.testing.assert_array_equal(ints[:, 0], n.astype(np.int8).astype(np.int32))
+    np.testing.assert_array_equal(ints[:, 1], n.astype(np.uint8).astype(np.int32))
+    bf16 = ((x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) & 0xFFFF0000)
+    np.testing.assert_array_equal(ints[:, 2], bf16.view(np.int32))
+    np.testing.assert_array_equal(ints[:, 3], x.view(np.int32))
     np.testing.assert_allclose(out[:, 0], np.full(32, x.sum()), rtol=1e-5)
     np.testing.assert_allclose(out[:, 1], 1 / np.sqrt(x * x + 1), rtol=1e-5)
     np.testing.assert_allclose(out[:, 2], np.exp2(x), rtol=1e-5)

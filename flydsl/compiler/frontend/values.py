@@ -108,6 +108,55 @@ class Value(ir.Value):
     def rsqrt(self, *, fastmath=None) -> "Value":
         return _ops().rsqrt(self)
 
+    def extf(self, target_type, *, fastmath=None) -> "Value":
+        """A wider float (``x.extf(T.f32)``)."""
+        return self._convert(target_type, "extf", "float", wider=True)
+
+    def truncf(self, target_type, *, fastmath=None) -> "Value":
+        """A narrower float (``x.truncf(T.bf16)``, round to nearest even)."""
+        return self._convert(target_type, "truncf", "float", wider=False)
+
+    def extsi(self, target_type) -> "Value":
+        """A wider integer, sign-extended."""
+        return cast(self.with_signedness(True), self._int_target(target_type, "extsi", True))
+
+    def extui(self, target_type) -> "Value":
+        """A wider integer, zero-extended."""
+        return cast(self.with_signedness(False), self._int_target(target_type, "extui", True))
+
+    def trunci(self, target_type) -> "Value":
+        """A narrower integer (the low bits)."""
+        return cast(self, self._int_target(target_type, "trunci", False))
+
+    def with_signedness(self, signed: bool) -> "Value":
+        """The same bits read as a signed (True) or unsigned (False) integer."""
+        if self.dtype.kind != "int" or self.dtype.signed == bool(signed):
+            return self
+        other = next((t for t in dt.ALL_DTYPES if t.kind == "int" and t.bits == self.dtype.bits
+                      and t.signed == bool(signed) and t.mlir == self.dtype.mlir), None)
+        return self if other is None else Value(self.v, other)
+
+    def index_cast(self, target_type):
+        """``arith.index_cast``: to ``index`` (an fx.Index value) or from it."""
+        if isinstance(target_type, ir.IndexType):
+            return Value(to_index(self), dt.Index)
+        return cast(self, resolve_dtype(target_type, "index_cast"))
+
+    def _int_target(self, target_type, what: str, wider: bool) -> DType:
+        to = resolve_dtype(target_type, what)
+        if self.dtype.kind != "int" or to.kind != "int" or \
+                (to.bits > self.dtype.bits) != wider or to.bits == self.dtype.bits:
+            raise DSLTypeError(f".{what}() makes a {'wider' if wider else 'narrower'} integer; "
+                               f"{self.dtype.name} to {to.name} is not one")
+        return to
+
+    def _convert(self, target_type, what: str, kind: str, wider: bool) -> "Value":
+        to = resolve_dtype(target_type, what)
+        if self.dtype.kind != kind or to.kind != kind or (to.bits > self.dtype.bits) != wider:
+            raise DSLTypeError(f".{what}() makes a {'wider' if wider else 'narrower'} {kind}; "
+                               f"{self.dtype.name} to {to.name} is not one")
+        return cast(self, to)
+
     def shuffle_xor(self, offset, width=None) -> "Value":
         """The value of the lane ``lane ^ offset`` (``width``: the segment, at most the
         warp size; an ``offset`` below it keeps lanes in their segment)."""
@@ -242,9 +291,9 @@ _is_vector_value = is_vector
 
 
 def dtype_of_mlir(t: ir.Type, what: str = "a raw MLIR value") -> DType:
-    """The dtype of the MLIR scalar type ``t`` (``index`` counts as Int64)."""
+    """The dtype of the MLIR scalar type ``t`` (``index`` is fx.Index)."""
     if isinstance(t, ir.IndexType):
-        return dt.Int64
+        return dt.Index
     found = _DTYPE_OF_MLIR.get(str(t))
     if found is None:
         raise DSLTypeError(f"{what} of MLIR type {t} has no flydsl dtype (flydsl values are "
@@ -254,15 +303,13 @@ def dtype_of_mlir(t: ir.Type, what: str = "a raw MLIR value") -> DType:
 
 def from_raw(x: ir.Value):
     """A raw ``ir.Value`` as a kernel value: a scalar Value typed from its MLIR type
-    (``index`` values become Int64), a vector as a Vector value."""
+    (``index`` values are fx.Index), a vector as a Vector value."""
     if isinstance(x, Value) or _is_vector_value(x):
         return x
     if isinstance(x.type, ir.VectorType):
         if vector_from_raw is None:
             raise DSLTypeError("a raw vector value needs the vector front end (a trace)")
         return vector_from_raw(x)
-    if isinstance(x.type, ir.IndexType):
-        return Value(arith.index_cast(dt.Int64.mlir_type(), x), dt.Int64)
     return Value(x, dtype_of_mlir(x.type))
 
 
@@ -515,6 +562,8 @@ def to_index(x) -> ir.Value:
             return x                     # a raw index value (arith.index_cast(T.index, i))
         x = numpy_constant(x)
     if isinstance(x, Value):
+        if x.dtype is dt.Index:
+            return x.v
         if x.dtype.kind != "int" and x.dtype.kind != "bool":
             raise DSLTypeError(f"tensor index must be an integer, got {x.dtype.name}")
         if x.dtype.kind == "bool" or not x.dtype.signed:   # zero-extended
