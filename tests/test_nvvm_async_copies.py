@@ -130,6 +130,45 @@ def test_stmatrix_writes_each_lanes_fragment_to_the_addressed_rows_on_the_cpu(nu
     np.testing.assert_array_equal(out.float().numpy(), want)
 
 
+@flyc.kernel
+def _ldsm_rows_kernel(Out: fx.Tensor, swizzle: fx.Constexpr[bool]):
+    """ldmatrix.x4 of rows 0..31 (chunk 0) of a 32 x 64 half tile: 128-byte rows put
+    the 8 rows of a matrix in one bank group unless the chunks are swizzled."""
+    lane = fx.thread_idx.x
+    s = fx.shared_array((32 * 64,), fx.Float16)
+    rows = fx.make_layout((32, 64), (64, 1))
+    if fx.const_expr(swizzle):
+        rows = fx.make_composed_layout(fx.Swizzle(3, 3, 3), rows)
+    sv = fx.make_view(s, rows)
+    for i in fx.range_constexpr(64):
+        sv[lane, i] = fx.Float32(lane)
+    fx.barrier()
+    frag = fx.make_rmem_tensor((8,), fx.Float16)
+    row = fx.flat_divide(sv, (1, 8))[0, None, lane, 0]
+    fx.copy(fx.make_copy_atom(fx.nvvm.LdMatrix(4), fx.Float16), row, frag)  # the ldmatrix line
+    for v in fx.range_constexpr(8):
+        Out[lane, v] = frag[v]
+
+
+@flyc.jit
+def _ldsm_rows(Out: fx.Tensor, swizzle: fx.Constexpr[bool]):
+    _ldsm_rows_kernel(Out, swizzle).launch(grid=(1, 1, 1), block=(32, 1, 1))
+
+
+def test_memory_profiler_sees_ldmatrix_bank_conflicts_and_the_swizzle_removing_them():
+    text = pathlib.Path(__file__).read_text().splitlines()
+    line = next(i + 1 for i, t in enumerate(text) if t.endswith("# the ldmatrix line"))
+    out = torch.zeros(32, 8, dtype=torch.float16)
+    with flydsl.profile("memory", arch="sm_90") as report:
+        _ldsm_rows(out, False)
+        _ldsm_rows(out, True)
+    want = [[8 * (v // 2) + lane // 4 for v in range(8)] for lane in range(32)]
+    np.testing.assert_array_equal(out.float().numpy(), np.array(want))
+    plain = report.find(line, kernel="_ldsm_rows_kernel[swizzle=False]", space="shared")
+    swizzled = report.find(line, kernel="_ldsm_rows_kernel[swizzle=True]", space="shared")
+    assert plain.ways == 8.0 and swizzled.ways == 1.0
+
+
 # -- cp.async ------------------------------------------------------------------------
 
 @flyc.kernel
