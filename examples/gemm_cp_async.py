@@ -8,6 +8,8 @@ with a 3-stage ``cp.async`` pipeline, ``ldmatrix`` and ``mma.sync.m16n8k16``.
   bytes when K is not a multiple of 8), predicated per call: a call outside (M, K) or
   (N, K) zero-fills its 16 bytes (``src_size`` 0), so edges need no other code. An odd K
   (rows not 4-byte aligned) takes plain 16-bit copies into a zeroed stage instead.
+  ``cp.async`` needs its addresses aligned to its size: A and B must start 16-byte
+  aligned (every torch allocation does; a view at an odd element offset does not).
 * Shared memory: ``STAGES`` buffers of 64 x 32 halves per operand, swizzled with
   ``fx.Swizzle(2, 3, 3)``: the 16-byte chunk ``c`` of row ``r`` is stored at chunk
   ``c ^ ((r >> 1) & 3)``. The 8 rows one ``ldmatrix`` matrix reads then fall in 8
