@@ -200,7 +200,9 @@ HOST_ARGS = [(), (1,), (2.5,), (1, 2), ("y",), ("y", 0, 1.0), (fx.Float32,), (1.
 def test_kernel_builtins_outside_a_kernel_raise_the_same_error_after_a_launch():
     y = np.zeros(4, np.float32)
     writes_one[1, 1](y)                  # the front end is loaded now
-    for what in (lambda: fx.Int32(5), lambda: fx.thread_idx.x, lambda: fx.exp(1.0),
+    # fx.Int32(5) outside a kernel is a typed host number (FlyDSL passes it as an argument)
+    assert fx.Int32(5) == 5 and fx.Int32(5).dtype is fx.Int32
+    for what in (lambda: fx.thread_idx.x, lambda: fx.exp(1.0),
                  lambda: fx.shared_array(4, fx.Float32), lambda: fx.barrier(),
                  lambda: fx.cast(1, fx.Float16), lambda: fx.atomic_add(y, 0, 1.0)):
         with pytest.raises(flydsl.errors.DSLError, match="inside a @flydsl.kernel body"):

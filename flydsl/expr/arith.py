@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import builtins as _builtins
 import contextlib as _contextlib
+import functools as _functools
+import types as _types
 
 from .._mlir import ir as _ir
 from .._mlir.dialects import arith as _arith
@@ -258,3 +260,20 @@ def fastmath(flags):
     """``with arith.fastmath(FastMathFlags.fast):`` — accepted for upstream code; flydsl
     applies fast math per op (``fastmath=``) or per compile (``FLYDSL_FAST_MATH=1``)."""
     yield
+
+
+def _inside_a_kernel(fn):
+    """``fn`` raising flydsl's DSLError outside a kernel trace (instead of MLIR's
+    "requires a Context" from the builder it calls)."""
+    @_functools.wraps(fn)
+    def checked(*args, **kwargs):
+        _ops()
+        return fn(*args, **kwargs)
+    return checked
+
+
+for _name in __all__:
+    _fn = globals()[_name]
+    if isinstance(_fn, _types.FunctionType) and _fn.__module__ == __name__:
+        globals()[_name] = _inside_a_kernel(_fn)
+del _name, _fn

@@ -104,8 +104,10 @@ class DType(type):
         return f"fx.{cls.name}"
 
     def __call__(cls, value: Any):
-        from .implementation import ops
-        return ops().cast(value, cls)
+        """A cast inside a kernel; outside, a typed host number (FlyDSL passes
+        ``fx.Int32(5)`` to jit functions and kernels as an argument)."""
+        from .host_scalar import call_type
+        return call_type(cls, value)
 
     @property
     def width(cls) -> int:
