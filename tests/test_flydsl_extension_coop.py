@@ -257,3 +257,38 @@ def test_a_new_block_algorithm_plugs_into_the_specialization():
     Silent._algorithms = Policy
     with pytest.raises(NotImplementedError, match="_default_algorithm_for"):
         Silent[fx.Float32, 64]
+
+
+@flydsl.kernel(known_block_size=[64, 1, 1])
+def _shorthand_kernel(a: fx.Tensor, o: fx.Tensor):
+    i = fx.thread_idx.x
+    v = a[i]
+    o[0, i] = fx.coop.warp_sum(v, width=8)
+    o[1, i] = fx.coop.warp_max(v)
+    o[2, i] = fx.coop.warp_min(v, width=4)
+    o[3, i] = fx.coop.warp_broadcast(v, 2, width=4)
+    o[4, i] = fx.coop.warp_broadcast(v, (i * 3) % 8, width=8)
+    o[5, i] = fx.coop.warp_inclusive_sum(v, width=16)
+    o[6, i] = fx.coop.warp_exclusive_sum(v, init=fx.Int32(7))
+
+
+@flydsl.jit
+def _shorthand_launch(a: fx.Tensor, o: fx.Tensor):
+    _shorthand_kernel(a, o).launch(grid=(1, 1, 1), block=(64, 1, 1))
+
+
+def test_warp_shorthands_and_broadcast():
+    a = sample(np.int32, 64, seed=3) % 1000
+    o = np.zeros((7, 64), np.int32)
+    _shorthand_launch(a, o)
+    lane = np.arange(64)
+    check(o[0], np.repeat(a.reshape(-1, 8).sum(1), 8))
+    check(o[1], np.repeat(a.reshape(-1, WARP).max(1), WARP))
+    check(o[2], np.repeat(a.reshape(-1, 4).min(1), 4))
+    check(o[3], a[(lane // 4) * 4 + 2])
+    check(o[4], a[(lane // 8) * 8 + (lane * 3) % 8])
+    check(o[5], cumsum(a.reshape(-1, 16)).ravel())
+    g = a.reshape(-1, WARP)
+    check(o[6], (cumsum(g) - g + 7).ravel())
+    with pytest.raises(ValueError, match="inside the 4-lane group"):
+        fx.coop.warp_broadcast(1, 4, width=4)

@@ -6,9 +6,11 @@ one implementation on every target, so these are the same functions and classes 
 ``fx.coop``'s (the backend picks each target's instructions for the shuffles).
 """
 from .block import BlockReduce, BlockReduceAlgorithm, BlockScan, BlockScanAlgorithm
-from .warp import (warp_exclusive_scan, warp_inclusive_scan, warp_reduce, warp_scan,
-                   warp_scan_with_aggregate)
+from .warp import (warp_broadcast, warp_exclusive_scan, warp_exclusive_sum,
+                   warp_inclusive_scan, warp_inclusive_sum, warp_max, warp_min, warp_reduce,
+                   warp_scan, warp_scan_with_aggregate, warp_sum)
 
-__all__ = ["warp_reduce", "warp_inclusive_scan", "warp_exclusive_scan", "warp_scan",
-           "warp_scan_with_aggregate", "BlockReduceAlgorithm", "BlockReduce",
+__all__ = ["warp_reduce", "warp_sum", "warp_max", "warp_min", "warp_broadcast",
+           "warp_inclusive_scan", "warp_exclusive_scan", "warp_inclusive_sum",
+           "warp_exclusive_sum", "warp_scan", "warp_scan_with_aggregate", "BlockReduceAlgorithm", "BlockReduce",
            "BlockScanAlgorithm", "BlockScan"]

@@ -21,8 +21,9 @@ from ...expr import warp as _warp
 from ...expr.typing import ReductionOp
 from ._common import combine, identity, resolve_warp_width, seed, warp_threads
 
-__all__ = ["warp_reduce", "warp_inclusive_scan", "warp_exclusive_scan", "warp_scan",
-           "warp_scan_with_aggregate"]
+__all__ = ["warp_reduce", "warp_sum", "warp_max", "warp_min", "warp_broadcast",
+           "warp_inclusive_scan", "warp_exclusive_scan", "warp_inclusive_sum",
+           "warp_exclusive_sum", "warp_scan", "warp_scan_with_aggregate"]
 
 #: ReductionOp -> the op names of flydsl's own warp collectives.
 _OP_NAMES = {ReductionOp.ADD: "sum", ReductionOp.MUL: "prod", ReductionOp.MAX: "max",
@@ -50,6 +51,34 @@ def warp_reduce(value: Any, op: ReductionOp, *, width: Optional[int] = None) -> 
         value = combine(op, value, _gpu.shuffle_xor(value, offset, width))
         offset <<= 1
     return value
+
+
+def warp_sum(value: Any, *, width: Optional[int] = None) -> Any:
+    """``warp_reduce(value, fx.ReductionOp.ADD, width=width)``."""
+    return warp_reduce(value, ReductionOp.ADD, width=width)
+
+
+def warp_max(value: Any, *, width: Optional[int] = None) -> Any:
+    """``warp_reduce(value, fx.ReductionOp.MAX, width=width)``."""
+    return warp_reduce(value, ReductionOp.MAX, width=width)
+
+
+def warp_min(value: Any, *, width: Optional[int] = None) -> Any:
+    """``warp_reduce(value, fx.ReductionOp.MIN, width=width)``."""
+    return warp_reduce(value, ReductionOp.MIN, width=width)
+
+
+def warp_broadcast(value: Any, source_lane: Any, *, width: Optional[int] = None) -> Any:
+    """What lane ``source_lane`` (relative to the caller's group of ``width`` lanes, in
+    ``[0, width)``; it may differ per lane) holds.
+
+    Example: ``y = fx.coop.warp_broadcast(x, 2, width=4)`` (lanes 0..3 get lane 2's x,
+    lanes 4..7 lane 6's)
+    """
+    width = resolve_warp_width(width, "warp_broadcast width")
+    if isinstance(source_lane, int) and not 0 <= source_lane < width:
+        raise ValueError(f"source_lane must be inside the {width}-lane group, got {source_lane}")
+    return _gpu.shuffle_idx(value, source_lane, width)
 
 
 def _as_type(result: Any, like: Any) -> Any:
@@ -105,6 +134,16 @@ def warp_exclusive_scan(value: Any, op: ReductionOp, *, width: Optional[int] = N
     identity of ``op`` (0 for ADD, 1 for MUL, the lowest value for MAX, ...)."""
     width = resolve_warp_width(width, "warp_exclusive_scan width")
     return seed(_shift_up(_inclusive(value, op, width), op, width), op, init)
+
+
+def warp_inclusive_sum(value: Any, *, width: Optional[int] = None, init: Any = None) -> Any:
+    """``warp_inclusive_scan(value, fx.ReductionOp.ADD, ...)``."""
+    return warp_inclusive_scan(value, ReductionOp.ADD, width=width, init=init)
+
+
+def warp_exclusive_sum(value: Any, *, width: Optional[int] = None, init: Any = None) -> Any:
+    """``warp_exclusive_scan(value, fx.ReductionOp.ADD, ...)``."""
+    return warp_exclusive_scan(value, ReductionOp.ADD, width=width, init=init)
 
 
 def warp_scan(value: Any, op: ReductionOp, *, width: Optional[int] = None,
