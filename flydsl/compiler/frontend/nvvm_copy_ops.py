@@ -23,6 +23,8 @@
 """
 from __future__ import annotations
 
+import copy
+
 import mlir.ir as ir
 from mlir.dialects import arith, llvm, nvvm, scf, vector
 
@@ -271,7 +273,7 @@ def _stmatrix_emulated(op, sm: Memory, row, src: TensorView) -> None:
     barrier-free exchange: every element has exactly one writer."""
     lane = lane_id()
     mine = cast(as_value(row), dt.Int32)
-    flat = Memory(sm.mem, sm.dtype, sm.space, sm.name)
+    flat = _physical(sm)
     q, r = lane // 4, lane % 4
     for j in range(op.num):
         for e in range(2):
@@ -298,11 +300,18 @@ def _ldmatrix_ptx(op, sm: Memory, row, dst: TensorView) -> None:
                 else Value(arith.bitcast(dst.dtype.mlir_type(), raw), dst.dtype)
 
 
+def _physical(sm: Memory) -> Memory:
+    """``sm`` addressed by physical offsets (its swizzle, if any, already applied)."""
+    flat = copy.copy(sm)         # keeps what a subclass adds (a shared pool)
+    flat.remap = None
+    return flat
+
+
 def _ldmatrix_emulated(op, sm: Memory, row, dst: TensorView) -> None:
     """Each lane reads the row addresses it needs from the lanes that supply them."""
     lane = lane_id()
     mine = cast(as_value(row), dt.Int32)
-    flat = Memory(sm.mem, sm.dtype, sm.space, sm.name)      # physical offsets
+    flat = _physical(sm)
     q, r = lane // 4, lane % 4
     for j in range(op.num):
         for e in range(2):
