@@ -581,3 +581,47 @@ def test_readfirstlane_takes_flydsls_result_type_and_raw_values():
     y = np.zeros_like(x)
     first_lane_flydsl_form[1, 64](x, y)
     np.testing.assert_array_equal(y, 3 * x[np.arange(64) // 32 * 32])
+
+
+# -- buffer copies into swizzled shared memory --------------------------------------------
+
+#: Swizzle<1, 5, 1>: bit 6 of an offset is XORed into bit 5 (offset 64 -> 96).
+_SW = (1, 5, 1)
+
+
+def _swz(x: int) -> int:
+    b, m, s = _SW
+    return x ^ (((x >> (m + s)) & ((1 << b) - 1)) << m)
+
+
+@flydsl.kernel
+def lds_dma_swizzled(x: fx.Tensor, raw: fx.Tensor):
+    """Each wave's buffer load to LDS through a swizzled view of the tile: the hardware
+    puts lane k at the wave's LDS address + 4k bytes, linearly, so only the wave's base
+    goes through the swizzle."""
+    tid = fx.thread_idx.x
+    wave, lane = tid // 64, tid % 64
+    tile = fx.shared_array((256,), fx.Float32)
+    tile[tid] = 0.0
+    tile[128 + tid] = 0.0
+    fx.barrier()
+    sw = fx.make_view(tile, fx.make_composed_layout(fx.Swizzle(*_SW), fx.make_layout(256, 1)))
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), fx.Float32)
+    src = fx.flat_divide(fx.rocdl.make_buffer_tensor(x), (1,))[None, wave * 64 + lane]
+    dst = fx.flat_divide(sw, (1,))[None, fx.rocdl.readfirstlane(wave * 64)]
+    fx.copy(atom, src, dst)
+    fx.rocdl.s_waitcnt(vmcnt=0)
+    fx.barrier()
+    raw[tid] = tile[tid]
+    raw[128 + tid] = tile[128 + tid]
+
+
+def test_buffer_load_to_a_swizzled_lds_view_places_the_wave_base_through_the_swizzle():
+    x = np.arange(1, 129, dtype=np.float32)
+    tile = np.zeros(256, np.float32)
+    lds_dma_swizzled[1, 128](x, tile)
+    want = np.zeros(256, np.float32)
+    for wave in range(2):
+        base = _swz(wave * 64)                      # 0 and 96
+        want[base:base + 64] = x[wave * 64:(wave + 1) * 64]
+    np.testing.assert_array_equal(tile, want)

@@ -227,13 +227,13 @@ def _buffer_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     if sm.records is not None:
         vec = rocdl.raw_ptr_buffer_load(vtype, _resource(sm), _byte_offset(sm, so),
                                         _i32(0), _i32(0))
-    elif width == 1:
-        vec = memref.load(sm.mem, [to_index(so)])
+    elif width == 1:      # through a swizzled view's remap, as every other access
+        vec = memref.load(sm.mem, [to_index(sm.physical(so))])
     else:
         vec = vector_load(sm, so, width, _static_align(sm, so, width * sm.itemsize))
     if dm.records is not None:
         rocdl.raw_ptr_buffer_store(vec, _resource(dm), _byte_offset(dm, do), _i32(0), _i32(0))
     elif width == 1:
-        memref.store(vec, dm.mem, [to_index(do)])
+        memref.store(vec, dm.mem, [to_index(dm.physical(do))])
     else:
         vector_store(dm, do, vec, _static_align(dm, do, width * dm.itemsize))

@@ -12,6 +12,7 @@ hints and waits, ``readfirstlane``, buffer loads straight to LDS and buffer atom
 """
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 import mlir.ir as ir
@@ -349,12 +350,18 @@ def buffer_lds_copy(atom, src: TensorView, dst: TensorView, first: int, width: i
                                f"{target.arch}; use fx.rocdl.BufferCopyLDS32b()")
     lane_first = as_value(_uniform(_as_i32(do)), None)
     lane = Value(_wave_lane(), dt.Int32)
-    dst_off = lane_first + lane * width
     sm, dm = src.memory, dst.memory
+    # The hardware writes lane k's data at the wave's LDS address (M0) + k * width,
+    # linearly: a swizzled destination view places only that base, at the element its
+    # swizzle maps the wave's first offset to.
+    lds_first = dm.physical(lane_first)
+    dst_off = lds_first + lane * width
+    dm = copy.copy(dm)
+    dm.remap = None
     if target.backend == "rocm":
         lds = llvm.inttoptr(llvm.PointerType.get(3),
                             arith.index_cast(ir.IntegerType.get_signless(32),
-                                             address(dm, lane_first)))
+                                             address(dm, lds_first)))
         rocdl.raw_ptr_buffer_load_lds(resource(sm), lds, _i32(bits // 8),
                                       byte_offset(sm, so), _i32(0), _i32(0), _i32(0))
         return
