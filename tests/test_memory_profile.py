@@ -337,3 +337,16 @@ def test_the_report_table():
     assert drain == [[f"test_memory_profile.py:{line_of('DRAIN')}", "transpose[PAD=0]", "tile",
                       "shared", "load", "64", "32.0", "0%", "32.0", "31.0", "-", "-"]]
     assert str(report) == out.getvalue().rstrip("\n")
+
+
+def test_an_mma_atom_emulated_on_the_cpu_shows_no_shared_traffic():
+    """The CPU runs fx.gemm through a shared scratch array; the GPU exchanges the
+    fragments in registers, so the profile has global rows only."""
+    from test_layout_model import one_atom
+    A = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float16)
+    B = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float16)
+    C = np.zeros((16, 8), np.float32)
+    with flydsl.profile() as report:
+        one_atom[1, 32](A, B, C, fx.nvvm.MMA(16, 8, 16, fx.Float32, ab_dtype=fx.Float16))
+    np.testing.assert_allclose(C, A.astype(np.float32) @ B.astype(np.float32).T, rtol=1e-5)
+    assert report.sites and {s.kind.split()[0] for s in report.sites} == {"global"}
