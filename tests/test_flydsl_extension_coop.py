@@ -292,3 +292,67 @@ def test_warp_shorthands_and_broadcast():
     check(o[6], (cumsum(g) - g + 7).ravel())
     with pytest.raises(ValueError, match="inside the 4-lane group"):
         fx.coop.warp_broadcast(1, 4, width=4)
+
+
+def _affine(a, b):
+    """A function op without an ``identity`` attribute."""
+    return a * 3 + b
+
+
+def _compose(f, g):
+    """Composition of affine maps x -> m*x + c packed as m << 32 | c (mod 2**32 each):
+    associative and not commutative, so a fold out of lane order shows."""
+    m1, c1 = f >> 32, f & 0xFFFFFFFF
+    m2, c2 = g >> 32, g & 0xFFFFFFFF
+    return (((m2 * m1) & 0xFFFFFFFF) << 32) | ((m2 * c1 + c2) & 0xFFFFFFFF)
+
+
+_compose.identity = 1 << 32          # x -> x
+_compose_host = _compose             # the same arithmetic on Python ints
+
+
+@flydsl.kernel(known_block_size=[64, 1, 1])
+def _callable_kernel(a: fx.Tensor, o: fx.Tensor):
+    i = fx.thread_idx.x
+    v = a[i]
+    o[0, i] = fx.coop.warp_reduce(v, _compose, width=8)
+    o[1, i] = fx.coop.warp_inclusive_scan(v, _compose)
+    o[2, i] = fx.coop.warp_exclusive_scan(v, _compose, width=16)
+    scan = fx.coop.BlockScan[fx.Int64, 64]
+    storage = fx.SharedAllocator().allocate(scan.SharedStorage).peek()
+    o[3, i] = scan.inclusive(v, _compose, storage=storage)
+
+
+@flydsl.jit
+def _callable_launch(a: fx.Tensor, o: fx.Tensor):
+    _callable_kernel(a, o).launch(grid=(1, 1, 1), block=(64, 1, 1))
+
+
+def test_a_function_op_is_folded_in_lane_order():
+    rng = np.random.default_rng(5)
+    a = ((rng.integers(1, 1 << 31, 64) << 32) | rng.integers(0, 1 << 31, 64)).astype(np.int64)
+    o = np.zeros((4, 64), np.int64)
+    _callable_launch(a, o)
+    o = [[int(x) & ((1 << 64) - 1) for x in row] for row in o]
+
+    def scan(xs):
+        out, acc = [], None
+        for x in xs:
+            acc = x if acc is None else _compose_host(acc, x)
+            out.append(acc)
+        return out
+
+    vals = [int(x) for x in a]
+    groups8 = [scan(vals[g:g + 8])[-1] for g in range(0, 64, 8)]
+    assert [x for x in o[0]] == [t for t in groups8 for _ in range(8)]
+    assert [x for x in o[1]] == scan(vals[:32]) + scan(vals[32:])
+    exc16 = []
+    for g in range(0, 64, 16):
+        exc16 += [1 << 32] + scan(vals[g:g + 16])[:-1]
+    assert [x for x in o[2]] == exc16
+    assert [x for x in o[3]] == scan(vals)
+
+
+def test_block_scan_with_a_function_needs_its_identity():
+    with pytest.raises(TypeError, match="needs its identity"):
+        fx.coop.BlockScan[fx.Int32, 64].inclusive(1, _affine, storage=None)

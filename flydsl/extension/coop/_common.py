@@ -40,16 +40,28 @@ def resolve_warp_width(width: Optional[int], what: str) -> int:
     return width
 
 
-def _check_op(op: Any) -> ReductionOp:
-    if not isinstance(op, ReductionOp):
-        raise TypeError(f"op must be a fx.ReductionOp (ADD, MUL, MAX, MIN, AND, OR, XOR), "
-                        f"got {op!r}")
+def _check_op(op: Any) -> Any:
+    if not isinstance(op, ReductionOp) and not callable(op):
+        raise TypeError(f"op must be a fx.ReductionOp (ADD, MUL, MAX, MIN, AND, OR, XOR) or an "
+                        f"associative function (a, b) -> value, got {op!r}")
     return op
 
 
-def combine(op: ReductionOp, lhs: Any, rhs: Any) -> Any:
-    """``lhs (op) rhs``, the operands kept in that order."""
-    op = _check_op(op)
+def is_named(op: Any) -> bool:
+    """Whether ``op`` is a :class:`ReductionOp` (commutative, with an identity)."""
+    return isinstance(_check_op(op), ReductionOp)
+
+
+def combine(op: Any, lhs: Any, rhs: Any) -> Any:
+    """``lhs (op) rhs``, the operands kept in that order; a function ``op`` is called
+    as ``op(lhs, rhs)`` and must return ``lhs``'s type."""
+    if not is_named(op):
+        result = op(lhs, rhs)
+        want, got = getattr(lhs, "dtype", None), getattr(result, "dtype", None)
+        if want is not None and got is not None and got is not want:
+            raise TypeError(f"a reduction/scan function must return the input type {want!r}, "
+                            f"got {got!r} from {getattr(op, '__name__', op)!r}")
+        return result
     if op is ReductionOp.ADD:
         return lhs + rhs
     if op is ReductionOp.MUL:
@@ -65,10 +77,16 @@ def combine(op: ReductionOp, lhs: Any, rhs: Any) -> Any:
     return lhs ^ rhs
 
 
-def identity(op: ReductionOp, dtype: Any) -> Any:
+def identity(op: Any, dtype: Any) -> Any:
     """The ``dtype`` value ``e`` with ``e (op) x == x``: 0, 1, the lowest/highest value
-    (an infinity for floats, so that every finite input still wins), all ones."""
-    op = _check_op(op)
+    (an infinity for floats, so that every finite input still wins), all ones. A function
+    ``op`` has the one its ``identity`` attribute gives (a value or ``dtype -> value``),
+    else none (None)."""
+    if not is_named(op):
+        given = getattr(op, "identity", None)
+        if given is None:
+            return None
+        return call_type(dtype, given(dtype) if callable(given) else given)
     if op in (ReductionOp.ADD, ReductionOp.OR, ReductionOp.XOR):
         return call_type(dtype, 0)
     if op is ReductionOp.MUL:
@@ -94,9 +112,17 @@ def seed(value: Any, op: ReductionOp, init: Any) -> Any:
     return value if init is None else combine(op, init, value)
 
 
-def thread_partial(value: Any, op: ReductionOp) -> Any:
-    """A thread's ``Vector`` of items folded to one scalar; a scalar as it is."""
-    return value.reduce(op) if isinstance(value, Vector) else value
+def thread_partial(value: Any, op: Any) -> Any:
+    """A thread's ``Vector`` of items folded to one scalar (in item order); a scalar as
+    it is."""
+    if not isinstance(value, Vector):
+        return value
+    if is_named(op):
+        return value.reduce(op)
+    total = value[0]
+    for i in range(1, value.numel):
+        total = combine(op, total, value[i])
+    return total
 
 
 def linear_thread_id(block_size: Optional[Tuple[int, int, int]]) -> Any:

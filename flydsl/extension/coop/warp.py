@@ -1,7 +1,9 @@
 """Warp-scope cooperative algorithms (FlyDSL's ``fx.coop.warp_*``): a reduction and
 prefix scans over the lanes of a warp, or of independent groups of ``width`` lanes.
 
-``op`` is a :class:`~flydsl.expr.typing.ReductionOp`. ``width`` (a power of two, at
+``op`` is a :class:`~flydsl.expr.typing.ReductionOp` or an associative function
+``(a, b) -> value`` of the input type (folded in lane order; its ``identity``
+attribute, a value or ``dtype -> value``, gives exclusive scans their first lane). ``width`` (a power of two, at
 most the warp: ``fx.warp_size()`` is 32 on CUDA and the CPU, 64 on CDNA) defaults to
 the whole warp; narrower groups work side by side, each on its own lanes. Every lane
 of a group must make the call.
@@ -10,7 +12,8 @@ A whole warp reuses flydsl's own warp collectives (:func:`flydsl.expr.warp.warp_
 and :func:`~flydsl.expr.warp.warp_scan`: on the CPU one exchange folding the lanes in
 order; on GPUs shuffles); a narrower group uses a shuffle butterfly (reduce) or a
 Hillis-Steele scan of ``shuffle_up`` steps. Scans keep operands in lane order, so their
-``op`` need only be associative; the reduction needs a commutative one.
+``op`` need only be associative; so does a function ``op`` for the reduction (it is
+folded in lane order), while ReductionOps use a butterfly.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import Any, Optional, Tuple
 from ...expr import gpu as _gpu
 from ...expr import warp as _warp
 from ...expr.typing import ReductionOp
-from ._common import combine, identity, resolve_warp_width, seed, warp_threads
+from ._common import combine, identity, is_named, resolve_warp_width, seed, warp_threads
 
 __all__ = ["warp_reduce", "warp_sum", "warp_max", "warp_min", "warp_broadcast",
            "warp_inclusive_scan", "warp_exclusive_scan", "warp_inclusive_sum",
@@ -42,8 +45,10 @@ def warp_reduce(value: Any, op: ReductionOp, *, width: Optional[int] = None) -> 
     Example: ``total = fx.coop.warp_reduce(x[i], fx.ReductionOp.ADD, width=16)``
     """
     width = resolve_warp_width(width, "warp_reduce width")
-    if op not in _OP_NAMES:
-        raise TypeError(f"op must be a fx.ReductionOp, got {op!r}")
+    if not is_named(op):
+        # an associative function, maybe not commutative: a scan in lane order, and the
+        # group's last lane holds the fold
+        return _last_lane(_inclusive(value, op, width), width)
     if _full_warp(width):
         return _as_type(_warp.warp_reduce(value, _OP_NAMES[op]), value)
     offset = 1
@@ -91,9 +96,7 @@ def _as_type(result: Any, like: Any) -> Any:
 
 def _inclusive(value: Any, op: ReductionOp, width: int) -> Any:
     """The raw inclusive scan over groups of ``width`` lanes."""
-    if op not in _OP_NAMES:
-        raise TypeError(f"op must be a fx.ReductionOp, got {op!r}")
-    if _full_warp(width):
+    if is_named(op) and _full_warp(width):
         return _as_type(_warp.warp_scan(value, _OP_NAMES[op], True), value)
     lane = _gpu.lane_id() % width
     offset = 1
@@ -108,8 +111,11 @@ def _shift_up(inclusive: Any, op: ReductionOp, width: int) -> Any:
     """The exclusive scan from the inclusive one: each lane takes the lane below's,
     the group's first lane the identity."""
     below = _gpu.shuffle_up(inclusive, 1, width)
+    neutral = identity(op, inclusive.dtype)
+    if neutral is None:        # a function without an identity: lane 0's is unspecified
+        return below
     first = (_gpu.lane_id() % width) == 0
-    return first.select(identity(op, inclusive.dtype), below)
+    return first.select(neutral, below)
 
 
 def _last_lane(value: Any, width: int) -> Any:
@@ -131,9 +137,20 @@ def warp_inclusive_scan(value: Any, op: ReductionOp, *, width: Optional[int] = N
 def warp_exclusive_scan(value: Any, op: ReductionOp, *, width: Optional[int] = None,
                         init: Any = None) -> Any:
     """Lane ``k`` of a group gets lanes ``0..k-1`` folded; lane 0 gets ``init``, or the
-    identity of ``op`` (0 for ADD, 1 for MUL, the lowest value for MAX, ...)."""
+    identity of ``op`` (0 for ADD, 1 for MUL, the lowest value for MAX, ...; a function
+    without an ``identity`` attribute leaves it unspecified)."""
     width = resolve_warp_width(width, "warp_exclusive_scan width")
-    return seed(_shift_up(_inclusive(value, op, width), op, width), op, init)
+    return _exclusive(_inclusive(value, op, width), op, width, init)
+
+
+def _exclusive(raw: Any, op: Any, width: int, init: Any) -> Any:
+    """The exclusive scan, seeded: lane 0 gets ``init`` itself (there is nothing to fold
+    it with), the others ``init (op) prefix``."""
+    shifted = _shift_up(raw, op, width)
+    if init is None or is_named(op) or identity(op, raw.dtype) is not None:
+        return seed(shifted, op, init)
+    first = (_gpu.lane_id() % width) == 0
+    return first.select(raw.dtype(init), combine(op, init, shifted))
 
 
 def warp_inclusive_sum(value: Any, *, width: Optional[int] = None, init: Any = None) -> Any:
@@ -151,7 +168,7 @@ def warp_scan(value: Any, op: ReductionOp, *, width: Optional[int] = None,
     """``(inclusive, exclusive)`` for this lane, from one scan."""
     width = resolve_warp_width(width, "warp_scan width")
     raw = _inclusive(value, op, width)
-    return seed(raw, op, init), seed(_shift_up(raw, op, width), op, init)
+    return seed(raw, op, init), _exclusive(raw, op, width, init)
 
 
 def warp_scan_with_aggregate(value: Any, op: ReductionOp, *, width: Optional[int] = None,
@@ -160,5 +177,4 @@ def warp_scan_with_aggregate(value: Any, op: ReductionOp, *, width: Optional[int
     every lane; ``init`` is not folded into the aggregate)."""
     width = resolve_warp_width(width, "warp_scan_with_aggregate width")
     raw = _inclusive(value, op, width)
-    return (seed(raw, op, init), seed(_shift_up(raw, op, width), op, init),
-            _last_lane(raw, width))
+    return seed(raw, op, init), _exclusive(raw, op, width, init), _last_lane(raw, width)

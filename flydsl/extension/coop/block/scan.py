@@ -8,7 +8,7 @@ from ....expr import builtins as _b
 from ....expr.struct import Array
 from ....expr.typing import ReductionOp, Vector
 from .. import warp as _warp
-from .._common import combine, linear_thread_id, seed
+from .._common import combine, identity, is_named, linear_thread_id, seed
 from ._spec import BlockAlgorithmMeta, storage_struct
 
 __all__ = ["BlockScanAlgorithm", "BlockScan"]
@@ -103,6 +103,9 @@ class BlockScan(metaclass=_BlockScanMeta):
         if cls.block_threads is None:
             raise TypeError(f"specialize {cls.__name__} first, e.g. "
                             f"{cls.__name__}[fx.Int32, 256]")
+        if not is_named(op) and identity(op, cls.dtype) is None:
+            raise TypeError(f"{cls.__name__} with a function op needs its identity: give the "
+                            f"function an `identity` attribute (a value or dtype -> value)")
         tid = linear_thread_id(cls.block_size)
         if not isinstance(value, Vector):
             prefix, aggregate = _prefix_warp_scans(value, tid, storage.slots, op, cls.warp_ops,
