@@ -297,6 +297,24 @@ def test_fx_math_takes_fastmath_and_vectors():
     np.testing.assert_allclose(out[:, 3], np.maximum(x, 0) + np.clip(x, -0.5, 0.5), rtol=1e-6)
 
 
+@flydsl.kernel
+def more_math_forms(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    v = full(4, x[t], fx.Float32)
+    out[t, 0] = fx.log2(x[t] * x[t] + 1.0, fastmath=FAST)     # FlyDSL's softmax/norm form
+    out[t, 1] = fx.exp2(v, fastmath=FAST).reduce(ReductionOp.ADD)
+    out[t, 2] = fx.log1p(fx.absf(x[t]), fastmath=FAST)
+
+
+def test_the_rest_of_fx_math_takes_fastmath_and_vectors_too():
+    x = RNG.standard_normal(8).astype(np.float32)
+    out = np.zeros((8, 3), np.float32)
+    more_math_forms[1, 8](x, out)
+    np.testing.assert_allclose(out[:, 0], np.log2(x * x + 1), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 1], 4 * np.exp2(x), rtol=1e-5)
+    np.testing.assert_allclose(out[:, 2], np.log1p(np.abs(x)), rtol=1e-5)
+
+
 # -- functions defined inside a kernel (FlyDSL's kernels define their helpers so) ---------
 
 @flydsl.kernel

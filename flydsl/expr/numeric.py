@@ -178,7 +178,7 @@ def isfinite(x: Any) -> Any:
 
 # -- math ----------------------------------------------------------------------------------
 
-def tan(x: Any) -> Any:
+def tan(x: Any, *, fastmath=None) -> Any:
     """Tangent of ``x`` (radians).
 
     CPU and ROCm: exact reduction by pi/2 (any |x|), sin / cos of the rest as
@@ -186,10 +186,10 @@ def tan(x: Any) -> Any:
 
     Example: ``y[i] = fx.tan(x[i])``
     """
-    return _ops().tan(x)
+    return _ops().vector_math('tan', x, fastmath=fastmath)
 
 
-def asin(x: Any) -> Any:
+def asin(x: Any, *, fastmath=None) -> Any:
     """Arc sine of ``x``, in [-pi/2, pi/2]; NaN outside [-1, 1].
 
     CPU and ROCm: a polynomial below 1/2, pi/2 - 2 asin(sqrt((1-|x|)/2)) above (fdlibm's
@@ -197,20 +197,20 @@ def asin(x: Any) -> Any:
 
     Example: ``y[i] = fx.asin(x[i])``
     """
-    return _ops().asin(x)
+    return _ops().vector_math('asin', x, fastmath=fastmath)
 
 
-def acos(x: Any) -> Any:
+def acos(x: Any, *, fastmath=None) -> Any:
     """Arc cosine of ``x``, in [0, pi]; NaN outside [-1, 1].
 
     CPU and ROCm: from asin's polynomial (fdlibm's method); CUDA: ``__nv_acosf``.
 
     Example: ``angle = fx.acos(fx.min(fx.max(c, -1.0), 1.0))``
     """
-    return _ops().acos(x)
+    return _ops().vector_math('acos', x, fastmath=fastmath)
 
 
-def atan(x: Any) -> Any:
+def atan(x: Any, *, fastmath=None) -> Any:
     """Arc tangent of ``x``, in [-pi/2, pi/2].
 
     CPU and ROCm: reduction around 0, 1/2, 1, 3/2, inf and a polynomial (fdlibm's
@@ -218,7 +218,7 @@ def atan(x: Any) -> Any:
 
     Example: ``y[i] = fx.atan(x[i])``
     """
-    return _ops().atan(x)
+    return _ops().vector_math('atan', x, fastmath=fastmath)
 
 
 def atan2(y: Any, x: Any) -> Any:
@@ -232,57 +232,57 @@ def atan2(y: Any, x: Any) -> Any:
     return _ops().atan2(y, x)
 
 
-def sinh(x: Any) -> Any:
+def sinh(x: Any, *, fastmath=None) -> Any:
     """Hyperbolic sine of ``x``.
 
     CPU and ROCm: a polynomial below 1, (e^x - e^-x) / 2 above; CUDA: ``__nv_sinhf``.
 
     Example: ``y[i] = fx.sinh(x[i])``
     """
-    return _ops().sinh(x)
+    return _ops().vector_math('sinh', x, fastmath=fastmath)
 
 
-def cosh(x: Any) -> Any:
+def cosh(x: Any, *, fastmath=None) -> Any:
     """Hyperbolic cosine of ``x``.
 
     CPU and ROCm: (e^|x| + e^-|x|) / 2, e^|x| as a double-double; CUDA: ``__nv_coshf``.
 
     Example: ``y[i] = fx.cosh(x[i])``
     """
-    return _ops().cosh(x)
+    return _ops().vector_math('cosh', x, fastmath=fastmath)
 
 
-def asinh(x: Any) -> Any:
+def asinh(x: Any, *, fastmath=None) -> Any:
     """Inverse hyperbolic sine of ``x``.
 
     CPU and ROCm: from log1p; CUDA: ``__nv_asinhf``.
 
     Example: ``y[i] = fx.asinh(x[i])``
     """
-    return _ops().asinh(x)
+    return _ops().vector_math('asinh', x, fastmath=fastmath)
 
 
-def acosh(x: Any) -> Any:
+def acosh(x: Any, *, fastmath=None) -> Any:
     """Inverse hyperbolic cosine of ``x`` (x >= 1; NaN below).
 
     CPU and ROCm: from log1p and log; CUDA: ``__nv_acoshf``.
 
     Example: ``y[i] = fx.acosh(x[i])``
     """
-    return _ops().acosh(x)
+    return _ops().vector_math('acosh', x, fastmath=fastmath)
 
 
-def atanh(x: Any) -> Any:
+def atanh(x: Any, *, fastmath=None) -> Any:
     """Inverse hyperbolic tangent of ``x`` (|x| <= 1; +-inf at +-1, NaN beyond).
 
     CPU and ROCm: log1p(2x / (1 - x)) / 2; CUDA: ``__nv_atanhf``.
 
     Example: ``y[i] = fx.atanh(x[i])``
     """
-    return _ops().atanh(x)
+    return _ops().vector_math('atanh', x, fastmath=fastmath)
 
 
-def exp2(x: Any) -> Any:
+def exp2(x: Any, *, fastmath=None) -> Any:
     """2 ** x.
 
     CPU: flydsl's vectorizable code; CUDA: ``__nv_exp2f`` (``ex2.approx`` with range
@@ -290,10 +290,10 @@ def exp2(x: Any) -> Any:
 
     Example: ``p = fx.exp2(x[i] * 1.4426950408889634)``
     """
-    return _ops().exp2(x)
+    return _ops().vector_math('exp2', x, fastmath=fastmath)
 
 
-def expm1(x: Any) -> Any:
+def expm1(x: Any, *, fastmath=None) -> Any:
     """e**x - 1, accurate for x near 0.
 
     CPU and ROCm: 2^n e^r - 1 with e^r - 1 as a double-double, one final rounding;
@@ -301,10 +301,10 @@ def expm1(x: Any) -> Any:
 
     Example: ``y[i] = fx.expm1(x[i])``
     """
-    return _ops().expm1(x)
+    return _ops().vector_math('expm1', x, fastmath=fastmath)
 
 
-def log2(x: Any) -> Any:
+def log2(x: Any, *, fastmath=None) -> Any:
     """Base-2 logarithm of ``x``.
 
     CPU: flydsl's vectorizable code; CUDA: ``__nv_log2f``; ROCm: ``v_log_f32``
@@ -312,10 +312,10 @@ def log2(x: Any) -> Any:
 
     Example: ``bits = fx.log2(x[i])``
     """
-    return _ops().log2(x)
+    return _ops().vector_math('log2', x, fastmath=fastmath)
 
 
-def log10(x: Any) -> Any:
+def log10(x: Any, *, fastmath=None) -> Any:
     """Base-10 logarithm of ``x``.
 
     CPU: flydsl's vectorizable code (Float64: libm); CUDA: ``__nv_log10f``; ROCm:
@@ -323,10 +323,10 @@ def log10(x: Any) -> Any:
 
     Example: ``db = 10.0 * fx.log10(p[i])``
     """
-    return _ops().log10(x)
+    return _ops().vector_math('log10', x, fastmath=fastmath)
 
 
-def log1p(x: Any) -> Any:
+def log1p(x: Any, *, fastmath=None) -> Any:
     """log(1 + x), accurate for x near 0.
 
     CPU and ROCm: log(u) + (1 + x - u) / u, u = 1 + x rounded, log(u) as a
@@ -334,7 +334,7 @@ def log1p(x: Any) -> Any:
 
     Example: ``y[i] = fx.log1p(x[i])``
     """
-    return _ops().log1p(x)
+    return _ops().vector_math('log1p', x, fastmath=fastmath)
 
 
 def pow(x: Any, y: Any) -> Any:   # noqa: A001  (fx.pow, like math.pow)
@@ -350,7 +350,7 @@ def pow(x: Any, y: Any) -> Any:   # noqa: A001  (fx.pow, like math.pow)
     return _ops().pow(x, y)
 
 
-def erf(x: Any) -> Any:
+def erf(x: Any, *, fastmath=None) -> Any:
     """The error function of ``x``.
 
     CPU: flydsl's vectorizable code; CUDA: ``__nv_erff``; ROCm (and Float64 on the
@@ -358,10 +358,10 @@ def erf(x: Any) -> Any:
 
     Example: ``cdf = 0.5 * (1.0 + fx.erf(x[i] * 0.7071067811865476))``
     """
-    return _ops().erf(x)
+    return _ops().vector_math('erf', x, fastmath=fastmath)
 
 
-def erfc(x: Any) -> Any:
+def erfc(x: Any, *, fastmath=None) -> Any:
     """The complementary error function, 1 - erf(x), accurate where erf(x) is near 1
     (erfc(10) = 2.1e-45).
 
@@ -370,7 +370,7 @@ def erfc(x: Any) -> Any:
 
     Example: ``out[i] = fx.erfc(x[i])``
     """
-    return _ops().erfc(x)
+    return _ops().vector_math('erfc', x, fastmath=fastmath)
 
 
 def copysign(x: Any, y: Any) -> Any:
@@ -407,7 +407,7 @@ def hypot(x: Any, y: Any) -> Any:
     return _ops().hypot(x, y)
 
 
-def trunc(x: Any) -> Any:
+def trunc(x: Any, *, fastmath=None) -> Any:
     """``x`` rounded toward zero, keeping its float type (``math.trunc(x)`` in a kernel
     gives an Int64, as in Python).
 
@@ -415,10 +415,10 @@ def trunc(x: Any) -> Any:
 
     Example: ``whole = fx.trunc(x[i])``
     """
-    return _ops().trunc(x)
+    return _ops().vector_math('trunc', x, fastmath=fastmath)
 
 
-def rint(x: Any) -> Any:
+def rint(x: Any, *, fastmath=None) -> Any:
     """``x`` rounded to the nearest integer, halves to even, keeping its float type
     (CUDA's ``rintf``, numpy's ``rint``; ``round(x)`` in a kernel gives an Int64).
 
@@ -426,4 +426,4 @@ def rint(x: Any) -> Any:
 
     Example: ``q = fx.rint(x[i] / step) * step``
     """
-    return _ops().rint(x)
+    return _ops().vector_math('rint', x, fastmath=fastmath)
