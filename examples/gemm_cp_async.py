@@ -62,7 +62,8 @@ def stage_layout(rows: int):
 
 
 @flyc.kernel
-def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, vec: fx.Constexpr[int]):
+def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, vec: fx.Constexpr[int],
+                cvec: fx.Constexpr[int]):
     tid = fx.thread_idx.x
     bm, bn = fx.block_idx.x, fx.block_idx.y
     lane, warp = tid % 32, tid // 32
@@ -141,9 +142,12 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, vec: fx.Constexpr[int]
         fx.gemm(tiled_mma.atom, fC, fA, fB, fC)
     fx.nvvm.cp_async_wait_group(0)        # no copy is left in flight at exit
 
-    c_atom = fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32)
+    # accumulators -> C: a lane's values 0, 1 are adjacent columns, one 8-byte store
+    # when N is even (rows 8-byte aligned), else 4-byte stores
+    c_atom = fx.make_copy_atom(fx.UniversalCopy(32 * cvec), fx.Float32)
     r2g = fx.make_tiled_copy_C(c_atom, tiled_mma).get_slice(tid)
-    tC, tcC = r2g.partition_D(gC), r2g.partition_D(cC)
+    tC = r2g.partition_D(gC)
+    tcC = r2g.partition_D(cC)[(cvec - 1, None), None, None]   # each call's last element
     pC = fx.make_fragment_like(tcC, dtype=fx.Boolean)
     for i in fx.range_constexpr(fx.size(pC.shape)):
         pC[i] = fx.elem_less(tcC[i], (M, N))
@@ -164,7 +168,7 @@ def gemm(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, stream: fx.Stream = fx.Stream
     """C = A @ B.T; A (M, K) and B (N, K) fp16 or bf16, C (M, N) float32, row-major."""
     M, K = A.shape
     N = B.shape[0]
-    gemm_kernel(A, B, C, copy_width(K)).launch(
+    gemm_kernel(A, B, C, copy_width(K), 2 if N % 2 == 0 else 1).launch(
         grid=((M + BM - 1) // BM, (N + BN - 1) // BN, 1), block=(THREADS, 1, 1), stream=stream)
 
 
