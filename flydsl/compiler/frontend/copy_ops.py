@@ -29,7 +29,8 @@ from ...expr import layout_algebra as la
 from . import context
 from .values import Value, as_value, to_index
 from .tensors import storage_type
-from .views import Memory, TensorView, as_view, vector_load, vector_store, vector_type, when
+from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit, vector_load,
+                    vector_store, vector_type, when)
 from .buffer_resources import GFX9_BUFFER_FLAGS  # noqa: F401  (re-exported)
 from .buffer_resources import address as _address, byte_offset as _byte_offset
 from .buffer_resources import guarded_load as _guarded_load, i32 as _i32
@@ -59,12 +60,12 @@ def copy(atom, src, dst, pred=None) -> None:
     if kind in ("buffer_lds", "buffer_atomic"):
         _rocdl_copy(kind, atom, src, dst, pred, width, calls)
         return
-    vectorizable = _contiguous_runs(src.layout, width) and _contiguous_runs(dst.layout, width)
+    vectorizable = contiguous_runs(src.layout, width) and contiguous_runs(dst.layout, width)
     for j in range(calls):
         if pred is None:
             _copy_call(src, dst, j * width, width, vectorizable)
             continue
-        with when(_bool(pred[j])):
+        with when(predicate_bit(pred[j])):
             _copy_call(src, dst, j * width, width, vectorizable)
 
 
@@ -79,7 +80,7 @@ def _rocdl_copy(kind: str, atom, src: TensorView, dst: TensorView, pred, width: 
         if dst.memory.space != "shared":
             raise DSLTypeError(f"fx.copy with {atom!r}: the destination must be shared "
                                f"memory (LDS), got a {dst.memory.label()}")
-        if not _contiguous_runs(src.layout, width):
+        if not contiguous_runs(src.layout, width):
             raise DSLTypeError(f"fx.copy with {atom!r}: each call's {width} source elements "
                                f"must be contiguous, got the layout {src.layout!r}")
     for j in range(calls):
@@ -92,7 +93,7 @@ def _rocdl_copy(kind: str, atom, src: TensorView, dst: TensorView, pred, width: 
         if pred is None:
             one()
             continue
-        with when(_bool(pred[j])):
+        with when(predicate_bit(pred[j])):
             one()
 
 
@@ -111,26 +112,6 @@ def _check_views(atom, src: TensorView, dst: TensorView) -> None:
     if atom.dtype is not None and atom.dtype.bits != src.dtype.bits:
         raise DSLTypeError(f"fx.copy: {atom!r} moves {atom.dtype.name} elements but the "
                            f"tensors hold {src.dtype.name}")
-
-
-def _bool(v) -> ir.Value:
-    if isinstance(v, Value):
-        return v.v if v.dtype.kind == "bool" else (v != 0).v
-    return as_value(bool(v)).v
-
-
-def _contiguous_runs(layout: la.Layout, width: int) -> bool:
-    """Whether every aligned group of ``width`` consecutive elements is contiguous."""
-    if width == 1:
-        return True
-    flat = la.coalesce(layout)
-    shapes, strides = la.flatten(flat.shape), la.flatten(flat.stride)
-    shapes = shapes if isinstance(shapes, tuple) else (shapes,)
-    strides = strides if isinstance(strides, tuple) else (strides,)
-    if not shapes:
-        return False
-    s, d = shapes[0], strides[0]
-    return isinstance(s, int) and isinstance(d, int) and d == 1 and s % width == 0
 
 
 def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,

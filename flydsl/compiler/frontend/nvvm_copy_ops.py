@@ -32,10 +32,10 @@ from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from . import context
 from .buffer_resources import address
-from .copy_ops import _bool, _contiguous_runs
 from .tensors import storage_type
 from .values import Value, as_value, cast
-from .views import Memory, TensorView, as_view, vector_load, vector_store, vector_type
+from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit, vector_load,
+                    vector_store, vector_type)
 from .warp_ops import lane_id, shuffle
 
 __all__ = ["nvvm_copy", "cp_async_commit_group", "cp_async_wait_group"]
@@ -108,7 +108,7 @@ def _cp_async(atom, src: TensorView, dst: TensorView, pred) -> None:
         raise DSLTypeError(f"fx.copy with {atom!r}: {n} elements is not a whole number of "
                            f"{width}-element calls")
     for role, v in (("source", src), ("destination", dst)):
-        if not _contiguous_runs(v.layout, width) or v.memory.run() < width:
+        if not contiguous_runs(v.layout, width) or v.memory.run() < width:
             raise DSLTypeError(f"fx.copy with {atom!r}: each call's {width} {role} elements "
                                f"must be contiguous (cp.async moves {op.bits // 8} "
                                f"consecutive bytes), got the layout {v.layout!r}")
@@ -121,7 +121,7 @@ def _cp_async(atom, src: TensorView, dst: TensorView, pred) -> None:
     gpu = _target().backend == "cuda"
     for j in range(calls):
         so, do = src.element_offset(j * width), dst.element_offset(j * width)
-        ok = None if pred is None else _bool(pred[j])
+        ok = None if pred is None else predicate_bit(pred[j])
         if gpu:
             _cp_async_ptx(op, src.memory, so, dst.memory, do, ok)
         else:
@@ -207,7 +207,7 @@ def _check_matrix(atom, name: str, smem: TensorView, regs: TensorView, role: str
     if smem.dtype is not regs.dtype:
         raise DSLTypeError(f"fx.copy with {atom!r}: the {role} is {smem.dtype.name} but the "
                            f"{other} is {regs.dtype.name}")
-    if smem.size() != 8 or not _contiguous_runs(smem.layout, 8) or smem.memory.run() < 8:
+    if smem.size() != 8 or not contiguous_runs(smem.layout, 8) or smem.memory.run() < 8:
         raise DSLTypeError(f"fx.copy with {atom!r}: each lane's {role} is the row it "
                            f"addresses, 8 contiguous elements; got {smem.layout!r}")
     if regs.size() != 2 * op.num:

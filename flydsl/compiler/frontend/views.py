@@ -524,3 +524,24 @@ def when(cond):
     with ir.InsertionPoint(branch.then_block):
         yield
         scf.YieldOp([])
+
+
+def predicate_bit(v) -> ir.Value:
+    """A copy predicate element as an i1."""
+    if isinstance(v, Value):
+        return v.v if v.dtype.kind == "bool" else (v != 0).v
+    return as_value(bool(v)).v
+
+
+def contiguous_runs(layout: la.Layout, width: int) -> bool:
+    """Whether every aligned group of ``width`` consecutive elements is contiguous."""
+    if width == 1:
+        return True
+    flat = la.coalesce(layout)
+    shapes, strides = la.flatten(flat.shape), la.flatten(flat.stride)
+    shapes = shapes if isinstance(shapes, tuple) else (shapes,)
+    strides = strides if isinstance(strides, tuple) else (strides,)
+    if not shapes:
+        return False
+    s, d = shapes[0], strides[0]
+    return isinstance(s, int) and isinstance(d, int) and d == 1 and s % width == 0
