@@ -165,3 +165,14 @@ def test_atomic_add_takes_scope_and_ordering():
         fx.enum.check_atomic_options(ordering="strongest")
     with pytest.raises(TypeError, match="scope"):
         fx.enum.check_atomic_options(scope=3)
+
+
+def test_num_warp_threads_outside_a_kernel_is_the_current_targets(monkeypatch):
+    """FlyDSL's host code sizes blocks with fx.gpu.num_warp_threads(): the warp of the
+    target launches compile for now (the CPU backend's 32, or 64 with
+    FLYDSL_CPU_WARP_SIZE=64)."""
+    monkeypatch.setenv("FLYDSL_COMPILE_BACKEND", "cpu")
+    monkeypatch.delenv("FLYDSL_CPU_WARP_SIZE", raising=False)
+    assert fx.gpu.num_warp_threads() == 32
+    monkeypatch.setenv("FLYDSL_CPU_WARP_SIZE", "64")
+    assert fx.gpu.num_warp_threads() == 64

@@ -54,7 +54,11 @@ def lane_id():
 
 def num_warp_threads() -> int:
     """Lanes per warp on the target being compiled for, a Python int
-    (``fx.warp_size()``)."""
+    (``fx.warp_size()``); outside a kernel, the warp of the target launches compile for
+    now (FlyDSL's host code sizes its blocks with it)."""
+    from . import implementation
+    if implementation.installed() is None or implementation._tracing() is None:
+        return implementation.host_target().warp_size
     return warp_size()
 
 

@@ -35,3 +35,22 @@ def ops() -> Any:
     if _ops is None or _tracing() is None:
         raise DSLError("this flydsl.expr function can only be used inside a @flydsl.kernel body")
     return _ops
+
+
+#: The compiler's "target a launch would compile for now" (installed by
+#: :mod:`flydsl.compiler.backends`, which ``import flydsl`` loads).
+_host_target: Any = None
+
+
+def install_host_target(fn: Any) -> None:
+    """Called by the compiler's backend registry with its ``current_target``."""
+    global _host_target
+    _host_target = fn
+
+
+def host_target() -> Any:
+    """The :class:`GPUTarget` launches compile for now (outside a trace: the selected
+    backend's, as FlyDSL's host code asks it)."""
+    if _host_target is None:
+        raise DSLError("no backend registry is loaded: import flydsl first")
+    return _host_target()

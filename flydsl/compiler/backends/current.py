@@ -2,6 +2,7 @@
 target a launch compiles for when nothing pins them."""
 from __future__ import annotations
 
+from ...expr import implementation as _implementation
 from .base import GPUTarget
 from .registry import get_backend, selected_backend_name
 
@@ -19,3 +20,7 @@ def current_target() -> GPUTarget:
 
 
 __all__ = ["compile_backend_name", "current_target"]
+
+# fx.gpu.num_warp_threads() & co. outside a kernel ask the expr layer, which cannot
+# import the compiler: it is handed the function instead
+_implementation.install_host_target(current_target)

@@ -21,11 +21,7 @@ def warp_threads() -> int:
     """The warp size of the target being compiled for: the trace's inside a kernel,
     else the current target's (a specialization like ``BlockScan[fx.Int32, 256]`` may
     be made on the host)."""
-    from ...expr import implementation
-    if implementation.installed() is not None and implementation._tracing() is not None:
-        return num_warp_threads()
-    from ...compiler.backends import current_target
-    return current_target().warp_size
+    return num_warp_threads()
 
 
 def resolve_warp_width(width: Optional[int], what: str) -> int:
