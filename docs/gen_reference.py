@@ -95,9 +95,22 @@ SECTIONS: list[tuple[str, str]] = [
     ("Copies",
      "Copy atoms, tiled copies (which thread moves which elements) and `fx.copy`."),
     ("MMA", "Matrix-core atoms, tiled MMAs and `fx.gemm`."),
+    ("Swizzles and composed layouts",
+     "FlyDSL's swizzle functions (`fx.Swizzle`) and layouts composed with them "
+     "(`fx.make_composed_layout`), used for bank-conflict-free shared memory."),
+    ("FlyDSL arith, math and vectors",
+     "FlyDSL's `fx.arith`, `fx.math` and `fx.typing` modules and the names they export "
+     "into `fx`: typed comparisons and min/max, math functions that also work per lane "
+     "of a `fx.Vector`, register vectors and their `<Type>x<N>` aliases, and MLIR types "
+     "by name (`fx.T`). They run inside kernels; see "
+     "[FlyDSL compatibility](flydsl-compat.md)."),
     ("fx.rocdl and fx.nvvm",
      "Target-specific atoms. Every atom also runs on the CPU backend with the "
      "hardware's per-lane fragment layout."),
+    ("AMD intrinsics and scheduling (fx.rocdl)",
+     "FlyDSL's raw AMD intrinsics (`fx.rocdl.exp2`, `readlane`, `ds_bpermute`, the "
+     "`mfma_*` wrappers) and scheduling hints (`sched_*`, `s_waitcnt`, `s_setprio`). "
+     "Each also runs on the CPU backend (hints are no-ops there and on NVIDIA)."),
 ]
 
 #: The section of each module's names, unless SECTION_OF_NAME says otherwise.
@@ -111,7 +124,21 @@ SECTION_OF_MODULE = {
     "flydsl.expr.dtypes": "Types",
     "flydsl.expr.layout_algebra": "Layout algebra",
     "flydsl.expr.rocdl": "fx.rocdl and fx.nvvm",
+    "flydsl.expr.rocdl.copies": "fx.rocdl and fx.nvvm",
+    "flydsl.expr.rocdl.cdna3": "fx.rocdl and fx.nvvm",
+    "flydsl.expr.rocdl.cdna4": "fx.rocdl and fx.nvvm",
+    "flydsl.expr.rocdl.intrinsics": "AMD intrinsics and scheduling (fx.rocdl)",
+    "flydsl.expr.rocdl.mfma": "AMD intrinsics and scheduling (fx.rocdl)",
+    "flydsl.expr.rocdl.sched": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.nvvm": "fx.rocdl and fx.nvvm",
+    "flydsl.expr.swizzle": "Swizzles and composed layouts",
+    "flydsl.expr.arith": "FlyDSL arith, math and vectors",
+    "flydsl.expr.math": "FlyDSL arith, math and vectors",
+    "flydsl.expr.typing": "FlyDSL arith, math and vectors",
+    "flydsl.expr.gpu": "Threads and launch",
+    "flydsl.expr.enum": "Memory and atomics",
+    "flydsl.expr.atoms": "Copies",
+    "flydsl.expr.layout": "Tensors and views",
 }
 
 _THREADS = ["thread_idx", "block_idx", "block_dim", "grid_dim", "grid", "gridsize", "warp_size",
@@ -152,11 +179,53 @@ SECTION_OF_NAME = {
     **{n: "Copies" for n in _COPIES},
     **{n: "MMA" for n in _MMA},
     "rocdl": "fx.rocdl and fx.nvvm", "nvvm": "fx.rocdl and fx.nvvm",
+    **{n: "Layout algebra" for n in ["crd2idx", "idx2crd", "recast_layout", "get_layout",
+                                     "static"]},
+    **{n: "Copies" for n in ["copy_atom_call", "tiled_copy_partition_src",
+                             "tiled_copy_partition_dst", "tiled_copy_retile"]},
+    **{n: "MMA" for n in ["UniversalFMA", "mma_atom_call", "mma_make_fragment",
+                          "tiled_mma_partition", "tiled_mma_partition_shape"]},
+    "const_expr": "Threads and launch", "shuffle_idx": "Warp and block collectives",
+    "mask_mfma": "AMD intrinsics and scheduling (fx.rocdl)",
+    "FastMathFlags": "FlyDSL arith, math and vectors",
+    "RoundingMode": "FlyDSL arith, math and vectors",
+}
+
+#: Generated families of names, each documented once by one representative's docstring:
+#: ``(pattern over qualified names, entry title, representative)``. Every other name
+#: needs its own docstring (the test fails on an undocumented ordinary name).
+FAMILIES: list[tuple[str, str, str]] = [
+    (r"fx\.(?:U?[Ii]nt|Uint|B?Float)\w*x\d+", "fx.<Type>x<N>", "fx.Float32x4"),
+    (r"fx\.rocdl\.mfma_\w+", "fx.rocdl.mfma_*", "fx.rocdl.mfma_f32_16x16x16f16"),
+    (r"fx\.rocdl\.mask_\w+", "fx.rocdl.mask_*", "fx.rocdl.mask_mfma"),
+]
+
+#: Docstrings of public names whose objects flydsl re-exports from MLIR (whose own
+#: docstrings are MLIR's one-liners), in the convention above.
+FOREIGN_DOCS = {
+    "fx.FastMathFlags": (
+        "MLIR's ``arith`` fast-math flags (``none``, ``reassoc``, ``nnan``, ``ninf``, "
+        "``nsz``, ``arcp``, ``contract``, ``afn``, ``fast``), FlyDSL's ``fastmath=`` "
+        "argument.\n\nExample::\n\n    >>> fx.FastMathFlags.fast.name\n    'fast'"),
+    "fx.RoundingMode": (
+        "MLIR's ``arith`` rounding modes (``to_nearest_even``, ``downward``, ``upward``, "
+        "``toward_zero``, ``to_nearest_away``) of FlyDSL's float truncations."
+        "\n\nExample::\n\n    >>> fx.RoundingMode.to_nearest_even.name\n"
+        "    'to_nearest_even'"),
+    "fx.rocdl.mask_mfma": (
+        "The instruction classes of ``sched_group_barrier`` (LLVM's SchedGroupMask bits, "
+        "Python ints): ``mask_mfma`` (MFMA/WMMA, 0x008), ``mask_vmem_rd`` (global/buffer "
+        "reads, 0x020), ``mask_dsrd`` (LDS reads, 0x100), ``mask_dswr`` (LDS writes, "
+        "0x200).\n\nExample::\n\n    >>> hex(fx.rocdl.mask_mfma | fx.rocdl.mask_dsrd)\n"
+        "    '0x108'"),
 }
 #: Entries in this order (short names of fx.*, else qualified); the rest follow, sorted.
 ORDER = _THREADS + _MATH + _BITS + _TYPES + _ALGEBRA + _VIEWS + _COPIES + _MMA + _TARGETS
 #: Modules whose docstrings state the result in their first sentence (no ``Returns:``).
-RESULT_IN_SUMMARY_MODULES = {"flydsl.expr.numeric"}
+RESULT_IN_SUMMARY_MODULES = {
+    "flydsl.expr.numeric", "flydsl.expr.layout_algebra", "flydsl.expr.math",
+    "flydsl.expr.arith", "flydsl.expr.typing", "flydsl.expr.gpu", "flydsl.expr.atoms",
+    "flydsl.expr.rocdl.copies", "flydsl.expr.rocdl.intrinsics", "flydsl.expr.rocdl.mfma"}
 
 
 # -- entries -------------------------------------------------------------------------
@@ -174,9 +243,12 @@ class Entry:
     notes: str
     signatures: list = field(default_factory=list)
     members: list = field(default_factory=list)
+    family: Optional[str] = None     # the title of a FAMILIES entry
 
     @property
     def title(self) -> str:
+        if self.family:
+            return f"`{self.family}`"
         return ", ".join(f"`{n}`" for n in self.names)
 
 
@@ -190,9 +262,17 @@ def public_names() -> list:
     return out
 
 
+def family_of(qualified: str) -> Optional[tuple]:
+    """The FAMILIES row whose pattern matches the whole name, else None."""
+    return next((f for f in FAMILIES if re.fullmatch(f[0], qualified)), None)
+
+
 def _group_key(obj: Any) -> Any:
-    """Objects documented together: an instance without its own docstring (the scalar
-    types, ``fx.thread_idx`` & co) is documented by its class."""
+    """Objects documented together: an instance without its own docstring (
+    ``fx.thread_idx`` & co) is documented by its class, and the scalar types (classes
+    whose class is ``DType``) by ``DType`` and its table."""
+    if isinstance(obj, _dtypes.DType):
+        return _dtypes.DType
     if isinstance(obj, (type, types.FunctionType, types.ModuleType)):
         return obj
     return obj if "__doc__" in getattr(obj, "__dict__", {}) else type(obj)
@@ -209,14 +289,20 @@ def entries() -> list:
     """The reference entries, in section order, each section in ORDER then by name."""
     groups: dict = {}
     for name, obj in public_names():
-        groups.setdefault(id(_group_key(obj)), []).append((name, obj))
+        family = family_of(name)
+        key = ("family", family[1]) if family else id(_group_key(obj))
+        groups.setdefault(key, []).append((name, obj))
     out = []
-    for members in groups.values():
-        # the shortest fx.* spelling names the entry (fx.BufferCopy, not fx.rocdl.BufferCopy)
-        members.sort(key=lambda m: (m[0].count("."), _order(m[0]), m[0]))
+    for key, members in groups.items():
+        family = family_of(members[0][0]) if isinstance(key, tuple) else None
+        # the representative of a family, else the shortest fx.* spelling, names the
+        # entry (fx.BufferCopy, not fx.rocdl.BufferCopy)
+        members.sort(key=lambda m: (not family or m[0] != family[2], m[0].count("."),
+                                    _order(m[0]), m[0]))
         names, objs = [n for n, _ in members], [o for _, o in members]
+        documented = objs[0] if family else _group_key(objs[0])
         out.append(_make_entry(names, objs, _section(names[0].split(".")[-1], objs[0]),
-                               _group_key(objs[0])))
+                               documented, family[1] if family else None))
     titles = [t for t, _ in SECTIONS]
     out.sort(key=lambda e: (titles.index(e.section) if e.section in titles else len(titles),
                             _order(e.names[0]), e.names[0].lower()))
@@ -228,17 +314,21 @@ def _order(qualified: str) -> int:
     return ORDER.index(key) if key in ORDER else len(ORDER)
 
 
-def _make_entry(names: list, objs: list, section: str, documented: Any) -> Entry:
-    doc = inspect.getdoc(documented) or ""
+def _make_entry(names: list, objs: list, section: str, documented: Any,
+                family: Optional[str] = None) -> Entry:
+    doc = FOREIGN_DOCS.get(names[0]) or inspect.getdoc(documented) or ""
     summary, returns, example, comment, notes = split_docstring(doc)
     module = getattr(documented, "__module__", "")
     if returns is None and module in RESULT_IN_SUMMARY_MODULES and callable(documented):
         returns = summary
     if returns is None and _returns_none(documented):
         returns = "`None`."
-    entry = Entry(names, objs, section, summary, returns, example, comment, notes)
+    entry = Entry(names, objs, section, summary, returns, example, comment, notes,
+                  family=family)
     if documented is _dtypes.DType:   # one line for the table of types
         entry.signatures = ["fx.Float32(value)  # and so every type in the table"]
+    elif family:     # the representative's signature stands for the family's
+        entry.signatures = [s for s in [_signature(names[0], objs[0])] if s]
     else:
         entry.signatures = [s for s in (_signature(n, o) for n, o in zip(names, objs)) if s]
     if isinstance(documented, type) and documented is not _dtypes.DType:
@@ -387,12 +477,20 @@ def slug(heading: str) -> str:
 
 
 def _dtype_table() -> str:
-    rows = ["| type | kind | bits | numpy |", "| --- | --- | --- | --- |"]
+    rows = ["| type | kind | bits | numpy | notes |", "| --- | --- | --- | --- | --- |"]
     for t in _dtypes.ALL_DTYPES:
         kind = {"bool": "bool", "float": "float"}.get(t.kind, "signed int" if t.signed
                                                       else "unsigned int")
-        np_name = t.np_dtype.name if t.np_dtype is not None else "(none; torch.bfloat16)"
-        rows.append(f"| `fx.{t.name}` | {kind} | {t.bits} | `{np_name}` |")
+        if t.storage_only:
+            kind, np_name = "narrow float (storage only)", "`uint8` (one per byte)"
+        elif t.np_dtype is not None:
+            np_name = f"`{t.np_dtype.name}`"
+        else:
+            np_name = "(none; torch.bfloat16)" if t.name == "BFloat16" else "(none)"
+        own = inspect.getdoc(t) or ""     # the narrow floats say what their format is
+        note = rst_to_markdown(own.split("\n\n")[0].replace("\n", " ")) if (
+            own and own != f"fx.{t.name}" and own != inspect.getdoc(_dtypes.DType)) else ""
+        rows.append(f"| `fx.{t.name}` | {kind} | {t.bits} | {np_name} | {note} |")
     return "\n".join(rows)
 
 
@@ -405,6 +503,8 @@ def render_entry(e: Entry) -> str:
         parts += [f"**Returns:** {rst_to_markdown(e.returns)}", ""]
     if _dtypes.DType in e.objs:
         parts += [_dtype_table(), ""]
+    if e.family:
+        parts += ["**Names:** " + ", ".join(f"`{n}`" for n in sorted(e.names)), ""]
     if e.example:
         code = e.example + (f"  # {e.example_comment}" if e.example_comment else "")
         parts += ["**Example:**", "", "```python", code, "```", ""]
@@ -447,7 +547,7 @@ def render(items: Optional[list] = None) -> str:
         names = [e for e in items if e.section == title]
         if not names:
             continue
-        links = ", ".join(f"[`{e.names[0]}`](#{slug(e.title)})" for e in names)
+        links = ", ".join(f"[`{e.family or e.names[0]}`](#{slug(e.title)})" for e in names)
         out.append(f"- **[{title}](#{slug(title)})**: {links}")
     out.append("")
     intros = dict(SECTIONS)

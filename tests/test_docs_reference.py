@@ -73,6 +73,21 @@ def test_every_entry_has_an_example_and_callables_a_return_description():
     assert not no_returns, f"docstrings without a 'Returns:' paragraph: {no_returns}"
 
 
+def test_families_document_generated_names_once_and_nothing_else():
+    """A generated family (``fx.Float32x4`` & co) is one entry listing every member;
+    an ordinary name that merely looks alike is not swallowed by a family."""
+    families = {e.family: e for e in ENTRIES if e.family}
+    assert set(families) == {title for _, title, _ in GEN.FAMILIES}
+    vectors = families["fx.<Type>x<N>"]
+    assert vectors.names[0] == "fx.Float32x4" and vectors.example
+    assert {"fx.Float16x8", "fx.Int4x32", "fx.Uint128x1"} <= set(vectors.names)
+    assert "fx.rocdl.mfma_f32_32x32x8f16" in families["fx.rocdl.mfma_*"].names
+    for ordinary in ("fx.Float32", "fx.Vector", "fx.VectorAlias", "fx.UniversalCopy128b",
+                     "fx.rocdl.MFMA", "fx.max"):
+        assert GEN.family_of(ordinary) is None, ordinary
+    assert GEN.family_of("fx.Float32x4") and GEN.family_of("fx.rocdl.mfma_f32_16x16x4f32")
+
+
 def test_the_generator_reads_the_docstring_convention():
     doc = ("Add things.\n\nReturns: the sum,\nan Int32.\n\nExample: ``y = f(x)``  # 3\n\n"
            "Backends: all.")
@@ -110,7 +125,8 @@ def examples_of(which: str) -> list:
 def test_plain_python_example(name, example):
     test = doctest.DocTestParser().get_doctest(
         example, {"fx": fx, "flydsl": flydsl, "np": np}, name, None, 0)
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner = doctest.DocTestRunner(
+        optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
     out: list = []
     runner.run(test, out=out.append)
     assert runner.failures == 0, f"the example of {name} fails:\n" + "".join(out)
@@ -128,9 +144,11 @@ def test_program_example(name, example, tmp_path, monkeypatch):
 
 
 #: Elementwise dtype of the example's tensors and values ("f": Float32 by default).
-FLAVOR = {"fx.clz": "i", "fx.popc": "i", "fx.brev": "i", "fx.ffs": "i",
-          "fx.atomic_and": "i", "fx.atomic_or": "i", "fx.atomic_xor": "i",
-          "fx.atomic_cas": "i", "fx.atomic_inc": "u", "fx.atomic_dec": "u"}
+FLAVOR = {name: "i" for name in (
+    "fx.clz", "fx.popc", "fx.brev", "fx.ffs", "fx.atomic_and", "fx.atomic_or", "fx.atomic_xor",
+    "fx.atomic_cas", "fx.absi", "fx.ctlz", "fx.ctpop", "fx.ipowi", "fx.shrui", "fx.cmpi",
+    "fx.index_cast", "fx.rocdl.ds_bpermute")}
+FLAVOR.update({"fx.atomic_inc": "u", "fx.atomic_dec": "u"})
 CONSTANTS = {"BLOCK": 64, "MASK": 1}   # other upper-case names are 4
 THREADS, BLOCKS = 64, 2
 N = 8 * THREADS * BLOCKS               # elements per tensor row: x[i * 4 + k] fits

@@ -17,6 +17,8 @@ typed helpers that take kernel values and Python numbers.
 
 ``fastmath=`` arguments set the flags on the op they build; ``FLYDSL_FAST_MATH=1`` (the
 ``fast_math`` compile option) sets them on every float op.
+
+Example: ``r = fx.arith.maximumf(v, 0.5) + fx.arith.constant(1.0)``
 """
 from __future__ import annotations
 
@@ -100,7 +102,12 @@ def index(value: int):
 
 
 def constant_vector(element_value, vector_type):
-    """A vector of ``vector_type`` with every lane ``element_value``."""
+    """A vector of ``vector_type`` with every lane ``element_value``.
+
+    Returns: a vector value of ``vector_type``.
+
+    Example: ``w = fx.constant_vector(1.0, fx.T.vec(4, fx.T.f32))``
+    """
     vt = _ir.VectorType(vector_type)
     n = 1
     for d in vt.shape:
@@ -125,7 +132,12 @@ def _raw_operand(x, like=None):
 
 
 def index_cast(target_type, value):
-    """An integer value as ``target_type`` (``index`` <-> ``iN``)."""
+    """An integer value as ``target_type`` (``index`` <-> ``iN``).
+
+    Returns: an integer value of ``target_type``.
+
+    Example: ``j = fx.index_cast(fx.T.index, k)``
+    """
     v = _raw_operand(value)
     if v.type == target_type:
         return v
@@ -168,19 +180,34 @@ def shli(lhs, rhs):
 
 
 def shrui(value, amount, **kwargs):
-    """Logical right shift; the result keeps ``value``'s flydsl type."""
+    """Logical right shift; the result keeps ``value``'s flydsl type.
+
+    Returns: an integer of ``value``'s type.
+
+    Example: ``r = fx.shrui(k, 1)``
+    """
     out = _arith.shrui(*_pair(value, amount), **kwargs)
     dtype = getattr(value, "dtype", None)
     return out if dtype is None or out.dtype is dtype else type(out)(out.v, dtype)
 
 
 def cmpi(predicate, lhs, rhs, **kwargs):
-    """Integer comparison (``CmpIPredicate``); a Python int takes the other side's type."""
+    """Integer comparison (``CmpIPredicate``); a Python int takes the other side's type.
+
+    Returns: a ``Bool`` (per lane for vectors).
+
+    Example: ``lt = fx.cmpi(fx.arith.CmpIPredicate.slt, k, 3)``
+    """
     return _arith.cmpi(predicate, *_pair(lhs, rhs), **kwargs)
 
 
 def cmpf(predicate, lhs, rhs, **kwargs):
-    """Float comparison (``CmpFPredicate``); a Python float takes the other side's type."""
+    """Float comparison (``CmpFPredicate``); a Python float takes the other side's type.
+
+    Returns: a ``Bool`` (per lane for vectors).
+
+    Example: ``gt = fx.cmpf(fx.arith.CmpFPredicate.OGT, v, 0.75)``
+    """
     return _arith.cmpf(predicate, *_pair(lhs, rhs), **kwargs)
 
 
@@ -190,22 +217,42 @@ def _float_pair(fn, a, b, fastmath, kwargs):
 
 
 def maximumf(a, b, *, fastmath=None, **kwargs):
-    """NaN-propagating float maximum."""
+    """NaN-propagating float maximum.
+
+    Returns: a float of the operands' type.
+
+    Example: ``r = fx.maximumf(v, 0.75)``
+    """
     return _float_pair(_arith.maximumf, a, b, fastmath, kwargs)
 
 
 def minimumf(a, b, *, fastmath=None, **kwargs):
-    """NaN-propagating float minimum."""
+    """NaN-propagating float minimum.
+
+    Returns: a float of the operands' type.
+
+    Example: ``r = fx.minimumf(v, 0.75)``
+    """
     return _float_pair(_arith.minimumf, a, b, fastmath, kwargs)
 
 
 def maxnumf(a, b, *, fastmath=None, **kwargs):
-    """Float maximum returning the non-NaN operand (libm ``fmax``)."""
+    """Float maximum returning the non-NaN operand (libm ``fmax``).
+
+    Returns: a float of the operands' type.
+
+    Example: ``r = fx.maxnumf(v, 0.75)``
+    """
     return _float_pair(_arith.maxnumf, a, b, fastmath, kwargs)
 
 
 def minnumf(a, b, *, fastmath=None, **kwargs):
-    """Float minimum returning the non-NaN operand (libm ``fmin``)."""
+    """Float minimum returning the non-NaN operand (libm ``fmin``).
+
+    Returns: a float of the operands' type.
+
+    Example: ``r = fx.minnumf(v, 0.75)``
+    """
     return _float_pair(_arith.minnumf, a, b, fastmath, kwargs)
 
 
@@ -258,7 +305,14 @@ def ceildiv(lhs, rhs, **kwargs):
 @_contextlib.contextmanager
 def fastmath(flags):
     """``with arith.fastmath(FastMathFlags.fast):`` — accepted for upstream code; flydsl
-    applies fast math per op (``fastmath=``) or per compile (``FLYDSL_FAST_MATH=1``)."""
+    applies fast math per op (``fastmath=``) or per compile (``FLYDSL_FAST_MATH=1``).
+
+    Returns: a context manager that changes nothing.
+
+    Kernel bodies have no ``with`` statement, so there only the call itself runs.
+
+    Example: ``ctx = fx.fastmath(fx.FastMathFlags.fast)``
+    """
     yield
 
 

@@ -178,15 +178,33 @@ NumericMeta = DType
 
 
 class Numeric:
-    """Base class of every DSL scalar type (``issubclass(fx.Int32, Numeric)``)."""
+    """Base class of every DSL scalar type (``issubclass(fx.Int32, Numeric)``).
+
+    Example::
+
+        >>> issubclass(fx.Float8E4M3FN, fx.Numeric), isinstance(fx.Int32, fx.DType)
+        (True, True)
+    """
 
 
 class Integer(Numeric):
-    """Base class of the integer types (and of Boolean)."""
+    """Base class of the integer types (and of Boolean).
+
+    Example::
+
+        >>> issubclass(fx.Int4, fx.Integer), issubclass(fx.Float32, fx.Integer)
+        (True, False)
+    """
 
 
 class Float(Numeric):
-    """Base class of the float types, the narrow (storage-only) ones included."""
+    """Base class of the float types, the narrow (storage-only) ones included.
+
+    Example::
+
+        >>> issubclass(fx.Float8E5M2, fx.Float), issubclass(fx.Int8, fx.Float)
+        (True, False)
+    """
 
 
 def _make(name: str, base: type, doc: str = "", **kw: Any) -> DType:

@@ -55,7 +55,13 @@ def lane_id():
 def num_warp_threads() -> int:
     """Lanes per warp on the target being compiled for, a Python int
     (``fx.warp_size()``); outside a kernel, the warp of the target launches compile for
-    now (FlyDSL's host code sizes its blocks with it)."""
+    now (FlyDSL's host code sizes its blocks with it).
+
+    Example::
+
+        >>> fx.num_warp_threads() in (32, 64)
+        True
+    """
     from . import implementation
     if implementation.installed() is None or implementation._tracing() is None:
         return implementation.host_target().warp_size
@@ -65,7 +71,20 @@ def num_warp_threads() -> int:
 def known_block_size() -> tuple:
     """The block shape ``(x, y, z)`` the kernel being traced declared with
     ``@flydsl.kernel(known_block_size=[...])``, as Python ints; a ``RuntimeError``
-    when it declared none (FlyDSL's behaviour)."""
+    when it declared none (FlyDSL's behaviour).
+
+    Returns: a tuple of three Python ints.
+
+    Example::
+
+        @flydsl.kernel(known_block_size=[64, 1, 1])
+        def block_width(out: fx.Tensor):
+            out[fx.thread_idx.x] = fx.Int32(fx.known_block_size()[0])
+
+        result = np.zeros(64, np.int32)
+        block_width[1, 64](result)
+        assert (result == 64).all()
+    """
     size = _ops().known_block_size()
     if size is None:
         raise RuntimeError("no compile-time block size is in scope: declare it with "
@@ -112,7 +131,12 @@ def shuffle_down(value: Any, offset: Any, width: Any):
 
 
 def shuffle_idx(value: Any, lane: Any, width: Any):
-    """``shuffle`` in ``"idx"`` mode: every lane reads lane ``lane`` of its segment."""
+    """``shuffle`` in ``"idx"`` mode: every lane reads lane ``lane`` of its segment.
+
+    Returns: a value of ``value``'s type.
+
+    Example: ``first = fx.shuffle_idx(v, 0, 32)``
+    """
     return shuffle(value, lane, width, "idx")
 
 

@@ -201,9 +201,15 @@ def _operand_name(operand) -> str:
 def tiled_copy_partition_src(tiled_copy, src, thr_idx):
     """FlyDSL's functional form of ``tiled_copy.get_slice(thr_idx).partition_S(src)``.
 
+    Returns: the thread's view (or layout) of ``src``.
+
     Example::
 
-        part = fx.tiled_copy_partition_src(tiled, A, fx.thread_idx.x)
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+        >>> tiled = fx.make_tiled_copy_tv(atom, fx.make_ordered_layout((8, 16), order=(1, 0)),
+        ...                               fx.make_ordered_layout((1, 4), order=(0, 1)))
+        >>> fx.size(fx.tiled_copy_partition_src(tiled, fx.make_layout((8, 64), (64, 1)), 3))
+        4
     """
     return tiled_copy.get_slice(la.get_scalar(thr_idx)).partition_S(src)
 
@@ -211,9 +217,15 @@ def tiled_copy_partition_src(tiled_copy, src, thr_idx):
 def tiled_copy_partition_dst(tiled_copy, dst, thr_idx):
     """FlyDSL's functional form of ``tiled_copy.get_slice(thr_idx).partition_D(dst)``.
 
+    Returns: the thread's view (or layout) of ``dst``.
+
     Example::
 
-        part = fx.tiled_copy_partition_dst(tiled, B, fx.thread_idx.x)
+        >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
+        >>> tiled = fx.make_tiled_copy_tv(atom, fx.make_ordered_layout((8, 16), order=(1, 0)),
+        ...                               fx.make_ordered_layout((1, 4), order=(0, 1)))
+        >>> fx.size(fx.tiled_copy_partition_dst(tiled, fx.make_layout((8, 64), (64, 1)), 3))
+        4
     """
     return tiled_copy.get_slice(la.get_scalar(thr_idx)).partition_D(dst)
 
@@ -221,9 +233,15 @@ def tiled_copy_partition_dst(tiled_copy, dst, thr_idx):
 def tiled_copy_retile(tiled_copy, t):
     """FlyDSL's functional form of ``thr_copy.retile(t)`` (the same for every thread).
 
+    Returns: a view of ``t`` in the copy's per-thread value order.
+
     Example::
 
-        regs = fx.tiled_copy_retile(fx.make_tiled_copy_A(atom, mma), frag_A)
+        mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+                                fx.make_layout((1, 1, 1)))
+        atom = fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32)
+        frag_a = fx.mma_make_fragment("A", mma, fx.make_layout((16, 4), (4, 1)))
+        regs = fx.tiled_copy_retile(fx.make_tiled_copy_A(atom, mma), frag_a)
     """
     return tiled_copy.get_slice(0).retile(t)
 
@@ -232,9 +250,14 @@ def tiled_mma_partition(operand, tiled_mma, t, thr_idx):
     """FlyDSL's ``tiled_mma_partition(MmaOperand.A, mma, t, tid)``:
     ``mma.thr_slice(tid).partition_A(t)`` (B, C likewise).
 
+    Returns: the thread's view (or layout) of ``t``.
+
     Example::
 
-        pa = fx.tiled_mma_partition("A", mma, A, fx.thread_idx.x)
+        >>> mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+        ...                         fx.make_layout((1, 1, 1)))
+        >>> fx.size(fx.tiled_mma_partition("A", mma, fx.make_layout((16, 4), (4, 1)), 0))
+        1
     """
     return tiled_mma.thr_slice(la.get_scalar(thr_idx)).partition(_operand_name(operand), t)
 
@@ -257,9 +280,13 @@ def tiled_mma_partition_shape(operand, tiled_mma, shape):
 def mma_make_fragment(operand, tiled_mma, t, *, stages=None):
     """FlyDSL's functional form of ``thr_mma.make_fragment_A/B/C(t, stages=)``.
 
+    Returns: a register fragment (a tensor) of the operand's element type.
+
     Example::
 
-        frag_c = fx.mma_make_fragment("C", mma, C)
+        mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32)),
+                                fx.make_layout((1, 1, 1)))
+        frag_c = fx.mma_make_fragment("C", mma, fx.make_layout((16, 16), (16, 1)))
     """
     name = _operand_name(operand)
     thr = tiled_mma.thr_slice(0)
@@ -285,6 +312,8 @@ def static(x):
 def composed_get_inner(layout: ComposedLayout):
     """The inner function (a :class:`Swizzle` or layout) of a composed layout.
 
+    Returns: a ``Swizzle`` or a ``Layout``.
+
     Example::
 
         >>> fx.composed_get_inner(fx.make_composed_layout(fx.Swizzle(3, 3, 3), fx.make_layout(64)))
@@ -297,6 +326,8 @@ def composed_get_offset(layout: ComposedLayout):
     """The offset of a composed layout (added to the outer index before the inner
     function).
 
+    Returns: an int (or an int tuple).
+
     Example::
 
         >>> fx.composed_get_offset(fx.make_composed_layout(fx.Swizzle(3, 3, 3), 16, fx.make_layout(64)))
@@ -307,6 +338,8 @@ def composed_get_offset(layout: ComposedLayout):
 
 def composed_get_outer(layout: ComposedLayout):
     """The outer layout of a composed layout.
+
+    Returns: a ``Layout``.
 
     Example::
 
@@ -454,7 +487,14 @@ def mma_atom_call(atom, d, a, b, c) -> None:
 
     Example::
 
-        fx.mma_atom_call(mma_atom, acc, a_frag, b_frag, acc)
+        atom = fx.make_mma_atom(fx.UniversalFMA(fx.Float32))
+        one = fx.make_layout((1, 1, 1))             # (values, m, k) etc.: one FMA
+        a, b, acc = (fx.make_rmem_tensor(one, fx.Float32) for _ in range(3))
+        a.fill(x[i])
+        b.fill(2.0)
+        acc.fill(1.0)
+        fx.mma_atom_call(atom, acc, a, b, acc)
+        y[i] = acc[0]                               # x[i] * 2 + 1
     """
     gemm(atom, d, a, b, c)
 
@@ -468,8 +508,12 @@ def gather(copy_atom, base, offsets, dst, *, pred=None) -> None:
 
     Example::
 
-        # thread's rows: offsets[v] = Idx[row] * N + col; 4 floats per call
-        fx.gather(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32), Src, offs, regs)
+        offs = fx.make_rmem_tensor(2, fx.Int32)     # V = 2 element offsets
+        offs[0] = i
+        offs[1] = n - 1 - i
+        regs = fx.make_rmem_tensor(fx.make_layout((1, 2)), fx.Float32)
+        fx.gather(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32), x, offs, regs)
+        y[i] = regs[0, 0] + regs[0, 1]              # x[i] + x[n - 1 - i]
     """
     layout = copy_atom.layout_src_tv[1]
     for off, part, p in _indexed(offsets, dst, pred):
@@ -483,7 +527,11 @@ def scatter(copy_atom, src, base, offsets, *, pred=None) -> None:
 
     Example::
 
-        fx.scatter(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32), regs, Dst, offs)
+        offs = fx.make_rmem_tensor(1, fx.Int32)
+        offs[0] = n - 1 - i
+        regs = fx.make_rmem_tensor(fx.make_layout((1, 1)), fx.Float32)
+        regs[0, 0] = x[i]
+        fx.scatter(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32), regs, y, offs)
     """
     layout = copy_atom.layout_dst_tv[1]
     for off, part, p in _indexed(offsets, src, pred):

@@ -12,6 +12,8 @@ floats in Float32; the backend's lowering: libm-accurate code on the CPU, libdev
 CUDA, portable code on ROCm). ``fastmath=`` is accepted; it sets flags on arith ops only
 (``FLYDSL_FAST_MATH=1`` relaxes everything). ``cbrt``, ``round``, ``cttz`` and
 ``isnormal`` are not provided yet (a clear error says so).
+
+Example: ``r = fx.math.exp2(v) + fx.math.absf(v)``
 """
 from __future__ import annotations
 
@@ -31,11 +33,28 @@ def _apply(name: str, *args, fastmath=None):
     return _implementation.ops().vector_math(name, *args, fastmath=fastmath)
 
 
+#: The one-line example of each generated function exported into ``fx`` (kernel
+#: bodies: ``v`` a Float32 value, ``k`` an Int32 value).
+_EXAMPLES = {
+    "absf": "r = fx.absf(v - 1.0)", "absi": "r = fx.absi(k - 3)",
+    "roundeven": "r = fx.roundeven(v * 4.0)", "ctlz": "r = fx.ctlz(k)",
+    "ctpop": "r = fx.ctpop(k)", "powf": "r = fx.powf(v, 2.5)",
+    "fpowi": "r = fx.fpowi(v, fx.Int32(3))",
+}
+
+
+def _with_example(name: str, doc: str) -> str:
+    if name not in _EXAMPLES:
+        return doc
+    return (f"{doc}\n\nReturns: a value of the operand's type (a vector: per lane)."
+            f"\n\nExample: ``{_EXAMPLES[name]}``")
+
+
 def _unary(name: str):
     def fn(x, *, fastmath=None, **kwargs):
         return _apply(name, x, fastmath=fastmath)
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"``{name}(x)`` of a scalar or per lane of a vector."
+    fn.__doc__ = _with_example(name, f"``{name}(x)`` of a scalar or per lane of a vector.")
     return fn
 
 
@@ -43,7 +62,7 @@ def _binary(name: str):
     def fn(a, b, *, fastmath=None, **kwargs):
         return _apply(name, a, b, fastmath=fastmath)
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"``{name}(a, b)`` of scalars or per lane of vectors."
+    fn.__doc__ = _with_example(name, f"``{name}(a, b)`` of scalars or per lane of vectors.")
     return fn
 
 
@@ -54,7 +73,12 @@ for _n in _BINARY:
 
 
 def ipowi(a, b, **kwargs):
-    """An integer raised to an integer power."""
+    """An integer raised to an integer power.
+
+    Returns: an integer of the operands' promoted type.
+
+    Example: ``r = fx.ipowi(k, 3)``
+    """
     return a ** b
 
 
@@ -64,7 +88,12 @@ def fma(a, b, c, *, fastmath=None, **kwargs):
 
 
 def clampf(x, lo, hi, *, fastmath=None, **kwargs):
-    """``x`` clamped to ``[lo, hi]``."""
+    """``x`` clamped to ``[lo, hi]``.
+
+    Returns: a float of ``x``'s type (a vector: per lane).
+
+    Example: ``r = fx.clampf(v, 0.6, 1.2)``
+    """
     ops = _implementation.ops()
     if getattr(x, "_flydsl_vector", False):
         return x.maximumf(lo).minimumf(hi)
@@ -72,7 +101,12 @@ def clampf(x, lo, hi, *, fastmath=None, **kwargs):
 
 
 def sincos(x, *, fastmath=None, **kwargs):
-    """``(sin(x), cos(x))``."""
+    """``(sin(x), cos(x))``.
+
+    Returns: a tuple of two floats of ``x``'s type.
+
+    Example: ``s, c = fx.sincos(v)``
+    """
     return _apply("sin", x, fastmath=fastmath), _apply("cos", x, fastmath=fastmath)
 
 
@@ -80,7 +114,13 @@ def _missing(name: str):
     def fn(*args, **kwargs):
         from ..errors import DSLError
         raise DSLError(f"flydsl.expr.math.{name} is not supported by flydsl yet")
-    fn.__name__ = name
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"Not provided by flydsl yet (FlyDSL's ``math.{name}``): calling it raises "
+                  f"a ``DSLError`` saying so.\n\nReturns: nothing; it always raises."
+                  f"\n\nExample::\n\n    >>> fx.math.{name}(1.0)\n"
+                  f"    Traceback (most recent call last):\n    ...\n"
+                  f"    flydsl.errors.DSLError: flydsl.expr.math.{name} is not supported by "
+                  f"flydsl yet\n")
     return fn
 
 

@@ -138,8 +138,9 @@ def cp_async_commit_group() -> None:
 
     Example::
 
-        fx.copy(atom, gA_tile, sA_stage, pred=p)
-        fx.nvvm.cp_async_commit_group()
+        fx.nvvm.cp_async_commit_group()     # after this stage's fx.copy calls
+        fx.nvvm.cp_async_wait_group(0)
+        fx.barrier()
     """
     _impl().cp_async_commit_group()
 

@@ -14,6 +14,8 @@
 
 Only inside ``@flydsl.kernel`` bodies (the front end's ``vector_ops`` implements them);
 importing this module does not import MLIR (``T``'s types are made when read).
+
+Example: ``w = fx.typing.Vector.filled(4, v, fx.Float32) * 2.0``
 """
 from __future__ import annotations
 
@@ -34,7 +36,10 @@ def _ir():
 
 class ReductionOp(enum.Enum):
     """How ``Vector.reduce`` combines lanes: ``ADD``, ``MUL``, ``MAX``, ``MIN`` (floats:
-    NaN-propagating like ``fx.max``), and bitwise ``AND``/``OR``/``XOR`` for ints."""
+    NaN-propagating like ``fx.max``), and bitwise ``AND``/``OR``/``XOR`` for ints.
+
+    Example: ``total = fx.full(4, v, fx.Float32).reduce(fx.ReductionOp.ADD)``
+    """
     ADD = "add"
     MUL = "mul"
     MAX = "max"
@@ -55,7 +60,10 @@ _SCALARS = {"bool": "Bool", "i1": "Bool", "i8": "Int8", "i16": "Int16", "i32": "
 
 class Types:
     """MLIR types by name: ``T.f32``, ``T.i32``, ``T.index``, ``T.f32x4`` (a vector of 4),
-    ``T.vec(8, T.f16)``. Each read makes the type in the current MLIR context."""
+    ``T.vec(8, T.f16)``. Each read makes the type in the current MLIR context.
+
+    Example: ``c = fx.arith.constant(2, type=fx.T.i64)``
+    """
 
     @property
     def index(self):
@@ -117,7 +125,10 @@ class _VectorMeta(type):
 
 class Vector(metaclass=_VectorMeta):
     """A thread's register vector (see the module docstring). ``Vector(x)`` takes a raw
-    ``vector<...>`` value, a list of scalars or a register fragment."""
+    ``vector<...>`` value, a list of scalars or a register fragment.
+
+    Example: ``w = fx.Vector([v, v + 1.0, v + 2.0, v + 3.0])``
+    """
 
     @classmethod
     def filled(cls, shape, fill_value, dtype=None):
@@ -148,37 +159,83 @@ class Vector(metaclass=_VectorMeta):
 
 
 def VectorAlias(alias_dtype, lanes: int, name: str = None) -> type:
-    """The vector type of ``lanes`` ``alias_dtype`` (``Float32x4``)."""
-    return _VectorMeta(name or f"{alias_dtype.name}x{lanes}", (Vector,), {
+    """The vector type of ``lanes`` ``alias_dtype`` (``Float32x4``).
+
+    Returns: a ``Vector`` subclass named ``<Type>x<N>``.
+
+    Example::
+
+        >>> fx.VectorAlias(fx.Float16, 8).__name__
+        'Float16x8'
+    """
+    alias = name or f"{alias_dtype.name}x{lanes}"
+    return _VectorMeta(alias, (Vector,), {
         "_alias": (alias_dtype, lanes), "__module__": __name__,
-        "__doc__": f"A vector of {lanes} {alias_dtype.name}."})
+        "__doc__": (f"A vector of {lanes} {alias_dtype.name}: a ``Vector`` type of a fixed "
+                    f"dtype and length (``fx.VectorAlias(fx.{alias_dtype.name}, {lanes})``); "
+                    f"``{alias}(value)`` fills every lane, a list of scalars builds one, "
+                    f"and ``isinstance`` checks dtype and length."
+                    f"\n\nExample: ``w = fx.{alias}(0)``")})
 
 
 def full(shape, fill_value, dtype):
-    """``shape`` lanes of ``fill_value`` (``full(4, 0.0, fx.Float32)``)."""
+    """``shape`` lanes of ``fill_value`` (``full(4, 0.0, fx.Float32)``).
+
+    Returns: a ``Vector`` of ``dtype``.
+
+    Example: ``w = fx.full(4, v, fx.Float32)``
+    """
     return Vector.filled(shape, fill_value, dtype)
 
 
 def full_like(a, fill_value, dtype=None):
+    """A vector of ``a``'s shape (and type, unless ``dtype``) with every lane ``fill_value``.
+
+    Returns: a ``Vector``.
+
+    Example: ``w = fx.full_like(fx.full(4, v, fx.Float32), 2.0)``
+    """
     return Vector.filled_like(a, fill_value, dtype)
 
 
 def zeros_like(a, dtype=None):
+    """A vector of ``a``'s shape (and type, unless ``dtype``) of zeros.
+
+    Returns: a ``Vector``.
+
+    Example: ``w = fx.zeros_like(fx.full(4, v, fx.Float32))``
+    """
     return Vector.filled_like(a, 0, dtype)
 
 
 def ones_like(a, dtype=None):
+    """A vector of ``a``'s shape (and type, unless ``dtype``) of ones.
+
+    Returns: a ``Vector``.
+
+    Example: ``w = fx.ones_like(fx.full(4, v, fx.Float32))``
+    """
     return Vector.filled_like(a, 1, dtype)
 
 
 def empty_like(a, dtype=None):
-    """A vector like ``a`` (flydsl fills it with zeros)."""
+    """A vector like ``a`` (flydsl fills it with zeros).
+
+    Returns: a ``Vector``.
+
+    Example: ``w = fx.empty_like(fx.full(4, v, fx.Float32))``
+    """
     return Vector.filled_like(a, 0, dtype)
 
 
 def as_ir_value(value, *, keep_static: bool = False):
     """``value`` as a plain ``ir.Value``: kernel values give theirs, Python numbers
-    become constants (unless ``keep_static``), tuples/lists map element by element."""
+    become constants (unless ``keep_static``), tuples/lists map element by element.
+
+    Returns: an ``ir.Value`` (a Python number with ``keep_static``; a tuple/list of them).
+
+    Example: ``raw = fx.as_ir_value(v)``
+    """
     if value is None:
         return None
     if isinstance(value, (tuple, list)):
@@ -191,7 +248,12 @@ def as_ir_value(value, *, keep_static: bool = False):
 
 def as_dsl_value(value, exemplar=None):
     """A raw ``ir.Value`` as a kernel value (typed from its MLIR type, or as
-    ``exemplar``'s type)."""
+    ``exemplar``'s type).
+
+    Returns: a kernel value (scalar or ``Vector``).
+
+    Example: ``w = fx.as_dsl_value(fx.as_ir_value(v)) + 1.0``
+    """
     if value is None:
         return None
     if isinstance(value, (tuple, list)):

@@ -177,7 +177,10 @@ def BufferCopyLDS64b():
 
         >>> fx.rocdl.BufferCopyLDS64b()
         Traceback (most recent call last):
-        flydsl.errors.DSLTypeError: BufferCopyLDS64b: ...
+        ...
+        flydsl.errors.DSLTypeError: BufferCopyLDS64b: no AMD target has an 8-byte
+        buffer-to-LDS load (the widths are 1/2/4 bytes, and 12/16 bytes on gfx950); use
+        BufferCopyLDS32b, or BufferCopyLDS128b on gfx950
     """
     raise DSLTypeError("BufferCopyLDS64b: no AMD target has an 8-byte buffer-to-LDS load "
                        "(the widths are 1/2/4 bytes, and 12/16 bytes on gfx950); use "

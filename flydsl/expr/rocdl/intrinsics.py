@@ -28,7 +28,7 @@ def s_barrier() -> None:
 def exp2(res, x):
     """``v_exp_f32``: 2 ** x (Float32).
 
-    Example: ``p = fx.rocdl.exp2(fx.Float32, x - m)``
+    Example: ``p = fx.rocdl.exp2(fx.Float32, v - m)``
     """
     return _ops().rocdl_intrinsic("exp2", res, x)
 
@@ -55,7 +55,7 @@ def ds_bpermute(res, index, src):
     """``ds_bpermute_b32``: the ``src`` of the lane whose byte address is ``index``
     (lane ``index // 4`` of the wave).
 
-    Example: ``v = fx.rocdl.ds_bpermute(fx.Int32, (lane ^ 1) * 4, x)``
+    Example: ``w = fx.rocdl.ds_bpermute(fx.Int32, (fx.lane_id() ^ 1) * 4, k)``
     """
     return _ops().rocdl_intrinsic("ds_bpermute", res, index, src)
 
@@ -73,6 +73,6 @@ def ballot(res, pred):
     64-bit mask for a 64-bit ``res`` such as ``T.i64``; on 32-lane targets the upper
     32 bits are 0).
 
-    Example: ``mask = fx.rocdl.ballot(fx.Int64, x > 0)``
+    Example: ``mask = fx.rocdl.ballot(fx.Int64, v > 0.75)``
     """
     return _ops().rocdl_intrinsic("ballot", res, pred)

@@ -34,7 +34,11 @@ def _make(name: str):
                     f"{'/'.join(x.ab_dtype for x in specs)} MFMA over the 64-lane wave "
                     f"({', '.join(a for x in specs for a in x.arches)}); "
                     "``mfma(result_type, [a, b, c, cbsz, abid, blgp])`` (result_type None: c's), see "
-                    ":mod:`flydsl.expr.rocdl.mfma`.\n\nExample: see the module docstring.")
+                    ":mod:`flydsl.expr.rocdl.mfma`, whose docstring has a kernel example."
+                    "\n\nReturns: the new accumulator vector (an MLIR value)."
+                    "\n\nExample::\n\n    >>> sorted(n for n in fx.rocdl.__all__ "
+                    "if n.startswith('mfma_f32_32x32x8'))\n"
+                    "    ['mfma_f32_32x32x8bf16_1k', 'mfma_f32_32x32x8f16']\n")
     return mfma
 
 

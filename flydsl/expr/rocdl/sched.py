@@ -5,6 +5,12 @@ On gfx9 each function is its instruction or LLVM scheduling directive
 ``sched.group.barrier``, which steer the machine scheduler and emit no instruction).
 They do not change what a kernel computes, so on the CPU and NVIDIA backends they
 are no-ops. Arguments are compile-time ints (checked on every target).
+
+Example::
+
+    fx.rocdl.sched_mfma(2)
+    fx.rocdl.sched_dsrd(1)
+    fx.rocdl.s_waitcnt(vmcnt=0)
 """
 from __future__ import annotations
 
