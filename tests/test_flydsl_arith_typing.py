@@ -431,3 +431,57 @@ def test_vector_kernels_compile_for_gpus(backend, arch, stage, needles):
     text = asm[stage]
     for needle in needles:
         assert needle in text, needle
+
+
+# -- `with` over trace-time context managers (FlyDSL's softmax_bwd: `with fx.fastmath(...)`)
+
+_ENTERED = []
+
+
+class _Recorder:
+    def __enter__(self):
+        _ENTERED.append("enter")
+        return 3.0
+
+    def __exit__(self, *exc):
+        _ENTERED.append("exit")
+        return False
+
+
+@flydsl.kernel
+def with_blocks(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    with fx.fastmath(FAST):
+        out[t, 0] = x[t] * 2.0
+    with _Recorder() as k, fx.fastmath(FAST):
+        if x[t] > 0.0:                           # runtime control flow inside the block
+            out[t, 1] = x[t] * k
+        else:
+            out[t, 1] = -1.0
+
+
+def test_with_blocks_run_their_trace_time_context_managers():
+    _ENTERED.clear()
+    x = np.array([1.0, -2.0, 3.0, -4.0], np.float32)
+    out = np.zeros((4, 2), np.float32)
+    with_blocks[1, 4](x, out)
+    np.testing.assert_array_equal(out[:, 0], x * 2)
+    np.testing.assert_array_equal(out[:, 1], np.where(x > 0, x * 3, -1))
+    assert _ENTERED == ["enter", "exit"]          # once, while tracing
+
+
+def test_with_needs_a_context_manager_and_no_return():
+    @flydsl.kernel
+    def not_a_manager(x: fx.Tensor):
+        with x[0]:
+            x[0] = 1.0
+
+    @flydsl.kernel
+    def returns_inside(x: fx.Tensor):
+        with fx.fastmath(FAST):
+            return
+
+    with pytest.raises(DSLTypeError, match="needs a context manager"):
+        not_a_manager[1, 1](np.zeros(1, np.float32))
+    with pytest.raises(DSLError, match="inside a `with` block"):
+        returns_inside[1, 1](np.zeros(1, np.float32))

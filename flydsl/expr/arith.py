@@ -304,14 +304,16 @@ def ceildiv(lhs, rhs, **kwargs):
 
 @_contextlib.contextmanager
 def fastmath(flags):
-    """``with arith.fastmath(FastMathFlags.fast):`` — accepted for upstream code; flydsl
-    applies fast math per op (``fastmath=``) or per compile (``FLYDSL_FAST_MATH=1``).
+    """``with fx.fastmath(FastMathFlags.fast):`` in a kernel body — accepted for upstream
+    code; flydsl applies fast math per op (``fastmath=``) or per compile
+    (``FLYDSL_FAST_MATH=1``).
 
     Returns: a context manager that changes nothing.
 
-    Kernel bodies have no ``with`` statement, so there only the call itself runs.
+    Example::
 
-    Example: ``ctx = fx.fastmath(fx.FastMathFlags.fast)``
+        with fx.fastmath(fx.FastMathFlags.fast):
+            y[i] = x[i] * 2.0
     """
     yield
 

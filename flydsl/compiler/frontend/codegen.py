@@ -26,7 +26,7 @@ from ..dependencies import (MISSING, NotFound, Path, closure_vars, constant_inde
 from . import ops, values as V
 from .calls import unwrap_callable
 from .carried import MaybeUnbound, read_checked, strip
-from .control_flow import RETURN, ControlFlow, LoopControl, is_dynamic
+from .control_flow import RETURN, ControlFlow, LoopControl, is_dynamic, may_return
 from .context import current
 from .numeric_ops import MATH_EQUIVALENTS, MATH_FX_NAMES
 from .source import FunctionSource, function_source, is_user_function
@@ -142,6 +142,24 @@ class Codegen(ControlFlow):
 
     def stmt_Pass(self, node) -> None:
         return None
+
+    def stmt_With(self, node: ast.With) -> bool:
+        """``with cm:`` over trace-time context managers (FlyDSL's ``fx.fastmath(...)``,
+        ``CompilationContext.compile_hints(...)``): entered and exited while the body is
+        traced, as Python would run them."""
+        if may_return(node.body):
+            raise self.error(node, "`return` inside a `with` block is not supported in "
+                                   "flydsl kernels", UnsupportedConstructError)
+        with contextlib.ExitStack() as stack:
+            for item in node.items:
+                manager = self.eval_node(item.context_expr)
+                if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
+                    raise self.error(item.context_expr, f"`with` needs a context manager, "
+                                     f"got {describe(manager)}", DSLTypeError)
+                entered = stack.enter_context(manager)
+                if item.optional_vars is not None:
+                    self.assign(item.optional_vars, entered)
+            return self.visit_block(node.body)
 
     def stmt_Assign(self, node: ast.Assign) -> None:
         value = self.eval_node(node.value)
