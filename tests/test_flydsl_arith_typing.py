@@ -485,3 +485,37 @@ def test_with_needs_a_context_manager_and_no_return():
         not_a_manager[1, 1](np.zeros(1, np.float32))
     with pytest.raises(DSLError, match="inside a `with` block"):
         returns_inside[1, 1](np.zeros(1, np.float32))
+
+
+# -- imports inside a kernel body (FlyDSL's attention kernels import their helpers there) --
+
+@flydsl.kernel
+def imports_inside(x: fx.Tensor, out: fx.Tensor):
+    import math
+    import os.path
+    from flydsl.expr import math as fmath2
+    from flydsl.expr.typing import ReductionOp as Red
+    t = fx.thread_idx.x
+    v = full(4, x[t], fx.Float32)
+    out[t, 0] = fmath2.exp2(x[t]) * math.pi
+    out[t, 1] = v.reduce(Red.ADD) + len(os.path.basename("/a/bc"))
+
+
+def test_imports_inside_a_kernel_run_while_tracing_and_are_dependencies():
+    from flydsl.compiler.dependencies import step_value
+    import flydsl.expr.math as expected
+    x = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
+    out = np.zeros((4, 2), np.float32)
+    imports_inside[1, 4](x, out)
+    np.testing.assert_allclose(out[:, 0], np.exp2(x) * np.pi, rtol=1e-6)
+    np.testing.assert_allclose(out[:, 1], 4 * x + 2, rtol=1e-6)
+    # the path a later process resolves to find the module again
+    assert step_value(None, ("M", "flydsl.expr.math")) is expected
+
+    @flydsl.kernel
+    def bad_import(x: fx.Tensor):
+        from no_such_package_here import thing  # noqa: F401
+        x[0] = 1.0
+
+    with pytest.raises(DSLError, match="no_such_package_here"):
+        bad_import[1, 1](np.zeros(1, np.float32))

@@ -15,7 +15,8 @@ says how much of the value the trace depended on:
 
 A data file opened while tracing (``open``, ``np.load``, ``pathlib.Path.read_text``)
 is the path ``O:/abs/file`` (from no object: the step reads the file), hashed by
-content (:func:`reading_files`).
+content (:func:`reading_files`). A module a kernel body imports (``from m import f``)
+is ``M:m`` (from no object: the step imports it), ``M:m/A:f`` its name.
 
 The cache stores the paths (a *manifest* per base key); a later process resolves
 the same paths against its own values (:func:`resolve_hashes`) and so finds the
@@ -126,6 +127,12 @@ def step_value(value: Any, step: Step, constexprs: Optional[dict] = None) -> Any
     if kind == "O":
         with _ORIGINAL_OPEN(arg, "rb") as f:
             return f.read()
+    if kind == "M":
+        import importlib
+        try:
+            return importlib.import_module(arg)
+        except ImportError as e:
+            raise NotFound(f"module {arg!r} cannot be imported: {e}") from None
     raise NotFound(f"unknown path step {kind!r}")
 
 
@@ -172,6 +179,8 @@ def show_path(path: Path) -> str:
             out = f"type({out})"
         elif kind == "O":
             out = f"the file {arg}"
+        elif kind == "M":
+            out = arg
     return out or "<kernel>"
 
 

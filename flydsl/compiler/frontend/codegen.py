@@ -143,6 +143,47 @@ class Codegen(ControlFlow):
     def stmt_Pass(self, node) -> None:
         return None
 
+    def stmt_Import(self, node: ast.Import) -> None:
+        """``import a.b [as c]`` in a kernel body (FlyDSL's kernels import helpers
+        there): the import runs while tracing; the module is a dependency path."""
+        for alias in node.names:
+            if alias.asname:
+                self.assign(ast.Name(alias.asname, ast.Store()),
+                            self._imported(alias.name, node))
+            else:
+                top = alias.name.split(".")[0]
+                self._imported(alias.name, node)
+                self.assign(ast.Name(top, ast.Store()), self._imported(top, node))
+
+    def stmt_ImportFrom(self, node: ast.ImportFrom) -> None:
+        """``from m import x [as y]`` in a kernel body, as :meth:`stmt_Import`."""
+        base = node.module or ""
+        if node.level:
+            package = (self.fn.__globals__.get("__package__") or "").split(".")
+            if node.level > len(package) or not package[0]:
+                raise self.error(node, "relative import beyond the kernel's package",
+                                 DSLNameError)
+            parent = ".".join(package[:len(package) - node.level + 1])
+            base = f"{parent}.{base}" if base else parent
+        module = self._imported(base, node)
+        for alias in node.names:
+            if alias.name == "*":
+                raise self.error(node, "`from ... import *` is not supported in flydsl "
+                                       "kernels", UnsupportedConstructError)
+            if hasattr(module, alias.name):
+                value = self.get_attribute(module, alias.name, node)
+            else:       # a submodule not yet imported as an attribute
+                value = self._imported(f"{base}.{alias.name}", node)
+            self.assign(ast.Name(alias.asname or alias.name, ast.Store()), value)
+
+    def _imported(self, name: str, node: ast.AST) -> Any:
+        import importlib
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            raise self.error(node, f"ImportError: {e}", DSLNameError) from None
+        return self.deps.found((("M", name),), module, self.where(node))
+
     def stmt_With(self, node: ast.With) -> bool:
         """``with cm:`` over trace-time context managers (FlyDSL's ``fx.fastmath(...)``,
         ``CompilationContext.compile_hints(...)``): entered and exited while the body is
