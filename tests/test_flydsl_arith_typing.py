@@ -519,3 +519,30 @@ def test_imports_inside_a_kernel_run_while_tracing_and_are_dependencies():
 
     with pytest.raises(DSLError, match="no_such_package_here"):
         bad_import[1, 1](np.zeros(1, np.float32))
+
+
+@flydsl.kernel
+def vector_shuffles(x: fx.Tensor, out: fx.Tensor):
+    lanes = Vector.from_elements([x[k] for k in fx.range_constexpr(8)], fx.Float32)
+    lo = lanes.shuffle(lanes, [0, 1, 2, 3])         # FlyDSL's rmsnorm quant halves
+    hi = lanes.shuffle(lanes, [4, 5, 6, 7])
+    mix = lo.shuffle(hi, [0, 4, 1, 5])
+    for k in fx.range_constexpr(4):
+        out[k] = lo[k]
+        out[4 + k] = hi[k]
+        out[8 + k] = mix[k]
+
+
+def test_vector_shuffle_picks_lanes_of_the_concatenation():
+    x = np.arange(10, 18, dtype=np.float32)
+    out = np.zeros(12, np.float32)
+    vector_shuffles[1, 1](x, out)
+    np.testing.assert_array_equal(out, [10, 11, 12, 13, 14, 15, 16, 17, 10, 14, 11, 15])
+
+
+def test_typing_reexports_the_numeric_types_and_layout_names():
+    from flydsl.expr.typing import BFloat16, Float4E2M1FN, Int32, Pointer
+    assert (Int32, BFloat16, Float4E2M1FN, Pointer) == (fx.Int32, fx.BFloat16,
+                                                        fx.Float4E2M1FN, fx.Pointer)
+    with pytest.raises(ImportError):
+        from flydsl.expr.typing import NoSuchName  # noqa: F401

@@ -290,3 +290,17 @@ def _aliases() -> dict:
 _ALIASES = _aliases()
 globals().update(_ALIASES)
 __all__ += sorted(_ALIASES)
+
+
+def __getattr__(name: str):
+    """FlyDSL's ``typing`` module also re-exports its numeric types and layout names
+    (``from flydsl.expr.typing import Int32, Float4E2M1FN, Pointer``): here they are
+    the ``fx`` names."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    import importlib
+    fx = importlib.import_module(__package__)
+    try:
+        return getattr(fx, name)
+    except AttributeError:
+        raise AttributeError(f"module 'flydsl.expr.typing' has no attribute {name!r}") from None

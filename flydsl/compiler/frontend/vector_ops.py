@@ -133,6 +133,22 @@ class VectorValue(ir.Value):
         raw = vector.bitcast(mlir_type_of(to, n), self.v)
         return VectorValue(raw, to, self.shape if n == self.numel else (n,))
 
+    def shuffle(self, other, mask) -> "VectorValue":
+        """Lanes picked from ``self`` followed by ``other`` (``vector.shuffle``): lane
+        ``k`` of the result is lane ``mask[k]`` of the concatenation; ``mask`` is a list
+        of Python ints."""
+        if not isinstance(other, VectorValue) or other.dtype is not self.dtype:
+            raise DSLTypeError(f"Vector.shuffle: the other operand must be a vector of "
+                               f"{self.dtype.name}, got {values.describe(other)}")
+        mask = [int(m) for m in mask]
+        total = self.numel + other.numel
+        bad = [m for m in mask if not 0 <= m < total]
+        if not mask or bad:
+            raise DSLTypeError(f"Vector.shuffle: mask lanes must be in [0, {total}), "
+                               f"got {mask}")
+        raw = vector.shuffle(self.v, other.v, mask)
+        return VectorValue(raw, self.dtype, (len(mask),))
+
     def select(self, true_value, false_value) -> "VectorValue":
         """Per lane ``true_value if self else false_value`` (``self``: a Bool vector)."""
         if self.dtype.kind != "bool":
