@@ -404,3 +404,16 @@ def test_kernel_name_option_names_the_compiled_kernel():
     assert (x == 1.0).all()
     with pytest.raises(TypeError, match="identifier"):
         flyc.kernel(name="not a name")(lambda x: None)
+
+
+def test_host_scalars_answer_flydsls_numeric_api():
+    """FlyDSL's language tests use typed host numbers like values: is_static, to,
+    select, **, ~ (4 of its error kinds before)."""
+    five = fx.Int32(5)
+    assert five.is_static() and five ** 2 == 25 and 2 ** five == 32 and ~five == -6
+    assert abs(fx.Int32(-3)) == 3 and +five == 5
+    wrapped = fx.Int32(2 ** 31 + 1).to(fx.Int64)
+    assert wrapped.dtype is fx.Int64 and wrapped == -(2 ** 31) + 1
+    assert five.to(fx.Float32).dtype is fx.Float32 and five.to(fx.Float32) == 5.0
+    assert fx.Boolean(True).select(1, 2) == 1 and fx.Boolean(False).select(1, 2) == 2
+    assert ~fx.Boolean(True) is False

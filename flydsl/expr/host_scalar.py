@@ -55,6 +55,18 @@ class HostScalar:
     def __hash__(self) -> int:
         return hash(self.value)
 
+    def is_static(self) -> bool:
+        """True: a host number is a compile-time value (FlyDSL's ``Numeric.is_static``)."""
+        return True
+
+    def to(self, dtype: "DType") -> "HostScalar":
+        """This number converted to ``dtype`` (integers wrap, as a cast in a kernel)."""
+        return HostScalar(self.value, dtype)
+
+    def select(self, true_value: Any, false_value: Any) -> Any:
+        """``true_value`` if this number is true, else ``false_value`` (decided here)."""
+        return true_value if self.value else false_value
+
     def ir_value(self):
         raise DSLError(f"{self!r} is a host value: it has an IR value only inside a kernel")
 
@@ -74,7 +86,14 @@ for _name, _fn in {"add": _op.add, "sub": _op.sub, "mul": _op.mul, "floordiv": _
     setattr(HostScalar, f"__{_name}__", _arith(_fn))
     if _name not in ("lt", "le", "gt", "ge", "ne"):
         setattr(HostScalar, f"__r{_name}__", _arith(lambda a, b, f=_fn: f(b, a)))
+for _name, _fn in {"pow": _op.pow}.items():
+    setattr(HostScalar, f"__{_name}__", _arith(_fn))
+    setattr(HostScalar, f"__r{_name}__", _arith(lambda a, b, f=_fn: f(b, a)))
 HostScalar.__neg__ = lambda self: -self.value
+HostScalar.__pos__ = lambda self: +self.value
+HostScalar.__abs__ = lambda self: abs(self.value)
+HostScalar.__invert__ = lambda self: ~self.value if isinstance(self.value, int) \
+    and not isinstance(self.value, bool) else not self.value
 del _name, _fn
 
 
