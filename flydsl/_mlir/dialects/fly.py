@@ -7,9 +7,16 @@ to standard MLIR dialects itself.
 """
 
 
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise AttributeError(f"flydsl has no 'fly' MLIR dialect (upstream FlyDSL's C++ dialect), so "
-                         f"flydsl._mlir.dialects.fly.{name} does not exist; use the flydsl.expr "
-                         f"(fx) API for layouts, pointers and copies")
+def absent_dialect(dialect: str):
+    """The module ``__getattr__`` of an upstream dialect flydsl does not have."""
+    def missing(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"flydsl has no '{dialect}' MLIR dialect (upstream FlyDSL's C++ "
+                             f"dialect), so flydsl._mlir.dialects.{dialect}.{name} does not "
+                             f"exist; use the flydsl.expr (fx) API for layouts, pointers and "
+                             f"copies")
+    return missing
+
+
+__getattr__ = absent_dialect("fly")
