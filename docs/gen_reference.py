@@ -130,6 +130,7 @@ SECTION_OF_MODULE = {
     "flydsl.expr.rocdl.intrinsics": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.rocdl.mfma": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.rocdl.sched": "AMD intrinsics and scheduling (fx.rocdl)",
+    "flydsl.expr.rocdl.enum": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.nvvm": "fx.rocdl and fx.nvvm",
     "flydsl.expr.swizzle": "Swizzles and composed layouts",
     "flydsl.expr.arith": "FlyDSL arith, math and vectors",

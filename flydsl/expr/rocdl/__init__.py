@@ -32,7 +32,8 @@ from __future__ import annotations
 from ..atoms import MmaOp, mma_op
 from ..dtypes import DType
 from ..implementation import ops as _ops
-from . import cdna3, cdna4, sched
+from . import cdna3, cdna4, enum, sched
+from .enum import SyncScope  # noqa: F401  (FlyDSL: fx.rocdl.SyncScope, AMDGPU scopes)
 from .copies import *    # noqa: F401,F403
 from .copies import __all__ as _copies_all
 from .intrinsics import *    # noqa: F401,F403
@@ -42,7 +43,7 @@ from .mfma import __all__ as _mfma_all
 from .sched import *     # noqa: F401,F403
 from .sched import __all__ as _sched_all
 
-__all__ = ["MFMA", "WMMA", "cdna3", "cdna4", "make_buffer_tensor", "readfirstlane",
+__all__ = ["MFMA", "WMMA", "SyncScope", "cdna3", "cdna4", "enum", "make_buffer_tensor", "readfirstlane",
            "sched"] + _copies_all + _sched_all + _intrinsics_all + _mfma_all
 
 
