@@ -72,7 +72,23 @@ class CpAsync(UniversalCopy):
 
 
 @dataclass(frozen=True)
-class LdMatrix(UniversalCopy):
+class _MatrixCopy(UniversalCopy):
+    """What ldmatrix and stmatrix share: ``num`` 8x8 b16 matrices, ``.trans``, and one
+    128-bit shared-memory row per lane."""
+    num: int = 4
+    trans: bool = False
+    bits: int = field(default=128, init=False)   # one lane's shared-memory row
+
+    def __post_init__(self):
+        name = type(self).__name__
+        if self.num not in (1, 2, 4):
+            raise DSLTypeError(f"fx.nvvm.{name} num must be 1, 2 or 4, got {self.num!r}")
+        if not isinstance(self.trans, bool):
+            raise DSLTypeError(f"fx.nvvm.{name} trans must be a bool, got {self.trans!r}")
+
+
+@dataclass(frozen=True)
+class LdMatrix(_MatrixCopy):
     """``ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16`` (sm_75+): a warp loads
     ``num`` (1, 2 or 4) 8 x 8 matrices of 16-bit elements from shared memory.
 
@@ -90,20 +106,11 @@ class LdMatrix(UniversalCopy):
         >>> fx.make_copy_atom(fx.nvvm.LdMatrix(4), fx.Float16)
         CopyAtom(LdMatrix128b, Float16)
     """
-    num: int = 4
-    trans: bool = False
-    bits: int = field(default=128, init=False)   # what one lane supplies: its row
     kind = "nvvm_ldmatrix"
-
-    def __post_init__(self):
-        if self.num not in (1, 2, 4):
-            raise DSLTypeError(f"fx.nvvm.LdMatrix num must be 1, 2 or 4, got {self.num!r}")
-        if not isinstance(self.trans, bool):
-            raise DSLTypeError(f"fx.nvvm.LdMatrix trans must be a bool, got {self.trans!r}")
 
 
 @dataclass(frozen=True)
-class StMatrix(UniversalCopy):
+class StMatrix(_MatrixCopy):
     """``stmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16`` (sm_90+): the inverse of
     :class:`LdMatrix`. With ``fx.copy(atom, src, dst)`` each lane passes as ``src`` a
     register fragment of ``2 * num`` 16-bit elements (the ldmatrix order: ``src[2j],
@@ -116,16 +123,7 @@ class StMatrix(UniversalCopy):
         >>> fx.make_copy_atom(fx.nvvm.StMatrix(4, trans=True), fx.BFloat16)
         CopyAtom(StMatrix128b, BFloat16)
     """
-    num: int = 4
-    trans: bool = False
-    bits: int = field(default=128, init=False)   # what one lane addresses: its row
     kind = "nvvm_stmatrix"
-
-    def __post_init__(self):
-        if self.num not in (1, 2, 4):
-            raise DSLTypeError(f"fx.nvvm.StMatrix num must be 1, 2 or 4, got {self.num!r}")
-        if not isinstance(self.trans, bool):
-            raise DSLTypeError(f"fx.nvvm.StMatrix trans must be a bool, got {self.trans!r}")
 
 
 def _impl():
