@@ -394,7 +394,8 @@ def shuffle_xor(value, mask, width=None):
     """The value held by lane ``lane ^ mask`` of the same warp (butterfly shuffle,
     CUDA's ``__shfl_xor_sync`` over the full warp); values narrower than 32 bits are
     shuffled as 32-bit ones. ``width`` (FlyDSL's third argument): the segment of lanes
-    taking part, as :func:`flydsl.expr.gpu.shuffle_xor`.
+    taking part, as :func:`flydsl.expr.gpu.shuffle_xor`: a partner past the end of the
+    caller's segment leaves the caller its own value, as on the hardware.
 
     Returns: a value of ``value``'s type.
 

@@ -310,22 +310,29 @@ def static_int(x: Any) -> Optional[int]:
 
 
 def static_width(width: Any) -> Optional[int]:
-    """A shuffle's segment width as a Python int (None: the whole warp)."""
+    """A shuffle's segment width as a Python int (None: the whole warp); a power of two."""
     if width is None:
         return None
     w = static_int(width)
-    if w is None:
+    if w is None or w < 1 or w & (w - 1):
         from ..errors import DSLTypeError
-        raise DSLTypeError(f"a shuffle's width must be a compile-time int, got {width!r}")
+        raise DSLTypeError(f"a shuffle's width must be a compile-time power of two, "
+                           f"got {width!r}")
     return w
 
 
 def xor_in_segments(value: Any, offset: Any, width: Any = None):
-    """Lane ``k`` reads lane ``k ^ offset`` of its segment of ``width`` lanes: a static
-    offset below the width never leaves the segment, so it is the plain butterfly
-    (which refuses an offset beyond the warp); otherwise an indexed shuffle."""
+    """Lane ``k`` reads lane ``k ^ offset`` with the warp cut into segments of ``width``
+    lanes, as ``shfl.sync.bfly`` (and MLIR's ``gpu.shuffle xor``) define it: a source
+    past the end of the caller's segment gives the caller its own value; one in an
+    earlier segment is read. A static offset below the width never leaves the segment,
+    so it is the plain butterfly (which refuses an offset beyond the warp)."""
     w = static_width(width)
     off = static_int(offset)
     if off is not None and (w is None or off < w):
         return _ops().shuffle_xor(value, off)
-    return shuffle(value, lane_id() ^ offset, w)
+    lane = lane_id()
+    src = lane ^ offset
+    seg = _ops().warp_size() if w is None else w
+    end = (lane | (seg - 1)) + 1
+    return shuffle(value, _ops().select(src < end, src, lane))

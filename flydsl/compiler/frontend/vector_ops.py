@@ -455,19 +455,7 @@ def vector_math(name: str, *args, fastmath=None):
 # -- scalar helpers the value API needs --------------------------------------------------
 
 def shuffle_xor_width(value, offset, width=None) -> Value:
-    """``x.shuffle_xor(offset, width)``: XOR shuffles stay in a segment of ``width`` lanes
-    when ``offset < width``, so any width up to the warp's is the full-warp shuffle."""
-    from . import context
-    warp = context.current().target.warp_size
-    if isinstance(width, Value):
-        raise DSLTypeError("shuffle_xor: width must be a compile-time int")
-    if width is not None:
-        if not isinstance(width, int) or width < 1 or width & (width - 1):
-            raise DSLTypeError(f"shuffle_xor: width must be a power of two, got {width!r}")
-        if isinstance(offset, int) and offset >= width:
-            raise DSLTypeError(f"shuffle_xor: offset {offset} leaves its segment of {width} "
-                               "lanes")
-        if width > warp and isinstance(offset, int) and offset >= warp:
-            raise DSLTypeError(f"shuffle_xor: offset {offset} is beyond this target's warp "
-                               f"of {warp} lanes (the kernel assumes {width}-lane warps)")
-    return values._ops().shuffle_xor(value, offset)
+    """``x.shuffle_xor(offset, width)``: the same shuffle as ``fx.shuffle_xor(x, offset,
+    width)`` (one rule for both spellings, in :func:`flydsl.expr.warp.xor_in_segments`)."""
+    from ...expr.warp import xor_in_segments
+    return xor_in_segments(value, offset, width)
