@@ -69,6 +69,13 @@ PRINTF_SYMBOL = "__flydsl_printf"
 _KINDS = {"load": "load", "store": "store", "atomic": "atomic update"}
 
 
+def _keep_fields(error: Exception, fields: dict) -> None:
+    """Store a report's keyword fields (its ``__init__``'s locals) as attributes."""
+    for name, value in fields.items():
+        if name not in ("self", "message") and not name.startswith("__"):
+            setattr(error, name, value)
+
+
 class OutOfBoundsError(FlydslRuntimeError, IndexError):
     """A kernel compiled with ``FLYDSL_DEBUG=1`` indexed a tensor out of range.
 
@@ -80,18 +87,7 @@ class OutOfBoundsError(FlydslRuntimeError, IndexError):
                  source_line: str = "", op: str = "", tensor: str = "",
                  block: tuple = (), thread: tuple = (), dim: int = 0, index: int = 0,
                  size: int = 0, count: int = 1):
-        self.kernel = kernel
-        self.filename = filename
-        self.lineno = lineno
-        self.source_line = source_line
-        self.op = op
-        self.tensor = tensor
-        self.block = block
-        self.thread = thread
-        self.dim = dim
-        self.index = index
-        self.size = size
-        self.count = count
+        _keep_fields(self, locals())
         super().__init__(message)
 
 
@@ -105,14 +101,7 @@ class DeviceAssertError(FlydslRuntimeError, AssertionError):
     def __init__(self, message: str, *, kernel: str = "", filename: str = "", lineno: int = 0,
                  source_line: str = "", assert_message: str = "", block: tuple = (),
                  thread: tuple = (), count: int = 1):
-        self.kernel = kernel
-        self.filename = filename
-        self.lineno = lineno
-        self.source_line = source_line
-        self.assert_message = assert_message
-        self.block = block
-        self.thread = thread
-        self.count = count
+        _keep_fields(self, locals())
         super().__init__(message)
 
 
@@ -132,18 +121,7 @@ class SharedMemoryRaceError(FlydslRuntimeError):
                  source_line: str = "", op: str = "", tensor: str = "", index: tuple = (),
                  block: tuple = (), thread: tuple = (), other_thread: Optional[tuple] = None,
                  other_op: str = "", count: int = 1):
-        self.kernel = kernel
-        self.filename = filename
-        self.lineno = lineno
-        self.source_line = source_line
-        self.op = op
-        self.tensor = tensor
-        self.index = index
-        self.block = block
-        self.thread = thread
-        self.other_thread = other_thread
-        self.other_op = other_op
-        self.count = count
+        _keep_fields(self, locals())
         super().__init__(message)
 
 
