@@ -95,6 +95,9 @@ class KernelFunction:
         self._configs: dict = {}      # kernel[grid, block] -> launcher
         self._lock = threading.Lock()
         self._stored: Optional[frozenset] = None   # parameters the source may write
+        #: It reads its launch block (fx.known_block_size() without a declaration):
+        #: compiled per block, launched without the warm path.
+        self._reads_launch_block = False
 
     def __repr__(self) -> str:
         return f"<flydsl.kernel {self.name}>"
@@ -242,7 +245,7 @@ class KernelFunction:
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
         backend, options = context.resolve(runtime)
-        compiled = self.compiled_for(specs, backend, options)
+        compiled = self.compiled_for(specs, backend, options, block3)
         if grid3 is not None:   # what its metadata's occupancy is for
             compiled.launch_shape = (block3[0] * block3[1] * block3[2], smem)
         self._last_compiled = compiled
@@ -252,7 +255,9 @@ class KernelFunction:
         bound = bind_launch(compiled, runtime)
         if launch:
             bound(runtime, grid3, block3, smem, stream)
-        if fast_key is not None:
+        if fast_key is not None and not self._reads_launch_block:
+            # (a kernel specialized on its launch block takes this path every time:
+            # warm launches guard the arguments, not the block)
             self._install_fast_path(fast_key, bound, args)
         return None
 
@@ -444,17 +449,28 @@ class KernelFunction:
                 self._stored = every
         return self._stored
 
-    def compiled_for(self, specs: tuple, backend, options):
-        """The compiled kernel for a specialization (from memory, the disk cache, or built)."""
+    def compiled_for(self, specs: tuple, backend, options, block3: Optional[tuple] = None):
+        """The compiled kernel for a specialization (from memory, the disk cache, or built)
+        launched with ``block3`` threads: a kernel that reads its launch block
+        (``fx.known_block_size()`` without a declaration) is specialized on it."""
         from .compiler.kernel_compiler import compile_specialization
+        from .compiler.kernel_function import launch_block, reads_launch_block
         key = (tuple(s.key() for s in specs), backend.name, backend.target, options.key())
+        if self._reads_launch_block:
+            key += (block3,)
         hit = self._compiled.get(key)
         if hit is not None:
             return hit
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None:
-                hit = compile_specialization(self.fn, self.name, specs, backend, options)
+                with launch_block(None if self.known_block_size else block3) as state:
+                    hit = compile_specialization(self.fn, self.name, specs, backend, options)
+                if reads_launch_block(state, hit) and not self._reads_launch_block:
+                    self._reads_launch_block = True   # from now on keyed by the block too
+                    self._dispatch.clear()
+                    self._last = self._pinned_last = None
+                    key += (block3,)
                 self._compiled[key] = hit
         return hit
 

@@ -81,9 +81,42 @@ def _no_size(x: fx.Tensor):
     x[0] = fx.Float32(fx.gpu.known_block_size()[0])
 
 
-def test_known_block_size_missing_is_an_error():
+@flydsl.kernel
+def _launch_width(out: fx.Tensor):
+    bx, by, _ = fx.known_block_size()
+    out[fx.thread_idx.y * bx + fx.thread_idx.x] = fx.Int32(bx * 100 + by)
+
+
+def test_known_block_size_without_a_declaration_is_the_launch_block():
+    # FlyDSL: the launch's static block; the kernel is compiled once per block
+    for block in ((32, 1, 1), (16, 2, 1), (32, 1, 1)):
+        out = np.zeros(32, np.int32)
+        _launch_width[1, block](out)
+        assert (out == block[0] * 100 + block[1]).all(), (block, out)
+    x = np.zeros(1, np.float32)
+    _no_size[1, 8](x)
+    assert x[0] == 8.0
+    ptx = flydsl.compile(_launch_width, np.zeros(32, np.int32), backend="cuda",
+                         arch="sm_90").asm["ptx"]
+    assert ".maxntid 1, 1, 1" in ptx   # flydsl.compile launches one thread
+
+
+def test_known_block_size_from_the_launch_is_in_the_cache_key():
+    from flydsl.compiler import kernel_compiler
+    from flydsl.kernel import KernelFunction
+    out = np.zeros(16, np.int32)
+    _launch_width[1, 16](out)
+    fresh = KernelFunction(_launch_width.fn)   # a new process's kernel: the disk cache only
+    before = len(kernel_compiler.compiled_keys)
+    fresh[1, 16](out)
+    assert (out == 1601).all() and len(kernel_compiler.compiled_keys) == before
+    fresh[1, (8, 2, 1)](out)    # another block: not the entry of 16 threads
+    assert (out == 802).all() and len(kernel_compiler.compiled_keys) == before + 1
+
+
+def test_known_block_size_without_any_block_is_an_error():
     with pytest.raises(Exception, match="no compile-time block size"):
-        _no_size[1, 1](np.zeros(1, np.float32))
+        _no_size.prepare((np.zeros(1, np.float32),), grid=1, block=1)
 
 
 @flydsl.kernel(known_block_size=[64, 1, 1])

@@ -379,6 +379,21 @@ def test_vector_loads_and_stores_through_pointers():
 
 
 @flydsl.kernel
+def vector_alias_loads(x: fx.Tensor, y: fx.Tensor):
+    """FlyDSL's ``ptr.load(fx.Int32x4)``: a vector type alias as the result type."""
+    t = fx.thread_idx.x
+    v = (fx.get_iter(x) + t * 4).load(fx.Int32x4)
+    fx.ptr_store(v + 1, fx.get_iter(y) + t * 4)
+
+
+def test_pointer_load_of_a_vector_alias():
+    x = np.arange(16, dtype=np.int32)
+    y = np.zeros(16, np.int32)
+    vector_alias_loads[1, 4](x, y)
+    np.testing.assert_array_equal(y, x + 1)
+
+
+@flydsl.kernel
 def dynamic_words(x: fx.Tensor, y: fx.Tensor):
     t = fx.thread_idx.x
     buf = fx.make_view(fx.get_dyn_shared(fx.Float32), fx.make_layout(32, 1))

@@ -14,6 +14,7 @@ from .store import active_store
 from .target import GPUTarget
 from .dependencies import reading_files, resolve_hashes, with_files
 from .fingerprint import base_key, entry_key
+from .kernel_function import LAUNCH_BLOCK, current_launch_block
 
 ENTRY_VERSION = 2
 #: Cache keys this process compiled (not loaded), in order: for tests and diagnostics.
@@ -130,6 +131,9 @@ def compile_specialization(fn, name: str, specs: tuple, backend, options) -> Com
         return _compile(fn, name, specs, backend, options)
     base = base_key(fn, specs, backend, options)
     constexprs = {s.name: s.value for s in specs if s.kind == "constexpr"}
+    launch = current_launch_block()
+    if launch is not None and launch.block is not None:   # what P:@launch_block resolves to
+        constexprs[LAUNCH_BLOCK] = launch.block
     hit = _lookup(store, base, fn, constexprs, specs, backend)
     if hit is not None:
         return _captured(hit)

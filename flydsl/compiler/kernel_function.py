@@ -11,6 +11,11 @@ A hint dict maps to :class:`~flydsl.compiler.options.CompileOptions`:
 
 Other hints FlyDSL knows (``waves_per_eu``, ``maxnreg``, ``llvm_options``) tune the
 AMDGPU code generator; they are accepted and have no effect on flydsl's backends.
+
+The launch block. As in FlyDSL, a kernel that declares no ``known_block_size`` and
+asks ``fx.known_block_size()`` gets the block of the launch being compiled: the
+kernel is then specialized on its launch block (:func:`launch_block`), and the block
+is part of its cache key as the dependency path :data:`LAUNCH_BLOCK_PATH`.
 """
 from __future__ import annotations
 
@@ -82,4 +87,52 @@ def options_overrides(hints: dict) -> dict:
     return out
 
 
-__all__ = ["CompilationContext", "merge_compile_hints", "options_overrides"]
+#: The constexpr name the launch block is read under (not an identifier: no parameter
+#: can be called so) and its dependency path (``P:@launch_block``).
+LAUNCH_BLOCK = "@launch_block"
+LAUNCH_BLOCK_PATH = (("P", LAUNCH_BLOCK),)
+
+_launch = threading.local()
+
+
+class LaunchBlock:
+    """The block of the launch being compiled (``block``: ``(x, y, z)``, None when
+    unknown) and whether the trace read it (``read``)."""
+
+    __slots__ = ("block", "read")
+
+    def __init__(self, block: Optional[tuple]):
+        self.block = tuple(block) if block is not None else None
+        self.read = False
+
+
+@contextlib.contextmanager
+def launch_block(block: Optional[tuple]) -> Iterator[LaunchBlock]:
+    """While the block runs on this thread, kernels compiled for a launch of ``block``
+    threads may read it (``fx.known_block_size()`` without a declaration)."""
+    previous = getattr(_launch, "state", None)
+    state = _launch.state = LaunchBlock(block)
+    try:
+        yield state
+    finally:
+        _launch.state = previous
+
+
+def current_launch_block() -> Optional[LaunchBlock]:
+    """The :class:`LaunchBlock` of the compile in progress on this thread, or None."""
+    return getattr(_launch, "state", None)
+
+
+def reads_launch_block(state: LaunchBlock, compiled) -> bool:
+    """Whether ``compiled`` (just traced under ``state``, or loaded from the cache with
+    its dependency set ``compiled.variant``) depends on the launch block."""
+    if state.read:
+        return True
+    text = f'["P","{LAUNCH_BLOCK}"]'
+    return any(isinstance(entry, (list, tuple)) and entry and text in str(entry[0])
+               for entry in getattr(compiled, "variant", None) or ())
+
+
+__all__ = ["CompilationContext", "LAUNCH_BLOCK", "LAUNCH_BLOCK_PATH", "LaunchBlock",
+           "current_launch_block", "launch_block", "merge_compile_hints", "options_overrides",
+           "reads_launch_block"]

@@ -70,8 +70,10 @@ def num_warp_threads() -> int:
 
 def known_block_size() -> tuple:
     """The block shape ``(x, y, z)`` the kernel being traced declared with
-    ``@flydsl.kernel(known_block_size=[...])``, as Python ints; a ``RuntimeError``
-    when it declared none (FlyDSL's behaviour).
+    ``@flydsl.kernel(known_block_size=[...])``, as Python ints. A kernel that declares
+    none gets the block of the launch it is compiled for, as in FlyDSL (it is then
+    compiled once per launch block); a ``RuntimeError`` when no launch block is known
+    either (``kernel.prepare`` of a kernel never launched).
 
     Returns: a tuple of three Python ints.
 
@@ -88,7 +90,8 @@ def known_block_size() -> tuple:
     size = _ops().known_block_size()
     if size is None:
         raise RuntimeError("no compile-time block size is in scope: declare it with "
-                           "@flydsl.kernel(known_block_size=[x, y, z])")
+                           "@flydsl.kernel(known_block_size=[x, y, z]) or launch the kernel "
+                           "with a block")
     return size
 
 

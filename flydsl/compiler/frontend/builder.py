@@ -75,6 +75,9 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
             bind_pointer_params(fn, scope)      # fx.Pointer parameters
             Codegen(src, scope, fn.__name__).run_body()
             gpu.return_([])
+        if block_size is None and "launch_block" in tctx.extra:   # compiled for that block
+            func_op.attributes["known_block_size"] = ir.DenseI32ArrayAttr.get(
+                list(tctx.extra["launch_block"]))
         check_trace_size(tctx, func_op)
         written = tuple(p.name for p, arg in zip(runtime, entry.arguments)
                         if p.kind == "tensor" and may_write(arg))

@@ -15,8 +15,20 @@ __all__ = ["known_block_size", "static_int"]
 
 def known_block_size() -> Optional[tuple]:
     """``(x, y, z)`` of ``@flydsl.kernel(known_block_size=...)`` for the kernel being
-    traced, or None."""
-    return context.current().extra.get("known_block_size")
+    traced; without a declaration, the block of the launch it is compiled for (as
+    FlyDSL infers it from a launch's static block), which makes the launch block part
+    of the kernel's specialization; None when neither is known."""
+    from ..kernel_function import LAUNCH_BLOCK_PATH, current_launch_block
+    tctx = context.current()
+    declared = tctx.extra.get("known_block_size")
+    if declared is not None:
+        return declared
+    state = current_launch_block()
+    if state is None or state.block is None:
+        return None
+    state.read = True
+    tctx.extra["launch_block"] = state.block
+    return tctx.deps.found(LAUNCH_BLOCK_PATH, state.block)
 
 
 def static_int(x: Any) -> Optional[int]:

@@ -368,6 +368,9 @@ def _vector_width(result_type, dtype: DType) -> tuple:
     if isinstance(result_type, ir.Type) and _is_vector(result_type):
         vt = ir.VectorType(result_type)
         return _dtype_of(vt.element_type, dtype), vt.shape[0]
+    alias = getattr(result_type, "_alias", None)   # a vector type: fx.Int32x4
+    if isinstance(alias, tuple) and len(alias) == 2 and isinstance(alias[0], DType):
+        return alias
     ir_type = getattr(result_type, "ir_type", None)
     if isinstance(ir_type, ir.Type) and _is_vector(ir_type):
         return _vector_width(ir_type, dtype)
