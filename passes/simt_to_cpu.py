@@ -624,7 +624,11 @@ class _KernelLowering:
         where, dependence = divergence(barrier, deps, stop=self.block_loop) or (
             "control flow that", DATA)
         filename, lineno, source = source_location(barrier)
-        return DivergentBarrierError(hazard_message(where, dependence == THREAD),
+        message = hazard_message(where, dependence == THREAD)
+        if "flydsl.sync_origin" in barrier.attributes:   # e.g. fx.nvvm.mbarrier_wait
+            origin = ir.StringAttr(barrier.attributes["flydsl.sync_origin"]).value
+            message = f"{origin} is a block barrier on the CPU backend; {message}"
+        return DivergentBarrierError(message,
                                      kernel=self.name, filename=filename, lineno=lineno,
                                      source_line=source)
 
