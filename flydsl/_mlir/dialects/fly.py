@@ -1,10 +1,13 @@
 """``flydsl._mlir.dialects.fly``: upstream FlyDSL's own C++ dialect, which flydsl does not have.
 
-The module imports (so upstream helper modules that import it load), and every name read
-from it raises an AttributeError saying so: flydsl expresses layouts, pointers and copies
-with ``flydsl.expr`` (fx.make_layout, fx.make_view, fx.copy, fx.ptr_load, ...) and lowers them
+The module imports (so upstream helper modules that import it load). Of its operations it
+has the one upstream kernels build AMD buffer resources and raw pointers from,
+:func:`extract_aligned_pointer_as_index`; every other name read from it raises an
+AttributeError saying so: flydsl expresses layouts, pointers and copies with
+``flydsl.expr`` (fx.make_layout, fx.make_view, fx.copy, fx.ptr_load, ...) and lowers them
 to standard MLIR dialects itself.
 """
+import contextlib
 
 
 def absent_dialect(dialect: str):
@@ -17,6 +20,40 @@ def absent_dialect(dialect: str):
                              f"exist; use the flydsl.expr (fx) API for layouts, pointers and "
                              f"copies")
     return missing
+
+
+def extract_aligned_pointer_as_index(result, tensor, *, loc=None, ip=None):
+    """``fly.extract_aligned_pointer_as_index``: an ``!llvm.ptr`` of type ``result`` to the
+    first element of ``tensor`` (a kernel tensor, a view of one, or a memref value), as
+    upstream kernels pass to ``rocdl.make.buffer.rsrc`` or to ``llvm.getelementptr``.
+    Flydsl builds it from standard ops (the memref's aligned pointer plus its offset), so
+    it runs on every backend; the CPU backend also runs the buffer operations built on it
+    (:mod:`flydsl.passes.rocdl_buffers`).
+
+    Example (inside a kernel, ``x`` a tensor argument)::
+
+        from flydsl._mlir import ir
+        from flydsl._mlir.dialects import fly
+        base = fly.extract_aligned_pointer_as_index(ir.Type.parse("!llvm.ptr"), x)
+    """
+    import mlir.ir as ir
+    from ...expr import implementation
+    ptr_type = getattr(result, "ir_type", result)
+    if not isinstance(ptr_type, ir.Type) or not str(ptr_type).startswith("!llvm.ptr"):
+        from ...errors import DSLTypeError
+        raise DSLTypeError(f"fly.extract_aligned_pointer_as_index: the result type must be "
+                           f"an !llvm.ptr type, got {result!r}")
+    if hasattr(tensor, "ir_value") and not isinstance(tensor, ir.Value) and \
+            not hasattr(tensor, "memory") and not hasattr(tensor, "mem"):
+        tensor = tensor.ir_value()
+    with loc if loc is not None else contextlib.nullcontext(), \
+            ip if ip is not None else contextlib.nullcontext():
+        build = getattr(implementation.ops(), "rocdl_tensor_pointer", None)
+        if build is None:
+            from ...errors import DSLError
+            raise DSLError("fly.extract_aligned_pointer_as_index can only be used inside a "
+                           "@flydsl.kernel body")
+        return build(ptr_type, tensor, "fly.extract_aligned_pointer_as_index")
 
 
 __getattr__ = absent_dialect("fly")

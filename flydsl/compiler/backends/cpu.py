@@ -46,6 +46,8 @@ class CpuBackend(BaseBackend):
 
     def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         return [
+            # FlyDSL's raw buffer loads/stores with the hardware's range check
+            PythonPass("rocdl-buffers", "flydsl.passes.rocdl_buffers:run"),
             PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
             PythonPass("cpu-interrupts", "flydsl.passes.cpu_interrupts:run"),
             PythonPass("noalias-record", "flydsl.passes.noalias:record"),

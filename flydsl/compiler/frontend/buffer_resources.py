@@ -6,11 +6,12 @@ from __future__ import annotations
 import mlir.ir as ir
 from mlir.dialects import arith, llvm, memref, rocdl, scf
 
+from ...errors import DSLTypeError
 from .values import Value, as_value, to_index
-from .views import Memory
+from .views import Memory, as_view
 
 __all__ = ["GFX9_BUFFER_FLAGS", "address", "byte_offset", "guarded_load", "i32", "in_records",
-           "resource"]
+           "resource", "tensor_pointer"]
 
 #: Buffer-resource word 3 for gfx9 (CDNA): 32-bit data format, as LLVM's AMDGPU
 #: lowering of ``amdgpu.raw_buffer_load`` sets it.
@@ -77,3 +78,29 @@ def resource(mem: Memory) -> ir.Value:
     return rocdl.make_buffer_rsrc(llvm.PointerType.get(8), ptr,
                                   arith.constant(ir.IntegerType.get_signless(16), 0),
                                   nbytes, i32(GFX9_BUFFER_FLAGS))
+
+
+def tensor_pointer(x, ptr_type: ir.Type, what: str) -> ir.Value:
+    """An ``!llvm.ptr`` (of ``ptr_type``'s address space) to the first element of ``x``:
+    a kernel tensor, a view of one at a number offset, or a raw memref value. The base
+    of a raw buffer resource (``rocdl.make.buffer.rsrc``) or of pointer arithmetic."""
+    i64 = ir.IntegerType.get_signless(64)
+    if isinstance(x, ir.Value) and isinstance(x.type, ir.MemRefType):
+        elem = ir.MemRefType(x.type).element_type
+        width = 8 if isinstance(elem, ir.IndexType) else getattr(elem, "width", None)
+        if width is None:
+            raise DSLTypeError(f"{what}: a memref of {elem} has no byte address")
+        idx_t = ir.IndexType.get()
+        elems = memref.ExtractStridedMetadataOp(x).offset
+        addr = arith.addi(memref.extract_aligned_pointer_as_index(x),
+                          arith.muli(elems, arith.constant(idx_t, max(width // 8, 1))))
+    else:
+        try:
+            view = as_view(x)
+        except DSLTypeError:
+            raise DSLTypeError(f"{what}: expected a tensor, a tensor view or a memref, got "
+                               f"{type(x).__name__} {x!r}") from None
+        if view.memory is None or not isinstance(view.offset, (int, Value)):
+            raise DSLTypeError(f"{what}: a coordinate (identity) tensor has no address")
+        addr = address(view.memory, view.memory.physical(view.offset))
+    return llvm.inttoptr(ptr_type, arith.index_cast(i64, addr))

@@ -15,7 +15,8 @@ _LRU_WRAPPER = type(functools.lru_cache(maxsize=None)(lambda: None))
 def unwrap_callable(fn: Any, args: list, kwargs: dict, dynamic: bool,
                     deps: DependencyRecorder, where: str) -> tuple[Any, list, dict]:
     """``(target, args, kwargs)``: the plain function a call reaches through a
-    ``@flydsl.kernel`` (anything with ``__flydsl_function__``), a ``functools.partial``,
+    ``@flydsl.kernel`` (anything with ``__flydsl_function__``), a ``@flyc.jit`` function, a
+    ``functools.partial``,
     a bound method (instance methods and classmethods) or, when an argument is a
     traced value, an ``lru_cache``/``cache`` wrapper. ``target`` is ``fn`` itself when
     there is nothing to unwrap."""
@@ -23,6 +24,9 @@ def unwrap_callable(fn: Any, args: list, kwargs: dict, dynamic: bool,
         if getattr(fn, "__flydsl_function__", None) is not None and not isinstance(
                 fn, types.FunctionType):
             fn = _step(deps, fn, "__flydsl_function__", where)
+        elif _is_jit_function(fn) and is_user_function(fn.fn):
+            # FlyDSL's kernels call @flyc.jit helpers from kernel bodies: traced in place
+            fn = _step(deps, fn, "fn", where)
         elif isinstance(fn, functools.partial):
             deps.consume(deps.found(deps.child(fn, ("A", "args")), fn.args, where),
                          deps.found(deps.child(fn, ("A", "keywords")), fn.keywords, where))
@@ -36,6 +40,13 @@ def unwrap_callable(fn: Any, args: list, kwargs: dict, dynamic: bool,
         else:
             return fn, args, kwargs
     return fn, args, kwargs
+
+
+def _is_jit_function(fn: Any) -> bool:
+    """``fn`` is a ``@flyc.jit`` function (``flydsl.jit.JitFunction``; told by its class,
+    as importing flydsl.jit here would be an import cycle)."""
+    cls = type(fn)
+    return cls.__name__ == "JitFunction" and cls.__module__ == "flydsl.jit"
 
 
 def _step(deps: DependencyRecorder, value: Any, attr: str, where: str) -> Any:

@@ -303,9 +303,10 @@ class Codegen(ControlFlow):
     # -- expressions ---------------------------------------------------
     def eval_node(self, node: ast.AST) -> Any:
         method = getattr(self, "expr_" + type(node).__name__, None)
-        if method is None:
-            return self._python_eval(node)
-        return method(node)
+        value = self._python_eval(node) if method is None else method(node)
+        if isinstance(node, _FRESH_CONTAINERS) and self.trace.region_containers:
+            self.trace.region_containers[-1][id(value)] = value
+        return value
 
     def _python_eval(self, node: ast.AST) -> Any:
         """Fallback for expressions traced as plain Python (comprehensions, lambdas, ...).
@@ -426,8 +427,11 @@ class Codegen(ControlFlow):
         for op, comp in zip(node.ops, node.comparators):
             right = self.eval_node(comp)
             fn = _CMPOPS[type(op)]
+            # `v is None`: a runtime value is a Python object, never None (FlyDSL's helpers
+            # test optional arguments that way); other identities and `in` need constants.
             if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and (
-                    is_dynamic(left) or is_dynamic(right)):
+                    is_dynamic(left) or is_dynamic(right)) and not (
+                    isinstance(op, (ast.Is, ast.IsNot)) and (left is None or right is None)):
                 raise self.error(node, "`is`/`in` cannot compare runtime values",
                                  CompileTimeValueRequired)
             if not isinstance(op, (ast.Is, ast.IsNot)):   # identity: the type says enough
@@ -520,6 +524,9 @@ class Codegen(ControlFlow):
         """A Python container changed inside a runtime ``if`` or loop would change once,
         while tracing, whatever happens at run time: refuse it there (tensors and
         shared arrays are memory, and fine)."""
+        regions = self.trace.region_containers
+        if regions and id(container) in regions[-1]:
+            return      # made in this region: traced afresh wherever the region runs
         if self.trace.runtime_depth and isinstance(container, _CONTAINERS):
             raise self.error(node, f"a Python {type(container).__name__} is changed ({how}) "
                                    "inside a runtime `if` or loop: that would happen once while "
@@ -544,6 +551,8 @@ class Codegen(ControlFlow):
 
 
 _NAMESPACE_BUILTINS = (builtins.getattr, builtins.hasattr, builtins.isinstance)
+#: Expressions that make a new container (which may change inside the region making it).
+_FRESH_CONTAINERS = (ast.List, ast.ListComp, ast.Dict, ast.DictComp, ast.Set, ast.SetComp)
 #: Python containers whose changes inside runtime regions would be wrong (check_mutation).
 _CONTAINERS = (list, dict, set, bytearray)
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",

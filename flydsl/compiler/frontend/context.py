@@ -27,6 +27,9 @@ class TraceContext:
     #: How many runtime regions (scf.if branches, loop bodies) enclose the statement
     #: being traced, across inlined helpers.
     runtime_depth: int = 0
+    #: Per open runtime region (innermost last), the Python containers a literal or
+    #: comprehension made inside it (id -> container): those may change there.
+    region_containers: list = field(default_factory=list)
     #: Statements traced, and per outermost unrolled loop ((file, line)) how many of
     #: them its unrolling produced: what the trace-size warning reports.
     statements: int = 0

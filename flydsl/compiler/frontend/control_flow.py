@@ -150,6 +150,7 @@ class ControlFlow:
         saved = self.scope
         self.scope = scope
         self.trace.runtime_depth += 1
+        self.trace.region_containers.append({})
         try:
             with ir.InsertionPoint(block):
                 try:
@@ -162,6 +163,7 @@ class ControlFlow:
         finally:
             self.scope = saved
             self.trace.runtime_depth -= 1
+            self.trace.region_containers.pop()
         return scope
 
     def _dynamic_if(self, node: ast.AST, cond: Value, body: list, orelse: list) -> None:

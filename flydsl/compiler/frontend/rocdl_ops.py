@@ -22,12 +22,13 @@ from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from ...expr import implementation
 from . import context
-from .buffer_resources import address, byte_offset, guarded_load, in_records, resource
+from .buffer_resources import address, byte_offset, guarded_load, in_records, resource, \
+    tensor_pointer
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
 __all__ = ["rocdl_buffer_tensor", "rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_raw", "rocdl_readfirstlane",
-           "buffer_lds_copy", "buffer_atomic_copy"]
+           "rocdl_tensor_pointer", "buffer_lds_copy", "buffer_atomic_copy"]
 
 #: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
 #: the wave's LDS base on every target.
@@ -59,6 +60,12 @@ def rocdl_buffer_tensor(x, num_records_bytes) -> TensorView:
     nbytes = cast(nbytes, dt.Int64)
     records = nbytes // view.memory.itemsize + view.offset
     return _View(view.memory.with_records(records), view.offset, view.layout)
+
+
+def rocdl_tensor_pointer(ptr_type: ir.Type, x, what: str) -> ir.Value:
+    """FlyDSL's ``fly.extract_aligned_pointer_as_index``: see
+    :func:`.buffer_resources.tensor_pointer`."""
+    return tensor_pointer(x, ptr_type, what)
 
 
 # -- scheduling hints and waits -----------------------------------------------------------
