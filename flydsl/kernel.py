@@ -18,6 +18,7 @@ from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check
 from .runtime.specialization import checked_pairs, int_divisible, overlap
 from .runtime.host_args import host_value, unwrap_args
 from .runtime.tensors import as_tensor, range_of, tensor_range
+from .expr.layout_algebra import rank as layout_rank
 
 _MAX_THREADS = MAX_THREADS_PER_DIM
 _DEFAULT = launch_context.DEFAULT
@@ -385,16 +386,19 @@ class KernelFunction:
                     raise _arg_error(f"argument {p.name!r} is declared "
                                        f"a tensor but got {type(v).__name__}", kernel=self.name)
                 ann = p.annotation if isinstance(p.annotation, TensorAnnotation) else None
+                # a host view (fx.make_view in a @flyc.jit body): its memory, its layout
+                layout = getattr(type(v), "__flydsl_layout__", None) and v.__flydsl_layout__
+                rank = t.rank if layout is None else layout_rank(layout)
                 if ann is not None and ann.dtype is not None and ann.dtype is not t.dtype:
                     raise _arg_error(f"argument {p.name!r} must have "
                                        f"dtype {ann.dtype!r}, got {t.dtype!r}", kernel=self.name)
-                if ann is not None and ann.rank is not None and ann.rank != t.rank:
+                if ann is not None and ann.rank is not None and ann.rank != rank:
                     raise _arg_error(f"argument {p.name!r} must have "
-                                       f"rank {ann.rank}, got {t.rank}", kernel=self.name)
+                                       f"rank {ann.rank}, got {rank}", kernel=self.name)
                 specs.append(ParamSpec(p.name, "tensor", dtype=t.dtype, rank=t.rank,
                                        inner_contiguous=t.inner_contiguous,
                                        aligned=t.aligned and p.name not in self.do_not_specialize,
-                                       wide=t.wide))
+                                       wide=t.wide, layout=layout))
                 ranges[len(specs) - 1] = tensor_range(t)
                 runtime.append(v)
                 continue

@@ -414,6 +414,11 @@ class TensorAnnotation:
             raise TypeError(f"fx.Tensor[dtype, rank]: rank must be a non-negative int, got {rank!r}")
         return TensorAnnotation(dtype, rank)
 
+    def __call__(self, value: Any) -> Any:
+        """``fx.Tensor(view)`` (FlyDSL): a view or tensor is a tensor already; it is
+        returned as it is."""
+        return value
+
     def __repr__(self) -> str:
         if self.dtype is None:
             return "fx.Tensor"

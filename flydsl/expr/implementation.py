@@ -29,12 +29,32 @@ def installed() -> Any:
     return _ops
 
 
+#: What the fx functions do outside a trace (installed by :mod:`flydsl.runtime.host_views`:
+#: host pointers and views for ``@flyc.jit`` bodies; other names raise the DSLError).
+_host_ops: Any = None
+
+
+def install_host_ops(host_ops: Any) -> None:
+    """Called by the runtime with the object that answers fx functions on the host."""
+    global _host_ops
+    _host_ops = host_ops
+
+
 def ops() -> Any:
     """The front end's ops module; outside a trace (before the front end was ever
     imported, or after), a DSLError that says so."""
     if _ops is None or _tracing() is None:
         raise DSLError("this flydsl.expr function can only be used inside a @flydsl.kernel body")
     return _ops
+
+
+def kernel_or_host_ops() -> Any:
+    """For the fx functions that also work in ``@flyc.jit`` bodies (``get_iter``,
+    ``make_view``, ``add_offset``): the front end's ops inside a trace, the host ops
+    outside one (which raise the same DSLError for what only a kernel can do)."""
+    if (_ops is None or _tracing() is None) and _host_ops is not None:
+        return _host_ops
+    return ops()
 
 
 #: The compiler's "target a launch would compile for now" (installed by

@@ -15,6 +15,7 @@ from . import atoms as _atoms
 from . import layout_algebra as la
 from . import swizzle as swz
 from .builtins import select as _select_value
+from .implementation import kernel_or_host_ops as _kernel_or_host_ops
 from .implementation import installed as _installed_ops
 from .implementation import ops as _ops
 from .layout_algebra import Basis, E, IntTuple, Layout, ScaledBasis, StaticInt
@@ -389,7 +390,7 @@ def make_view(where, layout: Layout):
         tile = fx.make_view(x, fx.make_layout((4, 8), (8, 1)))   # x[:32] as a row-major 4 x 8
         y[i] = tile[i % 4, i % 8]
     """
-    return _ops().make_view(where, layout)
+    return _kernel_or_host_ops().make_view(where, layout)
 
 
 def make_fragment_like(src, dtype=None):
@@ -442,10 +443,13 @@ def elem_less(a, b):
     return _ops().elem_less(a, b)
 
 
-def copy(atom, src, dst, pred=None) -> None:
+def copy(atom, src, dst, pred=None, **state) -> None:
     """Copy ``src`` to ``dst`` (views of equal size) with ``atom``: one atom call per
     ``atom.num_values`` elements, guarded by ``pred[j]`` (one per call) when given.
     ``pred`` must have exactly one element per call (else a trace-time error).
+    ``soffset=n`` (FlyDSL's buffer-copy atom state) moves the buffer tensor side(s)
+    of the copy by ``n`` elements (a kernel int), as the buffer instruction's scalar
+    offset does.
 
     Backends: a call whose elements are contiguous in both views is one vector
     instruction (CUDA ``ld.global.v4``/``st.global.v4``, AMD ``global_load_dwordx4`` or,
@@ -462,10 +466,19 @@ def copy(atom, src, dst, pred=None) -> None:
         regs.store(regs.load() * 2.0)
         fx.copy(atom, regs, dst)                      # one 128-bit store
     """
+    unknown = sorted(set(state) - {"soffset"})
+    if unknown:
+        raise TypeError(f"fx.copy: unknown atom state {', '.join(unknown)} (FlyDSL's copy "
+                        "atoms take soffset=)")
     if isinstance(getattr(atom, "op", None), _atoms.UniversalAtomic):
+        if state:
+            raise TypeError(f"fx.copy with {atom!r}: soffset= is the state of a buffer copy")
         _ops().atomic_copy(atom, src, dst, pred)
         return
-    _ops().copy(atom, src, dst, pred)
+    if state:
+        _ops().copy(atom, src, dst, pred, soffset=state["soffset"])
+    else:
+        _ops().copy(atom, src, dst, pred)
 
 
 def copy_atom_call(atom, src, dst, *, pred=None) -> None:

@@ -15,6 +15,7 @@ import enum
 from typing import Any, Optional
 
 from .dtypes import DType
+from .implementation import kernel_or_host_ops as _kernel_or_host_ops
 from .implementation import ops as _ops
 
 __all__ = [
@@ -140,7 +141,7 @@ def get_iter(t):
         p = fx.get_iter(x)
         y[i] = p[i] + p[0]
     """
-    return _ops().get_iter(t)
+    return _kernel_or_host_ops().get_iter(t)
 
 
 def add_offset(ptr, offset):
@@ -154,7 +155,7 @@ def add_offset(ptr, offset):
         row = fx.add_offset(fx.get_iter(x), i * 4)   # x[i * 4:]
         y[i] = row[3]
     """
-    return _ops().add_offset(ptr, offset)
+    return _kernel_or_host_ops().add_offset(ptr, offset)
 
 
 def recast_iter(result_type, src):

@@ -16,6 +16,7 @@ from .pointer_ops import bind_pointer_params
 from .source import function_source
 from .tensors import TensorValue, assume_aligned, assume_divisible, tensor_memref_type
 from .values import Value
+from .views import make_view
 
 
 @dataclass
@@ -73,6 +74,9 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
             assume_specializations(params, scope)
         with tracing(tctx), ir.InsertionPoint(entry):
             bind_pointer_params(fn, scope)      # fx.Pointer parameters
+            for p in params:   # host views: the 1-d memory through the static layout
+                if p.kind == "tensor" and p.layout is not None:
+                    scope[p.name] = make_view(scope[p.name], p.layout)
             Codegen(src, scope, fn.__name__).run_body()
             gpu.return_([])
         if block_size is None and "launch_block" in tctx.extra:   # compiled for that block

@@ -36,9 +36,11 @@ from .buffer_resources import address as _address, byte_offset as _byte_offset
 from .buffer_resources import guarded_load as _guarded_load, i32 as _i32
 from .buffer_resources import in_records as _in_records, resource as _resource
 
-def copy(atom, src, dst, pred=None) -> None:
-    """``fx.copy(atom, src, dst, pred=None)``: see the module docstring."""
+def copy(atom, src, dst, pred=None, soffset=None) -> None:
+    """``fx.copy(atom, src, dst, pred=None, soffset=None)``: see the module docstring."""
     src, dst = as_view(src), as_view(dst)
+    if soffset is not None:
+        src, dst = _with_soffset(atom, src, dst, soffset)
     if getattr(atom.op, "kind", "").startswith("nvvm_"):    # cp.async, ldmatrix
         from .nvvm_copy_ops import nvvm_copy
         nvvm_copy(atom, src, dst, pred)
@@ -67,6 +69,20 @@ def copy(atom, src, dst, pred=None) -> None:
             continue
         with when(predicate_bit(pred[j])):
             _copy_call(src, dst, j * width, width, vectorizable)
+
+
+def _with_soffset(atom, src: TensorView, dst: TensorView, soffset) -> tuple:
+    """FlyDSL's buffer-copy atom state ``soffset``: an element offset (a kernel int)
+    added to the buffer side(s) of the copy, as the ``soffset`` operand of the
+    buffer instruction adds it."""
+    out = []
+    for v in (src, dst):
+        buffered = v.memory is not None and v.memory.records is not None
+        out.append(v.with_layout(v.layout, soffset) if buffered else v)
+    if out[0] is src and out[1] is dst:
+        raise DSLTypeError(f"fx.copy with {atom!r}: soffset= offsets a buffer tensor "
+                           "(fx.rocdl.make_buffer_tensor), but neither side is one")
+    return tuple(out)
 
 
 def _rocdl_copy(kind: str, atom, src: TensorView, dst: TensorView, pred, width: int,

@@ -28,14 +28,19 @@ class ParamSpec:
     divisible: bool = False
     wide: bool = False
     overlaps: tuple = ()
+    #: A tensor passed as a host view (``fx.make_view`` in a ``@flyc.jit`` body,
+    #: :mod:`flydsl.runtime.host_views`): the static layout the kernel sees its 1-d
+    #: memory through; None for a plain tensor.
+    layout: Any = None
 
     def key(self) -> tuple:
         """The in-memory specialization key. A constexpr is keyed by its value when
         plain, by its content hash when it has one (equal objects share a binary),
         else by identity (two objects that print alike never do)."""
         if self.kind == "tensor":
-            return ("T", self.dtype.name, self.rank, self.inner_contiguous, self.aligned,
-                    self.wide, self.overlaps)
+            key = ("T", self.dtype.name, self.rank, self.inner_contiguous, self.aligned,
+                   self.wide, self.overlaps)
+            return key if self.layout is None else key + (("L", repr(self.layout)),)
         if self.kind == "scalar":
             return ("S", self.dtype.name, self.divisible)
         value = self.value
