@@ -46,6 +46,9 @@ log = logging.getLogger("flydsl.autotune")
 CONFIG_ERRORS = (FlydslError, ValueError, TypeError)
 #: Launch options a tuned ``@flydsl.kernel`` understands (a jit function gets its own).
 KERNEL_LAUNCH_OPTS = ("block", "smem")
+#: Keywords of FlyDSL's ``Config(NAME=value, ...)`` that are launch options, not
+#: constexpr values.
+LAUNCH_OPTS = frozenset(("num_warps",) + KERNEL_LAUNCH_OPTS)
 RECORD_KIND = "autotune"
 RECORD_VERSION = 1
 _PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
@@ -56,38 +59,87 @@ class Config:
     parameters (``kwargs``) and launch options (``launch_opts``, e.g. ``num_warps=4``;
     a tuned kernel takes ``block=`` and ``smem=``).
 
-    ``Config({"BLOCK": 128}, num_warps=4)`` reads back as ``Config(BLOCK=128,
-    num_warps=4)``; two configs with the same contents are equal.
+    Two spellings make the same config:
+
+    - flydsl's ``Config({"BLOCK": 128}, num_warps=4)``: the dict holds the constexpr
+      values, every keyword is a launch option;
+    - FlyDSL's ``Config(BLOCK=128, num_warps=4)``: every keyword is a constexpr value
+      except the launch options ``num_warps``, ``block`` and ``smem``.
+
+    Both also take FlyDSL's ``waves_per_eu=`` and ``maxnreg=`` (AMDGPU compiler hints,
+    applied as :class:`~flydsl.compiler.kernel_function.CompilationContext` hints while
+    the config runs: ``compiler_opts()``) and ``pre_hook=`` (called with the call's
+    named arguments and the config's values before each benchmark run).
+
+    ``Config(BLOCK=128, num_warps=4)`` reads back as ``Config(BLOCK=128, num_warps=4)``;
+    two configs with the same contents are equal.
     """
 
-    __slots__ = ("kwargs", "launch_opts")
+    __slots__ = ("kwargs", "launch_opts", "waves_per_eu", "maxnreg", "pre_hook")
 
-    def __init__(self, kwargs: Mapping[str, Any], **launch_opts: Any):
-        if not isinstance(kwargs, Mapping):
+    def __init__(self, kwargs: Optional[Mapping[str, Any]] = None, /, *,
+                 waves_per_eu: Optional[int] = None, maxnreg: Optional[int] = None,
+                 pre_hook: Optional[Callable[[dict], Any]] = None, **launch_opts: Any):
+        if kwargs is None:   # FlyDSL's Config(**kwargs)
+            kwargs = {k: v for k, v in launch_opts.items() if k not in LAUNCH_OPTS}
+            launch_opts = {k: v for k, v in launch_opts.items() if k in LAUNCH_OPTS}
+        elif not isinstance(kwargs, Mapping):
             raise TypeError(f"Config(kwargs, **launch_opts) needs a dict of constexpr values "
-                            f"first, got {type(kwargs).__name__}")
+                            f"first (or FlyDSL's Config(NAME=value, ...)), got "
+                            f"{type(kwargs).__name__}")
         both = sorted(set(kwargs) & set(launch_opts))
         if both:
             raise TypeError(f"Config sets {', '.join(map(repr, both))} both in kwargs and as a "
                             "launch option")
+        if pre_hook is not None and not callable(pre_hook):
+            raise TypeError(f"Config(pre_hook=...) takes a function of the named arguments, "
+                            f"got {pre_hook!r}")
         self.kwargs: dict = dict(kwargs)
         self.launch_opts: dict = dict(launch_opts)
+        self.waves_per_eu = waves_per_eu
+        self.maxnreg = maxnreg
+        self.pre_hook = pre_hook
+
+    @property
+    def num_warps(self) -> Optional[int]:
+        """The ``num_warps`` launch option, or None (FlyDSL's attribute)."""
+        return self.launch_opts.get("num_warps")
 
     def all_kwargs(self) -> dict:
         """Constexpr values and launch options in one dict (what a jit function gets)."""
         return {**self.kwargs, **self.launch_opts}
 
+    def compiler_opts(self) -> dict:
+        """FlyDSL's compiler hints of this config (``waves_per_eu``, ``maxnreg``) that
+        are set."""
+        return {k: v for k, v in (("waves_per_eu", self.waves_per_eu),
+                                  ("maxnreg", self.maxnreg)) if v is not None}
+
+    def to_dict(self) -> dict:
+        """FlyDSL's flat form: every value and option by name (``from_dict`` reads it)."""
+        return {**self.all_kwargs(), **self.compiler_opts()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Config":
+        """The config of ``to_dict()``'s answer (FlyDSL's Config.from_dict)."""
+        return cls(**dict(d))
+
     def to_json(self) -> dict:
         """The contents as JSON values (what a persistent record holds)."""
-        return {"kwargs": _json_value(self.kwargs), "launch_opts": _json_value(self.launch_opts)}
+        out = {"kwargs": _json_value(self.kwargs), "launch_opts": _json_value(self.launch_opts)}
+        if self.compiler_opts():
+            out["compiler_opts"] = _json_value(self.compiler_opts())
+        return out
 
     def __repr__(self) -> str:
-        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self.all_kwargs().items()) + ")"
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Config):
             return NotImplemented
-        return self.kwargs == other.kwargs and self.launch_opts == other.launch_opts
+        return (self.kwargs == other.kwargs and self.launch_opts == other.launch_opts
+                and self.compiler_opts() == other.compiler_opts()
+                and self.pre_hook is other.pre_hook)
 
     def __hash__(self) -> int:
         return hash(json.dumps(self.to_json(), sort_keys=True))
@@ -208,7 +260,8 @@ class Autotuner:
         self._check_configs()
         self._tuned = frozenset(n for cfg in self.configs for n in
                                 (cfg.kwargs if self._kernel else cfg.all_kwargs()))
-        self.keys = tuple(self._key_path(k) for k in ([key] if isinstance(key, str) else key))
+        self.keys = tuple(self._key_path(k) for k in
+                          ([key] if isinstance(key, str) else (key or ())))
         self.restore_value = self._arg_names(restore_value, "restore_value")
         self.reset_to_zero = self._arg_names(reset_to_zero, "reset_to_zero")
         self.prune_configs_by = self._check_prune(prune_configs_by)
@@ -404,6 +457,15 @@ class Autotuner:
 
     def _call(self, config: Config, args: tuple, kwargs: dict, named: dict,
               launch: Optional[tuple]) -> Any:
+        hints = config.compiler_opts()
+        if hints:   # FlyDSL's waves_per_eu / maxnreg: compile hints while it runs
+            from .compiler.kernel_function import CompilationContext
+            with CompilationContext.compile_hints(hints):
+                return self._call_config(config, args, kwargs, named, launch)
+        return self._call_config(config, args, kwargs, named, launch)
+
+    def _call_config(self, config: Config, args: tuple, kwargs: dict, named: dict,
+                     launch: Optional[tuple]) -> Any:
         if launch is None:
             return self.fn(*args, **kwargs, **config.all_kwargs())
         grid, block, smem, stream = launch
@@ -477,6 +539,8 @@ class Autotuner:
             def run() -> None:
                 for name in self.reset_to_zero:
                     _zero(named[name])
+                if cfg.pre_hook is not None:   # after the resets, as FlyDSL orders them
+                    cfg.pre_hook({**named, **cfg.all_kwargs()})
                 try:
                     self._call(cfg, args, kwargs, named, launch)
                     if checked:
@@ -563,8 +627,8 @@ class Autotuner:
         chosen = record.get("config")
         index = chosen.get("index") if isinstance(chosen, dict) else None
         if (isinstance(index, int) and 0 <= index < len(self.configs)
-                and self.configs[index].to_json() == {k: chosen.get(k) for k in
-                                                      ("kwargs", "launch_opts")}):
+                and self.configs[index].to_json() == {k: v for k, v in chosen.items()
+                                                      if k != "index"}):
             return self.configs[index]
         log.debug("autotune %s: ignoring record %s: its config is not one of the configs",
                   self.__name__, record_key)
@@ -635,7 +699,7 @@ class Autotuner:
             print(f"  {name.ljust(width)}  {text}")
 
 
-def autotune(configs: Sequence[Config], key: Sequence[str], *,
+def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
              prune_configs_by: Optional[Mapping[str, Any]] = None, warmup: float = 25,
              rep: float = 100, restore_value: Sequence[str] = (),
              reset_to_zero: Sequence[str] = (), do_bench: Optional[Callable] = None,
@@ -644,7 +708,8 @@ def autotune(configs: Sequence[Config], key: Sequence[str], *,
     the first call for each value of ``key`` and run the fastest.
 
     - ``key``: argument names, with attributes and indices (``"n"``, ``"x.dtype"``,
-      ``"x.shape[0]"``); the dtypes of all tensor arguments are part of the key too.
+      ``"x.shape[0]"``); the dtypes of all tensor arguments are part of the key too
+      (none: tuned once per tensor dtypes).
     - ``prune_configs_by``: ``{"early_config_prune": f(configs, named_args) -> configs,
       "perf_model": f(**named_args, **config) -> predicted ms, "top_k": int or fraction}``.
     - ``warmup``/``rep``: ms of warm-up and of timed runs per config.
@@ -667,6 +732,55 @@ def autotune(configs: Sequence[Config], key: Sequence[str], *,
                          rep=rep, restore_value=restore_value, reset_to_zero=reset_to_zero,
                          do_bench=do_bench, check=check)
     return decorate
+
+
+def do_bench(fn: Callable[[], Any], warmup: int = 5, rep: int = 25,
+             quantiles: Optional[Sequence[float]] = None) -> Any:
+    """FlyDSL's autotune timer: ``warmup`` untimed calls of ``fn()``, then ``rep`` calls
+    each timed alone (device events on a GPU driver, the host clock on the CPU
+    backend); the median in milliseconds, or for ``quantiles`` the sorted times at
+    those ranks (``times[int(q * rep)]``), as FlyDSL picks them. Counts, not budgets:
+    :func:`flydsl.testing.do_bench` (what ``@autotune`` uses by default) takes ms.
+
+    Example::
+
+        ms = flydsl.autotune.do_bench(lambda: add[1, 64](x, y), warmup=1, rep=3)
+    """
+    from .testing.bench import _driver   # the active backend's driver, as do_bench finds it
+    if not callable(fn):
+        raise TypeError(f"do_bench: fn must be callable, got {type(fn).__name__}")
+    for name, n in (("warmup", warmup), ("rep", rep)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < (0 if name == "warmup" else 1):
+            raise ValueError(f"do_bench: {name} is a number of calls (FlyDSL's autotune "
+                             f"timer), got {n!r}")
+    driver = _driver(None)
+    index = driver.current_device()
+    times = []
+    with driver.on_device(index):
+        for _ in range(warmup):
+            fn()
+        driver.synchronize(index)
+        for _ in range(rep):
+            start, end = driver.create_event(), driver.create_event()
+            if start is None:   # a host driver: the host clock around a synchronous call
+                t0 = time.perf_counter_ns()
+                fn()
+                driver.synchronize(index)
+                times.append((time.perf_counter_ns() - t0) / 1e6)
+                continue
+            try:
+                driver.record_event(start)
+                fn()
+                driver.record_event(end)
+                driver.synchronize(index)
+                times.append(driver.event_elapsed_ms(start, end))
+            finally:
+                driver.destroy_event(start)
+                driver.destroy_event(end)
+    times.sort()
+    if quantiles:
+        return [times[min(int(q * len(times)), len(times) - 1)] for q in quantiles]
+    return times[len(times) // 2]
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -906,4 +1020,4 @@ def precompile_config(where: tuple, args: list, kwargs: dict, config_kwargs: dic
 
 
 __all__ = ["AutotuneError", "Autotuner", "Config", "ConfigRejected", "KeyPath", "autotune",
-           "compile_timeout", "failure_text", "key_value", "worker_count"]
+           "compile_timeout", "do_bench", "failure_text", "key_value", "worker_count"]

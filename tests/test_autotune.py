@@ -309,6 +309,50 @@ def test_configs_compare_by_content():
         flydsl.Config([("BLOCK", 128)])
 
 
+def test_flydsl_config_spelling_is_the_same_config():
+    # FlyDSL 0.5's Config(**kwargs): launch options by name, the rest constexpr values
+    a = flydsl.Config(BLOCK=128, UNROLL=2, num_warps=4)
+    assert a == flydsl.Config({"BLOCK": 128, "UNROLL": 2}, num_warps=4)
+    assert a.kwargs == {"BLOCK": 128, "UNROLL": 2} and a.launch_opts == {"num_warps": 4}
+    assert a.num_warps == 4 and a.compiler_opts() == {} and a.pre_hook is None
+    hinted = flydsl.Config(BLOCK=128, waves_per_eu=2, maxnreg=128)
+    assert hinted.compiler_opts() == {"waves_per_eu": 2, "maxnreg": 128}
+    assert hinted != flydsl.Config(BLOCK=128) and hinted.all_kwargs() == {"BLOCK": 128}
+    assert repr(hinted) == "Config(BLOCK=128, waves_per_eu=2, maxnreg=128)"
+    assert flydsl.Config.from_dict(hinted.to_dict()) == hinted
+    assert flydsl.Config(EXTRA=0) == FAST
+    with pytest.raises(TypeError, match="pre_hook"):
+        flydsl.Config(BLOCK=1, pre_hook=3)
+
+
+def test_flydsl_configs_tune_with_pre_hooks_and_compiler_hints():
+    hooked = []
+    configs = [flydsl.Config(EXTRA=1000, waves_per_eu=1),
+               flydsl.Config(EXTRA=0, pre_hook=lambda named: hooked.append(dict(named)))]
+    double, _ = make_double(configs)
+    x, y = arrays()
+    double(x, y, x.size)
+    assert np.array_equal(y, 2 * x) and double.best_config == configs[1]
+    assert hooked and all(h["EXTRA"] == 0 and h["n"] == x.size for h in hooked)
+
+
+def test_flydsl_do_bench_counts_calls_and_picks_the_median():
+    from flydsl.autotune import do_bench as flydsl_do_bench
+    import time
+    calls = []
+
+    def work():
+        calls.append(1)
+        time.sleep(0.002 if len(calls) % 2 else 0.0)
+
+    ms = flydsl_do_bench(work, warmup=2, rep=5)
+    assert len(calls) == 7 and isinstance(ms, float) and ms >= 0
+    lo, hi = flydsl_do_bench(work, warmup=0, rep=4, quantiles=[0.0, 1.0])
+    assert len(calls) == 11 and lo <= hi and hi >= 1.5   # one call in two sleeps 2 ms
+    with pytest.raises(ValueError, match="number of calls"):
+        flydsl_do_bench(work, warmup=1.5)
+
+
 def test_the_tuner_looks_like_the_function():
     double, _ = make_double()
     assert double.__name__ == "double" and double.__doc__ == "Doubles x into y."
