@@ -99,9 +99,13 @@ def eager_accepts(op, dtype: torch.dtype) -> bool:
 
 def fuses(op, dtype: torch.dtype) -> bool:
     """Whether the backend turns a graph of one ``op`` call on ``dtype`` tensors into
-    a generated kernel with no eager op left."""
+    a generated kernel with no eager op left. The graph is traced with the
+    decompositions AOTAutograd applies for the backend (casts become
+    ``prims.convert_element_type``); an op that traces to no op at all (the
+    conjugate of a real tensor) leaves nothing eager either."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from .dynamo_backend import fuse_pointwise
+    from .pointwise import decompositions
     tensor = _tensor_factory(dtype, lambda d: torch.ones(4, dtype=d))
     args, kwargs = sample_call(op, tensor)
     flat = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
@@ -112,9 +116,11 @@ def fuses(op, dtype: torch.dtype) -> bool:
         kw = {k: next(it) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         return (op(*a, **kw),)
     try:
-        gm = make_fx(one_op, tracing_mode="fake")(*flat)
+        gm = make_fx(one_op, tracing_mode="fake", decomposition_table=decompositions())(*flat)
     except Exception:  # noqa: BLE001 - not traceable with these samples
         return False
+    if not any(n.op == "call_function" for n in gm.graph.nodes):
+        return True
     fused = fuse_pointwise(gm, "cpu", min_group_size=1, cost_rule=False)
     return fused is not gm and all(
         n.target is operator.getitem or _is_constant(n)

@@ -238,6 +238,47 @@ def _via_float64(fn: str) -> Callable[..., Optional[str]]:
     return emit
 
 
+def _in_result_dtype(fn: str) -> Callable[..., Optional[str]]:
+    """A :mod:`flydsl.torch._math` function computed step by step in the result dtype,
+    as torch's CPU kernel does (Float32 and Float64 results; torch has no narrower one)."""
+    def emit(c: EmitContext, **args) -> Optional[str]:
+        if c.dtype not in (torch.float32, torch.float64):
+            return None
+        return f"{fn}({', '.join(args.values())}, {fx_dtype(c.dtype)})"
+    return emit
+
+
+#: torch.special's orthogonal polynomials (x, n) -> their fx spelling (flydsl.torch._math).
+_POLYNOMIALS = {
+    "chebyshev_polynomial_t": "chebyshev_t", "chebyshev_polynomial_u": "chebyshev_u",
+    "chebyshev_polynomial_v": "chebyshev_v", "chebyshev_polynomial_w": "chebyshev_w",
+    "shifted_chebyshev_polynomial_t": "shifted_chebyshev_t",
+    "shifted_chebyshev_polynomial_u": "shifted_chebyshev_u",
+    "shifted_chebyshev_polynomial_v": "shifted_chebyshev_v",
+    "shifted_chebyshev_polynomial_w": "shifted_chebyshev_w",
+    "hermite_polynomial_h": "hermite_h", "hermite_polynomial_he": "hermite_he",
+    "laguerre_polynomial_l": "laguerre_l", "legendre_polynomial_p": "legendre_p",
+}
+
+
+def _integer_math(fn: str) -> Callable[..., Optional[str]]:
+    """gcd/lcm: signed integer operands only, as in torch."""
+    def emit(c: EmitContext, self, other) -> Optional[str]:
+        if c.dtype is not None or c.operands in (None, torch.bool) \
+                or c.operands.is_floating_point:
+            return None
+        return f"{fn}({self}, {other})"
+    return emit
+
+
+def _nextafter(c: EmitContext, self, other) -> Optional[str]:
+    if c.dtype not in (torch.float32, torch.float64) or c.out_dtype is not c.dtype:
+        return None       # a half's neighbour is not a float32's
+    if isinstance(self, Lit) or isinstance(other, Lit):
+        return None
+    return f"fm.nextafter({self}, {other})"
+
+
 #: Base op name -> DSL expression emitter (see the module docstring).
 EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "add": lambda c, self, other, alpha=None: f"({self} + {_scaled(other, alpha)})",
@@ -307,6 +348,15 @@ EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     "__lshift__": _shift(True), "__rshift__": _shift(False),
     "bitwise_left_shift": _shift(True), "bitwise_right_shift": _shift(False),
     "logical_xor": lambda c, self, other: f"(fx.cast({self}, fx.Bool) ^ fx.cast({other}, fx.Bool))",
+    **{f"special_{op}": _in_result_dtype(f"fm.{fn}") for op, fn in _POLYNOMIALS.items()},
+    **{f"special_{fn}": _in_result_dtype(f"fm.{fn}") for fn in (
+        "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0",
+        "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1")},
+    "gcd": _integer_math("fm.gcd"), "lcm": _integer_math("fm.lcm"),
+    "nextafter": _nextafter,
+    "float_power": lambda c, self, exponent: f"fx.pow({self}, {exponent})",
+    # a real tensor's conjugate is itself (complex tensors never fuse)
+    "conj_physical": lambda c, self: self, "_conj_physical": lambda c, self: self,
     # Casts: the conversion to the result dtype is what every op ends with.
     "convert_element_type": lambda c, a, dtype: a,
     "clone": lambda c, self, memory_format=None: self,
