@@ -2,6 +2,8 @@
 with their exact semantics on the CPU backend, and the PTX (and ptxas -v) on sm_90a."""
 import re
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -191,3 +193,208 @@ def test_mbarrier_ptx_on_sm90a_and_no_spills():
     for p in (prog, prog2):
         meta = p.kernels[0].metadata
         assert meta.spill_bytes == 0 and meta.local_bytes == 0
+
+
+# -- TMA -------------------------------------------------------------------------------
+
+def _tma_smem_reference(A: np.ndarray, coords, box, swizzle: int) -> np.ndarray:
+    """What cp.async.bulk.tensor leaves in shared memory: the box row-major (zero
+    outside the tensor), each 16-byte chunk at byte offset o moved to
+    o ^ (((o >> 7) & (swizzle / 16 - 1)) << 4)."""
+    logical = np.zeros(box, A.dtype)
+    for idx in np.ndindex(*box):
+        g = tuple(c + i for c, i in zip(coords, idx))
+        if all(0 <= x < n for x, n in zip(g, A.shape)):
+            logical[idx] = A[g]
+    flat = logical.reshape(-1)
+    out = np.zeros_like(flat)
+    esize = A.itemsize
+    chunks = max(swizzle // 16, 1)
+    for j in range(flat.size):
+        o = j * esize
+        out[(o ^ (((o >> 7) & (chunks - 1)) << 4)) // esize] = flat[j]
+    return out
+
+
+@flyc.kernel
+def _tma_load_kernel(D: fx.Tensor, Out: fx.Tensor, c: fx.Tensor, NBOX: fx.Constexpr[int],
+                     RANK: fx.Constexpr[int], late_expect: fx.Constexpr[bool]):
+    t = fx.thread_idx.x
+    bar = fx.shared_array((1,), fx.Int64)
+    box = fx.SharedAllocator().allocate(fx.Array[fx.Float32, NBOX, 1024]).peek()
+    s = box.view(fx.make_layout(NBOX, 1))
+    if t == 0:
+        fx.nvvm.mbarrier_init(bar, 1)
+    fx.nvvm.mbarrier_init_fence()
+    fx.barrier()
+    coords = tuple(c[k] for k in fx.range_constexpr(RANK))
+    if t == 0:
+        if late_expect:          # the bytes may land before they are announced
+            fx.nvvm.tma_load(D, s, bar, coords)
+            fx.nvvm.mbarrier_arrive_expect_tx(bar, NBOX * 4)
+        else:
+            fx.nvvm.mbarrier_arrive_expect_tx(bar, NBOX * 4)
+            fx.nvvm.tma_load(D, s, bar, coords)
+    fx.nvvm.mbarrier_wait(bar, 0)
+    for i in range(t, NBOX, fx.block_dim.x):
+        Out[i] = s[i]
+
+
+@flyc.jit
+def _tma_load(D: fx.Tensor, Out: fx.Tensor, c: fx.Tensor, NBOX: fx.Constexpr[int],
+              RANK: fx.Constexpr[int], late_expect: fx.Constexpr[bool] = False):
+    _tma_load_kernel(D, Out, c, NBOX, RANK, late_expect).launch(grid=(1, 1, 1),
+                                                                block=(THREADS, 1, 1))
+
+
+TMA_CASES = [  # shape, box, coords, swizzle
+    ((40, 72), (16, 32), (32, 16), 128),     # rows past the end read zero
+    ((40, 72), (8, 16), (3, -4), 64),        # negative coordinates too
+    ((40, 72), (8, 8), (5, 60), 32),
+    ((40, 72), (4, 12), (1, 2), 0),
+    ((300,), (64,), (260,), 0),
+    ((6, 10, 12), (2, 3, 8), (4, 8, 4), 32),
+    ((3, 4, 5, 6, 8), (2, 2, 3, 2, 4), (2, 3, 3, 5, 4), 0),
+]
+
+
+@pytest.mark.parametrize("shape,box,coords,swizzle", TMA_CASES)
+def test_tma_load_moves_the_box_with_the_hardware_swizzle_on_the_cpu(shape, box, coords,
+                                                                     swizzle):
+    A = torch.arange(int(np.prod(shape)), dtype=torch.float32).reshape(shape)
+    D = fx.nvvm.make_tma_descriptor(A, box, swizzle=swizzle)
+    n = int(np.prod(box))
+    out = torch.full((n,), -1.0)
+    _tma_load(D, out, torch.tensor(coords, dtype=torch.int32), n, len(shape),
+              late_expect=len(shape) == 2)
+    np.testing.assert_array_equal(out.numpy(),
+                                  _tma_smem_reference(A.numpy(), coords, box, swizzle))
+
+
+@flyc.kernel
+def _tma_swizzled_view_kernel(D: fx.Tensor, Out: fx.Tensor, BM: fx.Constexpr[int],
+                              BK: fx.Constexpr[int], SW: fx.Constexpr[int]):
+    """The box read back through fx.nvvm.tma_swizzle: the logical tile."""
+    t = fx.thread_idx.x
+    bar = fx.shared_array((1,), fx.Int64)
+    box = fx.SharedAllocator().allocate(fx.Array[fx.BFloat16, BM * BK, 1024]).peek()
+    s = fx.make_view(fx.get_iter(box.view(fx.make_layout(BM * BK, 1))),
+                     fx.make_composed_layout(fx.nvvm.tma_swizzle(SW, 2), 0,
+                                             fx.make_layout((BM, BK), (BK, 1))))
+    if t == 0:
+        fx.nvvm.mbarrier_init(bar, 1)
+        fx.nvvm.mbarrier_arrive_expect_tx(bar, BM * BK * 2)
+        fx.nvvm.tma_load(D, fx.get_iter(box.view(fx.make_layout(BM * BK, 1))), bar, (0, 0))
+    fx.nvvm.mbarrier_wait(bar, 0)
+    for r in range(t, BM, fx.block_dim.x):
+        for c in range(BK):
+            Out[r, c] = s[r, c]
+
+
+@flyc.jit
+def _tma_swizzled_view(D: fx.Tensor, Out: fx.Tensor, BM: fx.Constexpr[int],
+                       BK: fx.Constexpr[int], SW: fx.Constexpr[int]):
+    _tma_swizzled_view_kernel(D, Out, BM, BK, SW).launch(grid=(1, 1, 1),
+                                                          block=(THREADS, 1, 1))
+
+
+@pytest.mark.parametrize("sw", [32, 64, 128])
+def test_tma_swizzle_is_the_fx_swizzle_that_reads_the_box_back(sw):
+    bk = sw // 2
+    A = (torch.arange(16 * bk) % 251).to(torch.bfloat16).reshape(16, bk)
+    out = torch.zeros(16, bk, dtype=torch.bfloat16)
+    _tma_swizzled_view(fx.nvvm.make_tma_descriptor(A, (16, bk), swizzle=sw), out, 16, bk, sw)
+    assert torch.equal(out, A)
+    assert fx.nvvm.tma_swizzle(sw, 2) == fx.Swizzle(sw.bit_length() - 5, 3, 3)
+
+
+@flyc.kernel
+def _tma_store_kernel(D: fx.Tensor, m0: fx.Int32, n0: fx.Int32, BM: fx.Constexpr[int],
+                      BN: fx.Constexpr[int], SW: fx.Constexpr[int]):
+    """Each thread writes the tile through the swizzled view; one thread stores it."""
+    t = fx.thread_idx.x
+    box = fx.SharedAllocator().allocate(fx.Array[fx.Float32, BM * BN, 1024]).peek()
+    flat = box.view(fx.make_layout(BM * BN, 1))
+    s = fx.make_view(fx.get_iter(flat),
+                     fx.make_composed_layout(fx.nvvm.tma_swizzle(SW, 4), 0,
+                                             fx.make_layout((BM, BN), (BN, 1))))
+    for r in range(t, BM, fx.block_dim.x):
+        for c in range(BN):
+            s[r, c] = fx.Float32(1000 * r + c)
+    fx.nvvm.fence_proxy_async()
+    fx.barrier()
+    if t == 0:
+        fx.nvvm.tma_store(D, flat, (m0, n0))
+        fx.nvvm.tma_store_commit_group()
+        fx.nvvm.tma_store_wait_group(0)
+
+
+@flyc.jit
+def _tma_store(D: fx.Tensor, m0: fx.Int32, n0: fx.Int32, BM: fx.Constexpr[int],
+               BN: fx.Constexpr[int], SW: fx.Constexpr[int]):
+    _tma_store_kernel(D, m0, n0, BM, BN, SW).launch(grid=(1, 1, 1), block=(THREADS, 1, 1))
+
+
+@pytest.mark.parametrize("sw,m0,n0", [(128, 30, 40), (64, -3, 2), (0, 0, 0)])
+def test_tma_store_writes_the_box_inside_the_tensor_only_on_the_cpu(sw, m0, n0):
+    bn = max(sw, 32) // 4
+    C = torch.full((36, 48), -1.0)
+    _tma_store(fx.nvvm.make_tma_descriptor(C, (16, bn), swizzle=sw), m0, n0, 16, bn, sw)
+    want = torch.full((36, 48), -1.0)
+    for r in range(16):
+        for c in range(bn):
+            if 0 <= m0 + r < 36 and 0 <= n0 + c < 48:
+                want[m0 + r, n0 + c] = 1000 * r + c
+    assert torch.equal(C, want)
+
+
+def test_tma_descriptor_arguments_are_checked():
+    a = torch.zeros(64, 64, dtype=torch.float16)
+    with pytest.raises(DSLTypeError, match="at most 64 bytes"):
+        fx.nvvm.make_tma_descriptor(a, (8, 64), swizzle=64)
+    with pytest.raises(DSLTypeError, match="1 to 256"):
+        fx.nvvm.make_tma_descriptor(a, (8, 512))
+    with pytest.raises(DSLTypeError, match="multiple of 16 bytes"):
+        fx.nvvm.make_tma_descriptor(a, (8, 4))
+    with pytest.raises(DSLTypeError, match="contiguous"):
+        fx.nvvm.make_tma_descriptor(a.t(), (8, 8))
+    with pytest.raises(DSLTypeError, match="swizzle must be"):
+        fx.nvvm.make_tma_descriptor(a, (8, 8), swizzle=16)
+    with pytest.raises(DSLTypeError, match="1 to 5"):
+        fx.nvvm.make_tma_descriptor(torch.zeros((2,) * 6), (1,) * 6)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("rank", [1, 2, 3, 5])
+def test_tma_load_ptx_on_sm90a_and_no_spills(rank):
+    shape, box, coords, sw = next(c for c in TMA_CASES if len(c[0]) == rank)
+    A = torch.zeros(shape)
+    n = int(np.prod(box))
+    prog = flydsl.compile(_tma_load, fx.nvvm.make_tma_descriptor(A, box, swizzle=sw),
+                          torch.zeros(n), torch.zeros(rank, dtype=torch.int32), n, rank,
+                          backend="cuda", arch="sm_90a")
+    ptx = prog.asm["ptx"]
+    coords = ", ".join(["%r\\d+"] * rank)
+    assert re.search(rf"cp\.async\.bulk\.tensor\.{rank}d\.shared::cluster\.global\."
+                     rf"mbarrier::complete_tx::bytes \[%r\d+\], \[%rd\d+, \{{{coords}\}}\], "
+                     rf"\[%r\d+\];", ptx), ptx
+    meta = prog.kernels[0].metadata
+    assert meta.spill_bytes == 0 and meta.local_bytes == 0
+
+
+@needs_ptxas
+def test_tma_store_ptx_on_sm90a_and_no_spills():
+    C = torch.zeros(36, 48)
+    prog = flydsl.compile(_tma_store, fx.nvvm.make_tma_descriptor(C, (16, 32), swizzle=128),
+                          0, 0, 16, 32, 128, backend="cuda", arch="sm_90a")
+    ptx = prog.asm["ptx"]
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.bulk_group "
+                     r"\[%rd\d+, \{%r\d+, %r\d+\}\], \[%r\d+\];", ptx)
+    assert "fence.proxy.async.shared::cta;" in ptx
+    assert "cp.async.bulk.commit_group;" in ptx
+    assert "cp.async.bulk.wait_group.read 0;" in ptx
+    meta = prog.kernels[0].metadata
+    assert meta.spill_bytes == 0 and meta.local_bytes == 0
+    with pytest.raises(DSLTypeError, match="sm_90 or later"):
+        flydsl.compile(_tma_store, fx.nvvm.make_tma_descriptor(C, (16, 32)), 0, 0, 16, 32, 0,
+                       backend="cuda", arch="sm_80")

@@ -38,7 +38,7 @@ from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit,
                     vector_store, vector_type)
 from .warp_ops import lane_id, shuffle
 
-__all__ = ["nvvm_copy", "cp_async_commit_group", "cp_async_wait_group"]
+__all__ = ["nvvm_copy", "cp_async_commit_group", "cp_async_wait_group", "physical_memory"]
 
 
 def _target():
@@ -273,7 +273,7 @@ def _stmatrix_emulated(op, sm: Memory, row, src: TensorView) -> None:
     barrier-free exchange: every element has exactly one writer."""
     lane = lane_id()
     mine = cast(as_value(row), dt.Int32)
-    flat = _physical(sm)
+    flat = physical_memory(sm)
     q, r = lane // 4, lane % 4
     for j in range(op.num):
         for e in range(2):
@@ -300,7 +300,7 @@ def _ldmatrix_ptx(op, sm: Memory, row, dst: TensorView) -> None:
                 else Value(arith.bitcast(dst.dtype.mlir_type(), raw), dst.dtype)
 
 
-def _physical(sm: Memory) -> Memory:
+def physical_memory(sm: Memory) -> Memory:
     """``sm`` addressed by physical offsets (its swizzle, if any, already applied)."""
     flat = copy.copy(sm)         # keeps what a subclass adds (a shared pool)
     flat.remap = None
@@ -311,7 +311,7 @@ def _ldmatrix_emulated(op, sm: Memory, row, dst: TensorView) -> None:
     """Each lane reads the row addresses it needs from the lanes that supply them."""
     lane = lane_id()
     mine = cast(as_value(row), dt.Int32)
-    flat = _physical(sm)
+    flat = physical_memory(sm)
     q, r = lane // 4, lane % 4
     for j in range(op.num):
         for e in range(2):

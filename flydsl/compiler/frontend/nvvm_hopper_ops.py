@@ -27,7 +27,8 @@ from .views import Memory, as_view, to_index
 
 __all__ = ["mbarrier_init", "mbarrier_init_fence", "mbarrier_arrive", "mbarrier_expect_tx",
            "mbarrier_arrive_expect_tx", "mbarrier_try_wait", "mbarrier_wait",
-           "mbarrier_inval", "mbarrier_complete_tx", "require_hopper", "barrier_slot"]
+           "mbarrier_inval", "mbarrier_complete_tx", "require_hopper", "barrier_slot",
+           "shared_ptr"]
 
 #: The CPU's packed state: pending arrivals (bits 0-19), expected arrivals (20-39),
 #: transaction bytes (40-60, two's complement: it may go negative for a while, as PTX
@@ -92,7 +93,8 @@ def _i32():
     return ir.IntegerType.get_signless(32)
 
 
-def _shared_ptr(mem: Memory, element) -> ir.Value:
+def shared_ptr(mem: Memory, element) -> ir.Value:
+    """An ``!llvm.ptr<3>`` to element ``element`` (physical) of shared ``mem``."""
     from .buffer_resources import address
     return llvm_inttoptr(3, arith.index_cast(_i64(), address(mem, element)))
 
@@ -176,7 +178,7 @@ def mbarrier_init(bar, count) -> None:
     mem, el = barrier_slot(fname, bar)
     n = _count(fname, "the arrival count", count, low=1)
     if require_hopper("mbarrier.init"):
-        nvvm.MBarrierInitOp(_shared_ptr(mem, el), n)
+        nvvm.MBarrierInitOp(shared_ptr(mem, el), n)
         return
     n64 = _ext(n)
     _assign(mem, el, _pack(n64, n64, _c(0), _c(0)))
@@ -190,7 +192,7 @@ def mbarrier_init_fence() -> None:
 def mbarrier_arrive(bar) -> None:
     mem, el = barrier_slot("fx.nvvm.mbarrier_arrive", bar)
     if require_hopper("mbarrier.arrive"):
-        nvvm.MBarrierArriveOp(_i64(), _shared_ptr(mem, el))
+        nvvm.MBarrierArriveOp(_i64(), shared_ptr(mem, el))
         return
     _update(mem, el, lambda s: _settle(s, _c(1), _c(0)))
 
@@ -200,7 +202,7 @@ def mbarrier_expect_tx(bar, nbytes) -> None:
     mem, el = barrier_slot(fname, bar)
     n = _count(fname, "the byte count", nbytes)
     if require_hopper("mbarrier.expect_tx"):
-        nvvm.MBarrierExpectTxOp(_shared_ptr(mem, el), n)
+        nvvm.MBarrierExpectTxOp(shared_ptr(mem, el), n)
         return
     n64 = _ext(n)
     _update(mem, el, lambda s: _settle(s, _c(0), n64))
@@ -211,15 +213,16 @@ def mbarrier_arrive_expect_tx(bar, nbytes) -> None:
     mem, el = barrier_slot(fname, bar)
     n = _count(fname, "the byte count", nbytes)
     if require_hopper("mbarrier.arrive.expect_tx"):
-        nvvm.MBarrierArriveExpectTxOp(_i64(), _shared_ptr(mem, el), n)
+        nvvm.MBarrierArriveExpectTxOp(_i64(), shared_ptr(mem, el), n)
         return
     n64 = _ext(n)
     _update(mem, el, lambda s: _settle(s, _c(1), n64))
 
 
-def mbarrier_complete_tx(mem: Memory, element, nbytes: int) -> None:
-    """The CPU's side of a TMA copy: ``nbytes`` of the barrier's transactions are done."""
-    _update(mem, element, lambda s: _settle(s, _c(0), _c(-nbytes)))
+def mbarrier_complete_tx(mem: Memory, element, nbytes: ir.Value) -> None:
+    """The CPU's side of a TMA copy: ``nbytes`` (an i64) of the barrier's transactions
+    are done."""
+    _update(mem, element, lambda s: _settle(s, _c(0), arith.subi(_c(0), nbytes)))
 
 
 def _ticks() -> ir.Value:
@@ -261,7 +264,7 @@ def mbarrier_try_wait(bar, phase) -> Value:
     if require_hopper("mbarrier.try_wait.parity"):
         asm = ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2, $3; "
                "selp.u32 $0, 1, 0, p; }")
-        word = _asm(_i32(), [_shared_ptr(mem, el), parity, _ticks()], asm, "=r,r,r,r")
+        word = _asm(_i32(), [shared_ptr(mem, el), parity, _ticks()], asm, "=r,r,r,r")
         return Value(arith.cmpi(arith.CmpIPredicate.ne, word, arith.constant(_i32(), 0)),
                      dt.Bool)
     return Value(_cpu_wait(fname, mem, el, parity), dt.Bool)
@@ -275,7 +278,7 @@ def mbarrier_wait(bar, phase) -> None:
         # (a loop in one asm block: labels inside { } are local to it)
         asm = ("{ .reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1, "
                "$2; @!p bra WAIT; }")
-        _asm(None, [_shared_ptr(mem, el), parity, _ticks()], asm, "r,r,r")
+        _asm(None, [shared_ptr(mem, el), parity, _ticks()], asm, "r,r,r")
         return
     done = _cpu_wait(fname, mem, el, parity)
     if getattr(context.current().options, "debug", False):
@@ -286,6 +289,6 @@ def mbarrier_wait(bar, phase) -> None:
 def mbarrier_inval(bar) -> None:
     mem, el = barrier_slot("fx.nvvm.mbarrier_inval", bar)
     if require_hopper("mbarrier.inval"):
-        nvvm.MBarrierInvalOp(_shared_ptr(mem, el))
+        nvvm.MBarrierInvalOp(shared_ptr(mem, el))
         return
     _assign(mem, el, _c(0))
