@@ -417,3 +417,24 @@ def test_host_scalars_answer_flydsls_numeric_api():
     assert five.to(fx.Float32).dtype is fx.Float32 and five.to(fx.Float32) == 5.0
     assert fx.Boolean(True).select(1, 2) == 1 and fx.Boolean(False).select(1, 2) == 2
     assert ~fx.Boolean(True) is False
+
+
+def test_host_scalars_of_raw_mlir_values():
+    """FlyDSL wraps raw MLIR values in fx types anywhere (its IR-building unit tests):
+    outside a kernel an arith.constant gives its number, any other value a located
+    DSLError (it was float()'s TypeError on a BlockArgument)."""
+    from flydsl._mlir import ir
+    from flydsl._mlir.dialects import arith, func
+    from flydsl.errors import DSLError
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            c = arith.constant(ir.IntegerType.get_signless(32), 7)
+            f = arith.constant(ir.F32Type.get(), 2.5)
+            fn = func.FuncOp("f", ir.FunctionType.get([ir.F32Type.get()], []))
+            arg = fn.add_entry_block().arguments[0]
+        assert fx.Int32(c) == 7 and fx.Float32(f) == 2.5 and fx.Float32(c) == 7.0
+        with pytest.raises(DSLError, match=r"Float32\(BlockArgument of MLIR type f32\) "
+                                     r"outside a kernel body") as e:
+            fx.Float32(arg)   # the line the error names
+        assert e.value.filename == __file__ and "fx.Float32(arg)" in e.value.source_line

@@ -102,6 +102,9 @@ def convert_host_scalar(value: Any, dtype: "DType"):
     cast does in a kernel), floats of a float type stay floats, bools are bools."""
     if isinstance(value, HostScalar):
         value = value.value
+    if not isinstance(value, (int, float, bool)) and hasattr(value, "owner") \
+            and hasattr(value, "type"):   # an MLIR value (FlyDSL wraps them anywhere)
+        value = _mlir_constant(value, dtype)
     if dtype.kind == "bool":
         return bool(value)
     if dtype.kind == "float":
@@ -110,6 +113,28 @@ def convert_host_scalar(value: Any, dtype: "DType"):
     lo, hi = dtype.int_limits
     span = hi - lo
     return (v - lo) % span + lo
+
+
+def _mlir_constant(value: Any, dtype: "DType"):
+    """The number an ``arith.constant`` MLIR value holds; a located DSLError for any
+    other MLIR value (a block argument, an op's result): outside a kernel trace it
+    has no number, and flydsl builds kernel values only while tracing a kernel."""
+    from ..errors import DSLTypeError, user_call_site
+    owner = getattr(value, "owner", None)
+    op = getattr(owner, "opview", owner)
+    name = getattr(op, "name", None) or getattr(getattr(op, "operation", None), "name", None)
+    if name == "arith.constant":
+        attr = op.attributes["value"]
+        number = getattr(attr, "value", None)
+        if isinstance(number, (int, float)):
+            return number
+    filename, lineno, source = user_call_site()
+    raise DSLTypeError(
+        f"{dtype.name}({type(value).__name__} of MLIR type {value.type}) outside a kernel "
+        "body: only an arith.constant has a number here. flydsl builds kernel values while "
+        "tracing a @flyc.kernel body; FlyDSL's wrapping of raw MLIR values in any MLIR "
+        "context (IR built outside a kernel) is not supported",
+        filename=filename, lineno=lineno, source_line=source)
 
 
 def host_scalar(value: Any, dtype: "DType") -> HostScalar:
