@@ -112,6 +112,23 @@ def test_raw_values_and_kernel_values_mix():
     np.testing.assert_allclose(out, np.maximum(0.5, 4 * x + 1) + n + 3 + x[0], rtol=1e-6)
 
 
+@flydsl.kernel
+def store_raw(out: fx.Tensor, threshold: fx.Int32):
+    tid = fx.thread_idx.x
+    val = fx.Float32(1.0)
+    if tid < threshold:
+        val = fx.Float32(2.0)
+    out[tid] = val.ir_value()                                   # a raw value is stored
+    fx.make_view(out, fx.make_layout(16, 1))[tid + 8] = raw_arith.addf(val.ir_value(), val)
+
+
+def test_raw_values_are_stored_like_kernel_values():
+    # FlyDSL's tests store v.ir_value() (it was "cannot store OpResult into tensor")
+    out = np.zeros(16, np.float32)
+    store_raw[1, 8](out, 3)
+    np.testing.assert_array_equal(out, [2, 2, 2, 1, 1, 1, 1, 1, 4, 4, 4, 2, 2, 2, 2, 2])
+
+
 # -- flydsl.expr.arith -----------------------------------------------------------------
 
 @flydsl.kernel

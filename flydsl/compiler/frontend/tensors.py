@@ -11,7 +11,7 @@ from ...errors import CompileTimeValueRequired, DSLTypeError
 from ...runtime.specialization import ALIGNMENT, DIVISIBILITY
 from ...expr import dtypes as dt
 from ...expr.dtypes import DType
-from .values import Value, as_value, cast, to_index
+from .values import Value, as_value, cast, numpy_constant, to_index
 
 
 def storage_type(dtype: DType) -> ir.Type:
@@ -187,7 +187,10 @@ class TensorValue:
 
 
 def coerce_for_store(value, dtype: DType, what: str) -> Value:
-    """Implicit conversion on store: literals and same-kind values; int<->float needs fx.cast."""
+    """Implicit conversion on store: literals and same-kind values; int<->float needs fx.cast.
+    Raw MLIR values (``v.ir_value()``, a dialect builder's result) and numpy scalars
+    count as the kernel values they are."""
+    value = numpy_constant(value)
     if not isinstance(value, Value):
         if isinstance(value, (bool, int, float)):
             return as_value(value, dtype)
