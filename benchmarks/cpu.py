@@ -13,7 +13,7 @@ back-to-back calls as last a few ms). ratio = flydsl time / alternative time: lo
 is better, and the target is met when the median ratio is at most the target.
 
 Rows (``--rows`` takes names or fnmatch patterns, comma separated): vadd,
-vadd_sizes, exp_sin, softmax, layernorm, sum, matmul, launch. ``--quick`` shrinks
+vadd_sizes, exp_sin, softmax, layernorm, sum, matmul, axpy4, launch. ``--quick`` shrinks
 the sizes and the repeats (a smoke run).
 """
 from __future__ import annotations
@@ -256,6 +256,34 @@ def bench_matmul(cfg: Config) -> list[Result]:
                    note)]
 
 
+def bench_axpy4(cfg: Config) -> list[Result]:
+    """axpy with a 4-element chunk per thread (``base = 4 * i; if base + 3 < n:``)
+    against axpy with one element per thread and numpy, at 2^16 (in cache) and 2^22
+    (2^20 quick); about 0.5 s of calls per side (0.1 s quick)."""
+    import numpy as np
+    from axpy import axpy, axpy4
+    out = []
+    for log in (16, 20 if cfg.quick else 22):
+        n = 1 << log
+        x, y = _rng().random(n, dtype=np.float32), _rng().random(n, dtype=np.float32)
+        c4, c1, ref = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+        axpy4(x, y, c4, 2.0, n)
+        axpy(x, y, c1, 2.0, n)
+        np.testing.assert_allclose(c4, 2.0 * x + y, rtol=1e-6)
+        np.testing.assert_array_equal(c4, c1)
+
+        def numpy_axpy():
+            np.multiply(x, 2.0, out=ref)
+            np.add(ref, y, out=ref)
+        run_s = (0.1 if cfg.quick else 0.5) / cfg.runs
+        fly = lambda: axpy4(x, y, c4, 2.0, n)
+        for vs, alt in (("axpy, 1 element per thread", lambda: axpy(x, y, c1, 2.0, n)),
+                        ("numpy a*x+y (out=)", numpy_axpy)):
+            f, t = measure(cfg, fly, alt, run_s)
+            out.append(Result(f"axpy4 2^{log} f32", vs, cfg.threads, f, t))
+    return out
+
+
 def bench_launch(cfg: Config) -> list[Result]:
     """Warm launch of vadd on 1-element tensors, through the @flydsl.jit wrapper and
     as a direct ``kernel[grid, block](...)`` launch, against torch.add(out=)."""
@@ -280,7 +308,7 @@ def bench_launch(cfg: Config) -> list[Result]:
 ROWS: dict[str, Callable[[Config], list[Result]]] = {
     "vadd": bench_vadd, "vadd_sizes": bench_vadd_sizes, "exp_sin": bench_exp_sin,
     "softmax": bench_softmax, "layernorm": bench_layernorm, "sum": bench_sum,
-    "matmul": bench_matmul, "launch": bench_launch,
+    "matmul": bench_matmul, "axpy4": bench_axpy4, "launch": bench_launch,
 }
 
 

@@ -18,7 +18,9 @@ rewritten here:
   guard ``if block_idx.x * block_dim.x + tid < n:``): a thread loop whose segment ends
   in such an ``scf.if`` runs only over the threads that pass it (:func:`lane_range`),
   instead of testing every thread. The condition may be a conjunction (``arith.andi``
-  or the front end's short-circuit ``and``) of bounds on ``tid + offset`` and of tests
+  or the front end's short-circuit ``and``) of bounds on ``tid + offset``, on
+  ``(tid + offset) * K + c`` (a thread walking its own K-element chunk: ``base = 4 * i;
+  if base + 3 < n:``; the whole chunks then load as contiguous vectors) and of tests
   the same along the x loop (``row < m``), which the ``scf.if`` keeps. The guard may
   also test the linear thread id ``x + block_dim.x * (y + block_dim.y * z)``
   (``fx.block_reduce``): its part beyond ``x`` does not change along the x loop, so the
@@ -28,7 +30,7 @@ rewritten here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import mlir.ir as ir
 from mlir.dialects import arith, llvm, scf
@@ -221,13 +223,25 @@ _SWAPPED = {"slt": "sgt", "sle": "sge", "ult": "ugt", "ule": "uge", "eq": "eq",
             "sgt": "slt", "sge": "sle", "ugt": "ult", "uge": "ule"}
 
 
+class LaneTerm(NamedTuple):
+    """A conjunct ``(tid_x + offset) * scale + addend <pred> bound`` of a lane guard
+    (``offset``, ``addend`` None: 0; ``scale`` a positive constant, 1 but for a thread
+    that handles its own chunk: ``base = 4 * i; if base + 3 < n:``)."""
+
+    pred: str
+    offset: Optional[ir.Value]
+    bound: ir.Value
+    scale: int = 1
+    addend: Optional[ir.Value] = None
+
+
 @dataclass(eq=False)
 class LaneGuard:
     """A segment's closing ``scf.if`` whose condition bounds the x thread id.
 
-    ``terms``: the conjuncts ``tid_x + offset <pred> bound`` (``offset`` None: 0), each
-    giving a range of x thread ids; ``rest``: the conjuncts the same for every thread of
-    one x loop (``row < m`` in a 2D kernel), which the ``scf.if`` keeps testing."""
+    ``terms``: the conjuncts (:class:`LaneTerm`), each giving a range of x thread ids;
+    ``rest``: the conjuncts the same for every thread of one x loop (``row < m`` in a
+    2D kernel), which the ``scf.if`` keeps testing."""
 
     op: ir.Operation
     terms: list
@@ -236,7 +250,7 @@ class LaneGuard:
 
     @property
     def offsets(self) -> list:
-        return [offset for _, offset, _ in self.terms]
+        return [term.offset for term in self.terms]
 
     def strip(self) -> None:
         """Once the x loop runs over :func:`lane_range`: inline the guarded ops, or
@@ -284,7 +298,10 @@ def lane_guard(ops: list, is_uniform: Callable, offsets: bool = True) -> Optiona
 
     def compare(cond):
         term = lane_compare(cond, is_uniform, lambda v: x_invariant(v, is_uniform))
-        return None if term is None or (term[1] is not None and not offsets) else term
+        if term is not None and not offsets and (term.offset is not None or term.scale != 1
+                                                 or term.addend is not None):
+            return None   # (debug mode: may wrap, each thread tests)
+        return term
     return guard_on_lanes(guard, holder, lambda v: x_invariant(v, is_uniform), compare)
 
 
@@ -374,25 +391,66 @@ def speculate_and(op) -> None:
 
 
 def lane_compare(cond, is_uniform: Callable, offset_ok: Callable,
-                 is_x: Callable = is_thread_x) -> Optional[tuple]:
-    """``(pred, offset, bound)`` for ``tid_x + offset <pred> bound`` (``bound`` uniform,
-    ``offset`` passing ``offset_ok``), else None."""
+                 is_x: Callable = is_thread_x) -> Optional[LaneTerm]:
+    """The :class:`LaneTerm` ``cond`` is: ``tid_x + offset <pred> bound`` (``bound``
+    uniform, ``offset`` passing ``offset_ok``), or, compared signed in at most 32 bits,
+    ``(tid_x + offset) * K + addend <pred> bound`` (``K`` a positive constant, ``addend``
+    uniform; not ``==``), else None."""
     cmp = defining_op(cond)
     if cmp is None or cmp.name != "arith.cmpi":
         return None
     pred = _PREDICATES[ir.IntegerAttr(cmp.attributes["predicate"]).value]
     lhs, rhs = cmp.operands
-    side = split_thread_x(lhs, offset_ok, is_x)
-    if side is None or not is_uniform(rhs):
-        side = split_thread_x(rhs, offset_ok, is_x)
-        if side is None or not is_uniform(lhs):
+    if not is_uniform(rhs):
+        lhs, rhs, pred = rhs, lhs, _SWAPPED.get(pred)
+        if not is_uniform(rhs):
             return None
-        pred, rhs = _SWAPPED.get(pred), lhs
     if pred not in _RANGES:
         return None
-    if pred.startswith("u") and side[1] is not None:
-        return None    # tid + u compared unsigned: wraps differently
-    return pred, side[1], rhs
+    side = split_thread_x(lhs, offset_ok, is_x)
+    if side is not None:
+        if pred.startswith("u") and side[1] is not None:
+            return None    # tid + u compared unsigned: wraps differently
+        return LaneTerm(pred, side[1], rhs)
+    if pred not in _SCALED_PREDICATES or _bits(lhs.type) > 32:
+        return None
+    scaled = _split_scaled(lhs, is_uniform, offset_ok, is_x)
+    return None if scaled is None else LaneTerm(pred, scaled[1], rhs, *scaled[2:])
+
+
+#: The predicates of a scaled term: ``K * v + c < n`` is ``v < ceil((n - c) / K)``.
+_SCALED_PREDICATES = ("slt", "sle", "sgt", "sge")
+
+
+def _split_scaled(value, is_uniform: Callable, offset_ok: Callable, is_x: Callable
+                  ) -> Optional[tuple]:
+    """``(t, offset, K, addend)`` when ``value`` is ``(t + offset) * K + addend`` (``t``
+    the x thread id, ``K`` > 1 a constant, ``offset`` and ``addend`` maybe absent),
+    else None."""
+    addend = None
+    op = defining_op(value)
+    if op is not None and op.name == "arith.addi":
+        a, b = op.operands
+        value, addend = (a, b) if is_uniform(b) else (b, a) if is_uniform(a) else (None, None)
+        if value is None:
+            return None
+        op = defining_op(value)
+    if op is None or op.name != "arith.muli":
+        return None
+    for v, k in (op.operands, reversed(list(op.operands))):
+        scale = _constant(k)
+        side = split_thread_x(v, offset_ok, is_x)
+        if scale is not None and scale > 1 and side is not None:
+            return side[0], side[1], scale, addend
+    return None
+
+
+def _constant(value) -> Optional[int]:
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant" or not isinstance(
+            value.type, (ir.IntegerType, ir.IndexType)):
+        return None
+    return ir.IntegerAttr(op.attributes["value"]).value
 
 
 #: pred -> the passing x thread ids as (lo, hi) offsets from ``limit`` (None: 0 or the
@@ -408,7 +466,8 @@ def lane_range(guard: LaneGuard, stop, const: Callable, offsets: Optional[list] 
     every term of ``guard``, built at the current insertion point as index values;
     ``lo`` is ``start`` and ``hi`` is ``stop`` themselves where nothing bounds that side.
     ``offsets`` replaces the terms' offsets (rebuilt per y loop step); a term with an
-    offset always bounds ``hi`` (at the first thread whose index would wrap).
+    offset always bounds ``hi`` (at the first thread whose index would wrap), and a
+    scaled one both ``lo`` and ``hi`` (the threads whose ``K * v + addend`` fits).
 
     Exact for any bound: a difference that would overflow 64 bits saturates, and a
     64-bit unsigned bound past 2^63 is above every thread id. Threads whose
@@ -431,11 +490,26 @@ def lane_range(guard: LaneGuard, stop, const: Callable, offsets: Optional[list] 
 
     start = const(0) if start is None else start
     los, his = [], []
-    for (pred, _, bound), offset in zip(guard.terms, offsets or guard.offsets):
+    for term, offset in zip(guard.terms, offsets or guard.offsets):
+        pred, bound = term.pred, term.bound
         bits = _bits(bound.type)
         limit = to_index(bound, unsigned=pred.startswith("u"))
         if pred.startswith("u") and bits >= 64:
             limit = arith.select(arith.cmpi(lt, limit, const(0)), const(_MAX64), limit)
+        if term.scale != 1:
+            # K * v + c <pred> n as v <pred> limit (exact in 64 bits: at most 32-bit
+            # operands), for the v whose K * v + c does not wrap
+            c = const(0) if term.addend is None else to_index(term.addend)
+            ceil = pred in ("slt", "sge")
+            limit = _div_by(arith.subi(limit, c), term.scale, ceil, const)
+            fits_lo = _div_by(arith.subi(const(-2 ** (bits - 1)), c), term.scale, True, const)
+            fits_hi = _div_by(arith.subi(const(2 ** (bits - 1) - 1), c), term.scale, False,
+                              const)
+            if offset is not None:
+                off = to_index(offset)
+                fits_lo, fits_hi = arith.subi(fits_lo, off), arith.subi(fits_hi, off)
+            los.append(fits_lo)
+            his.append(arith.addi(fits_hi, const(1)))
         if offset is not None:
             off = to_index(offset)
             limit = _saturating_sub(limit, off, const) if bits >= 64 else arith.subi(limit, off)
@@ -464,6 +538,16 @@ _MAX64 = 2 ** 63 - 1
 
 def _bits(t: ir.Type) -> int:
     return 64 if isinstance(t, ir.IndexType) else ir.IntegerType(t).width
+
+
+def _div_by(value, k: int, ceil: bool, const: Callable):
+    """``value / k`` rounded down (or up, ``ceil``) for ``k`` > 0 and ``value`` well
+    inside the index range (no overflow adding ``k``)."""
+    if ceil:
+        value = arith.addi(value, const(k - 1))
+    neg = arith.cmpi(arith.CmpIPredicate.slt, value, const(0))
+    value = arith.subi(value, arith.select(neg, const(k - 1), const(0)))
+    return arith.divsi(value, const(k))
 
 
 def _saturating_sub(a, b, const: Callable):

@@ -562,6 +562,80 @@ def test_threads_whose_index_wraps_do_not_pass_a_lower_bound():
     t = np.arange(128)
     np.testing.assert_array_equal(y, (t < 100).astype(np.float32))
 
+# -- per-thread chunks: guards on a multiple of the thread id --------------------------------
+
+def chunk_guards(y: fx.Tensor, n: fx.Int32, lo: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    base = i * 4
+    if base + 3 < n:                 # a thread's whole 4-chunk is in bounds
+        y[i, 0] = 1.0
+    fx.barrier()
+    if base <= n:
+        y[i, 1] = 1.0
+    fx.barrier()
+    if n > 2 + base:                 # swapped, the addend first
+        y[i, 2] = 1.0
+    fx.barrier()
+    if 3 * i + lo >= n:              # a uniform addend, a lower bound
+        y[i, 3] = 1.0
+    fx.barrier()
+    if i * 5 - 7 > n and base + lo < 300:   # - 7: not a scaled term, tested per thread
+        y[i, 4] = 1.0
+
+
+CHUNK_GUARDS = flydsl.kernel(chunk_guards)
+
+
+@pytest.mark.parametrize("n,lo", [(0, 0), (1, 5), (3, -4), (4, 0), (5, 200), (250, 7),
+                                  (255, -300), (256, 1), (-9, -2 ** 31),
+                                  (2 ** 31 - 50, 2 ** 31 - 300)])
+def test_chunk_guards_select_the_same_threads(n, lo):
+    y = np.zeros((96, 5), np.float32)
+    CHUNK_GUARDS[(3,), (32,)](y, n, lo)
+    i = np.arange(96).astype(object)            # exact integers (no term wraps here)
+    want = np.stack([i * 4 + 3 < n, i * 4 <= n, n > 2 + i * 4, 3 * i + lo >= n,
+                     (i * 5 - 7 > n) & (i * 4 + lo < 300)], 1).astype(np.float32)
+    np.testing.assert_array_equal(y, want)
+
+
+def _scale_chunks():
+    @flydsl.kernel
+    def scale_chunks(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+        base = (fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x) * 4
+        if base + 3 < n:
+            for k in range(4):
+                y[base + k] = x[base + k] * 3.0
+    return scale_chunks
+
+
+def test_chunk_guards_bound_the_thread_loop(monkeypatch, tmp_path):
+    """``base = 4 * i; if base + 3 < n:`` (a thread walking its own 4-chunk) runs the
+    thread loop over the passing threads and tests none, so the thread loop around the
+    chunk loop vectorizes (tested per thread it stayed scalar)."""
+    x = rng.standard_normal(256).astype(np.float32)
+    y = np.zeros(256, np.float32)
+    text = simt_ir(monkeypatch, tmp_path, lambda: _scale_chunks()[(2,), (32,)](x, y, 250))
+    np.testing.assert_array_equal(y, np.where(np.arange(256) < 248, x * 3.0, 0.0))
+    assert "scf.if" not in text, "the chunk guard is still tested per thread"
+
+
+@flydsl.kernel
+def wrapping_chunk(y: fx.Tensor, off: fx.Int32, n: fx.Int32):
+    t = fx.thread_idx.x
+    base = (t + off) * 4                             # Int32: wraps past 2^31 - 1
+    if base + 3 < n:
+        y[t] = 1.0
+
+
+def test_threads_whose_chunk_index_wraps_are_left_out():
+    """``(t + off) * 4`` wraps to a negative value from thread 25 on (thread 24's
+    ``base + 3`` is 2^31 - 1, not below n): a GPU would test (and access) a negative
+    index there; like a wrapping ``t + off``, those threads do not run on the CPU."""
+    y = np.zeros(128, np.float32)
+    wrapping_chunk[(1,), (128,)](y, 2 ** 29 - 25, 2 ** 31 - 1)
+    np.testing.assert_array_equal(y, (np.arange(128) < 24).astype(np.float32))
+
+
 # -- uniform loads of shared memory --------------------------------------------------------
 
 def _packed_divisions(asm: str) -> int:
