@@ -9,7 +9,10 @@
    through ctypes with a prebuilt argument table.
 3. The warm launch's overlap check (runtime.specialization): the 3-tensor kernel
    as is vs the same kernel with every tensor ``may_alias`` (no check: the warm
-   path of before the check), interleaved, min and median.
+   path of before the check), interleaved, min and median; also with interleaved
+   views ``k(x[1::2], b, x[0::2])``, whose check compares elements, not hulls.
+
+    python benchmarks/dispatch.py --overlap-only     # section 3 alone
 """
 from __future__ import annotations
 
@@ -55,6 +58,18 @@ def main() -> None:
     import flydsl
     import flydsl.expr as fx
 
+    @flydsl.kernel
+    def add3(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor):
+        c[0] = a[0] + b[0]
+
+    a = np.ones(1, np.float32)
+    b = np.ones(1, np.float32)
+    c = np.zeros(1, np.float32)
+    if "--overlap-only" in sys.argv[1:]:
+        add3[1, 1](a, b, c)
+        overlap_check_rows(add3, a, b, c)
+        return
+
     with tempfile.TemporaryDirectory() as d:
         cold = [first_call(os.path.join(d, f"c{i}")) for i in range(3)]
         warm = [first_call(os.path.join(d, "c0")) for _ in range(3)]
@@ -69,14 +84,7 @@ def main() -> None:
     def empty():
         pass
 
-    @flydsl.kernel
-    def add3(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor):
-        c[0] = a[0] + b[0]
-
     from vector_add import vadd
-    a = np.ones(1, np.float32)
-    b = np.ones(1, np.float32)
-    c = np.zeros(1, np.float32)
     launch_empty = empty[1, 1]
     launch_empty()
     add3[1, 1](a, b, c)
@@ -148,15 +156,22 @@ def main() -> None:
 
 
 def overlap_check_rows(add3, a, b, c) -> None:
-    """Warm launches of ``add3`` with and without the overlap check, interleaved."""
+    """Warm launches of ``add3`` with and without the overlap check, interleaved: on
+    three 1-element arrays, and on interleaved views ``x[1::2], b, x[0::2]``."""
     import flydsl
     unchecked = flydsl.kernel(may_alias=("a", "b", "c"))(add3.fn)
     checked_launch, unchecked_launch = add3[1, 1], unchecked[1, 1]
-    unchecked_launch(a, b, c)
+    x = np.ones(4, np.float32)
+    odd, even = x[1::2], x[0::2]     # 2 elements each, 8 bytes apart
+    for args in ((a, b, c), (odd, b, even)):
+        checked_launch(*args)
+        unchecked_launch(*args)
     stats = interleaved_min_median({
         "not checked (may_alias: the old warm path)": lambda: unchecked_launch(a, b, c),
         "overlap checked (c written: 2 pairs)": lambda: checked_launch(a, b, c),
         "overlap checked, in place k(a, b, a)": lambda: checked_launch(a, b, a),
+        "not checked, k(x[1::2], b, x[0::2])": lambda: unchecked_launch(odd, b, even),
+        "overlap checked, k(x[1::2], b, x[0::2])": lambda: checked_launch(odd, b, even),
     }, runs=15, calls=20000, warmup_calls=1000)
     print_table("warm launch, 3 numpy tensors: the overlap check (interleaved runs)",
                 ["launch", "min us/call", "median us/call"],
@@ -164,16 +179,20 @@ def overlap_check_rows(add3, a, b, c) -> None:
                  for name, (lo, med) in stats.items()])
     # The check is Python in the generated warm launch: time that alone (its submit
     # replaced by a no-op), where a launch's own noise does not hide 0.1 us.
-    checked_launch(a, b, c)
-    unchecked_launch(a, b, c)
-    fast = {"not checked (may_alias)": unchecked._last,
-            "overlap checked": add3._last}
-    for f in fast.values():
+    fast = {}
+    for args, how in (((a, b, c), ""), ((odd, b, even), ", x[1::2], b, x[0::2]")):
+        checked_launch(*args)
+        unchecked_launch(*args)
+        fast[f"not checked (may_alias){how}"] = (unchecked._last, args)
+        fast[f"overlap checked{how}"] = (add3._last, args)
+    for f, _ in fast.values():
         f.__globals__["_submit"] = lambda *_: None
-    args, dims = (a, b, c), ((1, 1, 1), (1, 1, 1))
-    stats = interleaved_min_median({name: (lambda f=f: f(args, *dims, 0, None))
-                                    for name, f in fast.items()},
+    dims = ((1, 1, 1), (1, 1, 1))
+    stats = interleaved_min_median({name: (lambda f=f, args=args: f(args, *dims, 0, None))
+                                    for name, (f, args) in fast.items()},
                                    runs=15, calls=100000, warmup_calls=1000)
+    for name, (f, args) in fast.items():
+        assert f(args, *dims, 0, None), name   # each took its own warm launch
     print_table("generated warm launch alone (guards + packing, no submit), 3 numpy tensors",
                 ["launch", "min ns/call", "median ns/call"],
                 [[name, f"{lo * 1e9:.0f}", f"{med * 1e9:.0f}"]

@@ -2,6 +2,7 @@
 disjoint ones compile with noalias pointers (128-bit accesses on GPUs), overlapping
 ones (in place, views of one buffer) with the general variant, and both compute
 what sequential numpy code computes."""
+import platform
 import re
 
 import numpy as np
@@ -56,6 +57,53 @@ def test_disjoint_in_place_and_aliased_launches_compute_what_numpy_does():
         np.testing.assert_allclose(x, 2 * x0 + y0, rtol=1e-6)
         _launch_axpy(kernel, y, y, y)        # every argument one array
         np.testing.assert_allclose(y, 3 * y0, rtol=1e-6)
+
+
+def _axpy4_reference(x, y, out, a, n):
+    """What the kernel computes, thread by thread (a thread reads its chunk before it
+    writes it, and no two threads touch one chunk)."""
+    for base in range(0, n - 3, 4):
+        out[base:base + 4] = a * x[base:base + 4] + y[base:base + 4]
+
+
+@pytest.mark.parametrize("n", [0, 3, 4, 5, 250, 255, 256])
+@pytest.mark.parametrize("case", ["disjoint", "in place", "out is y", "view of x",
+                                  "overlapping inputs"])
+def test_cpu_launches_with_any_overlap_compute_what_numpy_does(case, n):
+    """The CPU variant runs the chunk loop vectorized: the tail (n not a multiple of 4)
+    and every overlap must still give the sequential result."""
+    rng = np.random.default_rng(n)
+    buf = rng.standard_normal(N + 8).astype(np.float32)
+    x, y, out = buf[:N], rng.standard_normal(N).astype(np.float32), np.zeros(N, np.float32)
+    if case == "in place":
+        out = x
+    elif case == "out is y":
+        out = y
+    elif case == "view of x":
+        out = buf[:N][:]
+    elif case == "overlapping inputs":
+        y = buf[8:]
+    want_buf, want_y, want_out = buf.copy(), y.copy(), out.copy()
+    wx = want_buf[:N]
+    wy = want_buf[8:] if case == "overlapping inputs" else want_y
+    wout = {"in place": wx, "out is y": wy, "view of x": wx}.get(case, want_out)
+    _axpy4_reference(wx, wy, wout, 2.0, n)
+    axpy4_k[(N // 4 + 31) // 32, 32](x, y, out, 2.0, n)
+    np.testing.assert_allclose(out, wout, rtol=1e-6)
+    np.testing.assert_allclose(buf, want_buf, rtol=1e-6)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="reads x86 assembly")
+def test_disjoint_arguments_vectorize_the_cpu_thread_loop():
+    """On the CPU the threads of a block are a loop; each thread's 4-chunk makes its
+    accesses 4 apart across threads, which LLVM turns into whole vectors once the
+    guard ``base + 3 < n`` bounds the loop (it was scalar: vfmadd213ss only)."""
+    x, y, out = (np.zeros(N, np.float32) for _ in range(3))
+    prog = flydsl.compile(axpy4_k, x, y, out, 2.0, N, backend="cpu")
+    asm = prog.backend.assembly(prog.asm)
+    body = asm.split("axpy4_k:", 1)[1].split(".Lfunc_end", 1)[0]
+    assert re.search(r"vfmadd\w*ps\s.*[yz]mm", body), body
+    assert re.search(r"vmovups\s+%[yz]mm\d+, \S*\(", body), body   # vector stores
 
 
 def _add_first_reference(x, out):
@@ -157,3 +205,84 @@ def test_a_tensor_written_only_through_copies_of_views_counts_as_written():
     out = np.zeros_like(a)
     copy_through_views[1, 32](a, out)
     np.testing.assert_array_equal(out, a)
+
+
+# -- views with gaps: x[0::2] and x[1::2] --------------------------------------------------
+
+def test_interleaved_views_overlap_only_where_their_elements_share_a_byte():
+    from flydsl.runtime.specialization import overlap
+    from flydsl.runtime.tensors import range_of
+    x = np.zeros(64, np.float32)
+    m = x.reshape(16, 4)
+    h = np.zeros(64, np.int16)
+    pairs = {   # (a, b): overlapping
+        (0, "x[0::2] x[1::2]"): (x[0::2], x[1::2], False),
+        (1, "x[::-2] x[::2]"): (x[::-2], x[::2], False),          # odd (reversed) and even
+        (2, "x[0::2] x[2::2]"): (x[0::2], x[2::2], True),
+        (3, "x[0::2] x"): (x[0::2], x, True),                      # no gaps in x
+        (4, "x[0::2] x[1::3]"): (x[0::2], x[1::3], True),          # other steps: hulls
+        (5, "columns 1, 3"): (m[:, 1], m[:, 3], False),
+        (6, "columns 1, 1"): (m[:, 1], m[1:, 1], True),
+        (7, "int16 at byte 0 vs 2"): (h[0::2], h[1::2], False),
+        (8, "int16 vs a byte inside"): (h[0::2], h.view(np.int8)[1::4], True),
+        (9, "x[2::4] vs an f64 view"): (x[2::4], x.view(np.float64)[1::2], True),
+        (10, "x[1::4] vs an f64 at 8"): (x[1::4], x.view(np.float64)[1::2], False),
+        (11, "disjoint hulls"): (x[0:16:2], x[32::2], False),
+    }
+    for name, (a, b, want) in pairs.items():
+        assert overlap(range_of(a), range_of(b)) is want, name
+        assert overlap(range_of(b), range_of(a)) is want, name
+
+
+@flydsl.kernel
+def odd_to_even_k(dst: fx.Tensor, src: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        dst[i] = src[i] * 2.0 + 1.0
+
+
+def test_a_kernel_writing_even_elements_while_reading_odd_ones_gets_noalias():
+    """x[0::2] written while x[1::2] is read: the byte hulls meet, the elements do
+    not, so the launch takes the noalias variant, and computes what numpy does."""
+    x = np.arange(2 * N, dtype=np.float32)
+    llir = flydsl.compile(odd_to_even_k, x[0::2], x[1::2], N, backend="cpu").asm["llir"]
+    head = re.search(r"define void @odd_to_even_k\(([^)]*)\)", llir).group(1)
+    assert head.count("noalias") == 2, head
+    llir = flydsl.compile(odd_to_even_k, x[0::2], x[0::2], N, backend="cpu").asm["llir"]
+    head = re.search(r"define void @odd_to_even_k\(([^)]*)\)", llir).group(1)
+    assert "noalias" not in head, head
+    for _ in range(2):     # cold, then warm
+        want = x.copy()
+        want[0::2] = want[1::2] * 2 + 1
+        odd_to_even_k[(N + 31) // 32, 32](x[0::2], x[1::2], N)
+        np.testing.assert_array_equal(x, want)
+        want[0::2] = want[0::2] * 2 + 1      # in place: the general variant
+        odd_to_even_k[(N + 31) // 32, 32](x[0::2], x[0::2], N)
+        np.testing.assert_array_equal(x, want)
+    assert "_overlap(" in odd_to_even_k.warm_launch_source()
+
+
+def test_a_prepared_launch_checks_interleaved_views_element_by_element():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(128, dtype=torch.float32)
+    even, odd = x[0::2], x[1::2]
+    launch = odd_to_even_k.prepare((even, odd, 64), 2, 32)
+    assert launch((even, odd, 64))
+    assert even.tolist() == [2.0 * k + 3.0 for k in range(0, 128, 2)]
+    assert not launch((even, even, 64))         # in place: not the noalias variant
+    assert not launch((even, x[2::2], 64))      # shifted by one element: overlapping
+
+
+def test_warm_torch_launches_check_interleaved_views_element_by_element():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(2 * N, dtype=torch.float32)
+    want = x.numpy().copy()
+    for _ in range(2):
+        odd_to_even_k[(N + 31) // 32, 32](x[0::2], x[1::2], N)
+        want[0::2] = want[1::2] * 2 + 1
+        np.testing.assert_array_equal(x.numpy(), want)
+        odd_to_even_k[(N + 31) // 32, 32](x[0::2], x[0::2], N)
+        want[0::2] = want[0::2] * 2 + 1
+        np.testing.assert_array_equal(x.numpy(), want)
+    source = odd_to_even_k.warm_launch_source()
+    assert "_byte_range(p, " in source and "_range_of(" not in source, source

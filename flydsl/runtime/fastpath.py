@@ -37,7 +37,7 @@ from ..errors import FlydslRuntimeError
 from .drivers import get_driver
 from .dispatch import arg_key, constexpr_token, env_token
 from .packing import BoundLaunch, numpy_data
-from .specialization import ALIGNMENT, DIVISIBILITY, WIDE_ELEMENTS
+from .specialization import ALIGNMENT, DIVISIBILITY, WIDE_ELEMENTS, byte_range, overlap
 from .tensors import (cai_aligned, cai_device, cai_itemsize, contiguous_strides,
                       device_id_attribute, is_torch_tensor, range_of, torch_writable)
 
@@ -59,6 +59,8 @@ class _Writer:
     def __init__(self):
         self.lines: list[str] = []
         self.names: dict[str, object] = {}
+        #: tensors whose whole byte range is ``r{i}`` (not only ``lo{i}, hi{i}``)
+        self.ranges: set[int] = set()
 
     def const(self, prefix: str, value) -> str:
         name = f"_{prefix}{len(self.names)}"
@@ -213,19 +215,35 @@ def _emit_range(w: _Writer, i: int, a: str, off: int, sample, key) -> None:
     """``lo{i}, hi{i}``: the bytes tensor ``a`` spans, as
     :func:`~flydsl.runtime.specialization.byte_range` gives them: inline for a 1-D
     numpy or torch tensor whose key says it is contiguous (``p`` to ``p + n * item``,
-    from the guards' ``p`` and shape), else by call."""
-    if (type(sample) is np.ndarray or is_torch_tensor(sample)) and key[2] == 1 and key[3]:
-        item = sample.itemsize if type(sample) is np.ndarray else sample.element_size()
+    from the guards' ``p`` and shape); else as ``r{i}`` (which may also carry the
+    step of a view with gaps), from the guards' pointer, shape and strides for numpy
+    and torch tensors, by call for other kinds."""
+    numpy = type(sample) is np.ndarray
+    torch = not numpy and is_torch_tensor(sample) and len(key) == 7
+    if (numpy or torch) and key[2] == 1 and key[3]:
+        item = sample.itemsize if numpy else sample.element_size()
         w.emit(f"lo{i} = p; hi{i} = p + sh{off}[0] * {item}")
+        return
+    if numpy:    # byte strides
+        w.emit(f"r{i} = _byte_range(p, sh{off}, sd{off}, {sample.itemsize})")
+    elif torch and key[2]:    # element strides (a 0-d tensor has no shape read)
+        item = sample.element_size()
+        w.emit(f"r{i} = _byte_range(p, sh{off}, st{off}, {item}, {item})")
     else:
-        w.emit(f"lo{i}, hi{i} = _range_of({a})")
+        w.emit(f"r{i} = _range_of({a})")
+    w.emit(f"lo{i} = r{i}[0]; hi{i} = r{i}[1]")
+    w.ranges.add(i)
 
 
 def emit_overlap_guards(w: _Writer, pairs: Sequence[tuple]) -> None:
     """Return False unless each ``(i, j, overlapping)`` of ``pairs`` holds of the ranges
-    ``lo{i}, hi{i}`` and ``lo{j}, hi{j}``."""
+    ``lo{i}, hi{i}`` and ``lo{j}, hi{j}`` (by :func:`overlap` of ``r{i}`` and ``r{j}``
+    where both are whole ranges: views with gaps, whose hulls may meet while their
+    elements do not)."""
     for i, j, overlapping in pairs:
         test = f"lo{i} < hi{j} and lo{j} < hi{i}"
+        if i in w.ranges and j in w.ranges:
+            test += f" and _overlap(r{i}, r{j})"
         w.emit(f"if not ({test}): return False" if overlapping else f"if {test}: return False")
 
 
@@ -276,7 +294,8 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
                    _contiguous_strides=contiguous_strides,
                    _arg_key=arg_key, _constexpr_token=constexpr_token, _same=_same,
                    _local=bound.local, _new_buffer=bound.new_buffer, _submit=bound.submit,
-                   _range_of=range_of)
+                   _range_of=range_of, _byte_range=byte_range,
+                   _overlap=overlap)
     ranged = {k for i, j, _ in pairs for k in (i, j)}
     w.lines.append("def fast(args, grid, block, smem, stream):")
     w.emit(f"if len(args) != {nargs}: return False")
@@ -292,7 +311,9 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
         if entry[0] == "default":
             w.emit(f"{w.const('pack', pack)}(v, {w.const('default', entry[1])})")
             if i in ranged:
-                w.emit(f"lo{i}, hi{i} = {w.const('range', range_of(entry[1]))}")
+                w.emit(f"r{i} = {w.const('range', range_of(entry[1]))}; "
+                       f"lo{i} = r{i}[0]; hi{i} = r{i}[1]")
+                w.ranges.add(i)
             continue
         _, pos, key, param_kind, sample = entry
         a = f"a{i}"

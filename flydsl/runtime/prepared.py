@@ -81,19 +81,24 @@ def _emit_overlap_guards(w: _Writer, pairs: Sequence[tuple], runtime: Sequence,
                          positions: Sequence, offsets: Sequence) -> None:
     """Return False unless each ``(i, j, overlapping)`` of ``pairs`` still holds: the
     tensors' extents are fixed, so each range is its pointer plus constant offsets
-    (an empty tensor overlaps nothing, whatever its pointer)."""
+    (an empty tensor overlaps nothing, whatever its pointer), and two views with gaps
+    of one step (``x[0::2]``, ``x[1::2]``) overlap where their elements do."""
     def bounds(i: int):
-        lo, hi = range_of(runtime[i])
-        if lo == hi:
+        r = range_of(runtime[i])
+        if r[0] == r[1]:
             return None
         base = runtime[i].data_ptr()
         p = f"p{offsets[i]}" if positions[i] is not None else str(base)
-        return f"{p} + {lo - base}", f"{p} + {hi - base}"
+        return f"{p} + {r[0] - base}", f"{p} + {r[1] - base}", r
     for i, j, overlapping in pairs:
         a, b = bounds(i), bounds(j)
         if a is None or b is None:
             continue
         test = f"{a[0]} < {b[1]} and {b[0]} < {a[1]}"
+        ra, rb = a[2], b[2]
+        if len(ra) == 4 and len(rb) == 4 and ra[2] == rb[2]:   # (specialization.overlap)
+            step = ra[2]
+            test += f" and not ({ra[3]} <= ({b[0]} - ({a[0]})) % {step} <= {step - rb[3]})"
         w.emit(f"if not ({test}): return False" if overlapping else f"if {test}: return False")
 
 

@@ -61,25 +61,43 @@ def byte_range(ptr: int, shape, strides, item: int, scale: int = 1) -> tuple:
     """``(lo, hi)``: the bytes ``[lo, hi)`` that a tensor of ``item``-byte elements
     at ``ptr`` spans, ``strides * scale`` being its byte strides (any sign);
     ``(ptr, ptr)`` when it is empty (so that a contiguous row's is always
-    ``(ptr, ptr + n * item)``: one multiplication on the warm path). Views that
-    interleave (``x[0::2]``, ``x[1::2]``) count as overlapping: the hull is what is
-    compared, cheaply."""
+    ``(ptr, ptr + n * item)``: one multiplication on the warm path). A view with
+    gaps along one dimension (``x[0::2]``: every dimension but one of size 1, the
+    step of that one above ``item`` bytes) gets ``(lo, hi, step, item)``, its
+    elements starting at ``lo``, ``lo + step``, ...: :func:`overlap` then sees
+    that ``x[0::2]`` and ``x[1::2]`` share no byte."""
     lo = hi = ptr
+    steps = 0
+    step = 0
     for n, s in zip(shape, strides):
         if not n:
             return (ptr, ptr)
+        if n == 1:
+            continue
         e = (n - 1) * s * scale
+        steps += 1
+        step = abs(s * scale)
         if e < 0:
             lo += e
         else:
             hi += e
+    if steps == 1 and step > item:
+        return (lo, hi + item, step, item)
     return (lo, hi + item)
 
 
 def overlap(a: tuple, b: tuple) -> bool:
     """Two :func:`byte_range` results share a byte, or an empty one lies strictly
-    inside the other (a harmless false positive: the general variant)."""
-    return a[0] < b[1] and b[0] < a[1]
+    inside the other (a harmless false positive: the general variant). Views with
+    gaps of one step are compared element by element (``x[0::2]`` and ``x[1::2]``
+    do not overlap); other views with gaps by their hulls."""
+    if not (a[0] < b[1] and b[0] < a[1]):
+        return False
+    if len(a) == 4 and len(b) == 4 and a[2] == b[2]:
+        # elements at a0 + k*step and b0 + m*step: b's start lands d bytes into a's step
+        d = (b[0] - a[0]) % a[2]
+        return not (a[3] <= d <= a[2] - b[3])
+    return True
 
 
 def checked_pairs(tensors: Sequence[int], written, unchecked) -> list:
