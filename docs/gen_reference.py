@@ -108,10 +108,11 @@ SECTIONS: list[tuple[str, str]] = [
      "Target-specific atoms. Every atom also runs on the CPU backend with the "
      "hardware's per-lane fragment layout."),
     ("Hopper (fx.nvvm, sm_90a)",
-     "Hopper's transaction barriers (`mbarrier`) and TMA bulk tensor copies (the "
-     "descriptor built on the host, the shared-memory swizzle). Each is one PTX "
-     "instruction on sm_90+ and runs on the CPU backend with the same semantics: phases "
-     "and transaction counts, the box, its zero fill and its swizzle."),
+     "Hopper's transaction barriers (`mbarrier`), TMA bulk tensor copies (the "
+     "descriptor built on the host, the shared-memory swizzle) and warpgroup MMA "
+     "(`wgmma`). Each is one PTX instruction on sm_90+ and runs on the CPU backend with "
+     "the same semantics: phases and transaction counts, the box, its zero fill and its "
+     "swizzle, each thread's accumulator fragment."),
     ("AMD intrinsics and scheduling (fx.rocdl)",
      "FlyDSL's raw AMD intrinsics (`fx.rocdl.exp2`, `readlane`, `ds_bpermute`, the "
      "`mfma_*` wrappers) and scheduling hints (`sched_*`, `s_waitcnt`, `s_setprio`). "
@@ -139,6 +140,7 @@ SECTION_OF_MODULE = {
     "flydsl.expr.nvvm": "fx.rocdl and fx.nvvm",
     "flydsl.expr.nvvm_hopper": "Hopper (fx.nvvm, sm_90a)",
     "flydsl.expr.nvvm_tma": "Hopper (fx.nvvm, sm_90a)",
+    "flydsl.expr.nvvm_wgmma": "Hopper (fx.nvvm, sm_90a)",
     "flydsl.expr.swizzle": "Swizzles and composed layouts",
     "flydsl.expr.arith": "FlyDSL arith, math and vectors",
     "flydsl.expr.math": "FlyDSL arith, math and vectors",

@@ -398,3 +398,149 @@ def test_tma_store_ptx_on_sm90a_and_no_spills():
     with pytest.raises(DSLTypeError, match="sm_90 or later"):
         flydsl.compile(_tma_store, fx.nvvm.make_tma_descriptor(C, (16, 32)), 0, 0, 16, 32, 0,
                        backend="cuda", arch="sm_80")
+
+
+# -- wgmma -----------------------------------------------------------------------------
+
+@flyc.kernel
+def _wgmma_kernel(DA: fx.Tensor, DB: fx.Tensor, Out: fx.Tensor, N: fx.Constexpr[int],
+                  SW: fx.Constexpr[int], DT: fx.Constexpr[object], ACCUM: fx.Constexpr[int]):
+    """A (64 x BK) and B (N x BK) by TMA with the swizzle, then BK / 16 wgmmas."""
+    t = fx.thread_idx.x
+    BK = SW // 2
+    op = fx.nvvm.WGMMA(N, DT, swizzle=SW)
+    bar = fx.shared_array((1,), fx.Int64)
+    sa = fx.get_iter(fx.SharedAllocator().allocate(fx.Array[DT, 64 * BK, 1024]).peek()
+                     .view(fx.make_layout(64 * BK, 1)))
+    sb = fx.get_iter(fx.SharedAllocator().allocate(fx.Array[DT, N * BK, 1024]).peek()
+                     .view(fx.make_layout(N * BK, 1)))
+    if t == 0:
+        fx.nvvm.mbarrier_init(bar, 1)
+        fx.nvvm.mbarrier_arrive_expect_tx(bar, (64 + N) * BK * 2)
+        fx.nvvm.tma_load(DA, sa, bar, (0, 0))
+        fx.nvvm.tma_load(DB, sb, bar, (0, 0))
+    fx.nvvm.mbarrier_wait(bar, 0)
+    acc = fx.make_rmem_tensor((N // 2,), fx.Float32)
+    for i in fx.range_constexpr(N // 2):
+        acc[i] = fx.Float32(ACCUM)
+    fx.nvvm.wgmma_fence()
+    for kk in fx.range_constexpr(BK // 16):
+        fx.nvvm.wgmma(op, acc, sa + 16 * kk, sb + 16 * kk, scale_d=1 if (kk or ACCUM) else 0)
+    fx.nvvm.wgmma_commit_group()
+    fx.nvvm.wgmma_wait_group(0)
+    for i in fx.range_constexpr(N // 2):
+        Out[t, i] = acc[i]
+
+
+@flyc.jit
+def _wgmma(DA: fx.Tensor, DB: fx.Tensor, Out: fx.Tensor, N: fx.Constexpr[int],
+           SW: fx.Constexpr[int], DT: fx.Constexpr[object], ACCUM: fx.Constexpr[int]):
+    _wgmma_kernel(DA, DB, Out, N, SW, DT, ACCUM).launch(grid=(1, 1, 1), block=(256, 1, 1))
+
+
+def _wgmma_reference(D: np.ndarray, n: int) -> np.ndarray:
+    """PTX ISA, wgmma .m64nNk16 D fragments: warp w's lane l holds in value i the
+    element (16w + l/4 + 8*((i%4)/2), 8*(i/4) + 2*(l%4) + i%2); both warpgroups alike."""
+    out = np.zeros((256, n // 2), np.float32)
+    for t in range(256):
+        w, lane = (t % 128) // 32, t % 32
+        for i in range(n // 2):
+            out[t, i] = D[16 * w + lane // 4 + 8 * ((i % 4) // 2),
+                          8 * (i // 4) + 2 * (lane % 4) + i % 2]
+    return out
+
+
+@pytest.mark.parametrize("n,sw,dtype,accum", [(64, 128, torch.bfloat16, 0),
+                                              (24, 64, torch.float16, 3),
+                                              (8, 32, torch.bfloat16, 0)])
+def test_wgmma_accumulators_follow_the_ptx_fragment_layout_on_the_cpu(n, sw, dtype, accum):
+    bk = sw // 2
+    g = torch.Generator().manual_seed(n)
+    A = torch.randint(-4, 5, (64, bk), generator=g).to(dtype)
+    B = torch.randint(-4, 5, (n, bk), generator=g).to(dtype)
+    out = torch.zeros(256, n // 2)
+    fdt = fx.BFloat16 if dtype == torch.bfloat16 else fx.Float16
+    _wgmma(fx.nvvm.make_tma_descriptor(A, (64, bk), swizzle=sw),
+           fx.nvvm.make_tma_descriptor(B, (n, bk), swizzle=sw), out, n, sw, fdt, accum)
+    want = A.float().numpy() @ B.float().numpy().T + accum
+    np.testing.assert_array_equal(out.numpy(), _wgmma_reference(want, n))
+    op = fx.nvvm.WGMMA(n, fdt, swizzle=sw)
+    assert all(op.acc_coord(t, i) == (16 * ((t % 128) // 32) + (t % 32) // 4 + 8 * ((i % 4) // 2),
+                                      8 * (i // 4) + 2 * (t % 4) + i % 2)
+               for t in range(256) for i in range(n // 2))
+
+
+def test_wgmma_arguments_are_checked():
+    with pytest.raises(DSLTypeError, match="multiple of 8"):
+        fx.nvvm.WGMMA(12)
+    with pytest.raises(DSLTypeError, match="swizzle must be"):
+        fx.nvvm.WGMMA(64, swizzle=0)
+    with pytest.raises(DSLTypeError, match="ab_dtype"):
+        fx.nvvm.WGMMA(64, fx.Float32)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("n,sw,dtype", [(64, 128, torch.bfloat16), (256, 64, torch.float16)])
+def test_wgmma_ptx_on_sm90a_and_no_spills(n, sw, dtype):
+    bk = sw // 2
+    A, B = torch.zeros(64, bk, dtype=dtype), torch.zeros(n, bk, dtype=dtype)
+    fdt = fx.BFloat16 if dtype == torch.bfloat16 else fx.Float16
+    prog = flydsl.compile(_wgmma, fx.nvvm.make_tma_descriptor(A, (64, bk), swizzle=sw),
+                          fx.nvvm.make_tma_descriptor(B, (n, bk), swizzle=sw),
+                          torch.zeros(256, n // 2), n, sw, fdt, 0,
+                          backend="cuda", arch="sm_90a")
+    ptx = prog.asm["ptx"]
+    name = "bf16" if dtype == torch.bfloat16 else "f16"
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{name}.{name}") == bk // 16
+    assert "wgmma.fence.sync.aligned;" in ptx
+    assert "wgmma.commit_group.sync.aligned;" in ptx
+    assert "wgmma.wait_group.sync.aligned 0;" in ptx
+    meta = prog.kernels[0].metadata
+    assert meta.spill_bytes == 0 and meta.local_bytes == 0
+    with pytest.raises(DSLTypeError, match="sm_90a"):
+        flydsl.compile(_wgmma, fx.nvvm.make_tma_descriptor(A, (64, bk), swizzle=sw),
+                       fx.nvvm.make_tma_descriptor(B, (n, bk), swizzle=sw),
+                       torch.zeros(256, n // 2), n, sw, fdt, 0, backend="cuda", arch="sm_90")
+
+
+@flyc.kernel
+def _setmaxnreg_kernel(Out: fx.Tensor):
+    """Warp specialization's register split: warpgroup 0 gives registers back, 1 takes."""
+    if fx.thread_idx.x < 128:
+        fx.nvvm.setmaxnreg(40, increase=False)
+        Out[fx.thread_idx.x] = 1.0
+    else:
+        fx.nvvm.setmaxnreg(232, increase=True)
+        Out[fx.thread_idx.x] = 2.0
+
+
+@flyc.jit
+def _setmaxnreg(Out: fx.Tensor):
+    _setmaxnreg_kernel(Out).launch(grid=(1, 1, 1), block=(256, 1, 1))
+
+
+def test_setmaxnreg_is_a_no_op_on_the_cpu_and_checked():
+    out = torch.zeros(256)
+    _setmaxnreg(out)
+    assert torch.equal(out, torch.tensor([1.0] * 128 + [2.0] * 128))
+    with pytest.raises(DSLTypeError, match="multiple of 8"):
+        _bad_setmaxnreg(out)
+
+
+@flyc.kernel
+def _bad_setmaxnreg_kernel(Out: fx.Tensor):
+    fx.nvvm.setmaxnreg(30)
+
+
+@flyc.jit
+def _bad_setmaxnreg(Out: fx.Tensor):
+    _bad_setmaxnreg_kernel(Out).launch(grid=(1, 1, 1), block=(128, 1, 1))
+
+
+@needs_ptxas
+def test_setmaxnreg_ptx_on_sm90a():
+    prog = flydsl.compile(_setmaxnreg, torch.zeros(256), backend="cuda", arch="sm_90a")
+    ptx = prog.asm["ptx"]
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
+    assert prog.kernels[0].metadata.spill_bytes == 0

@@ -1,7 +1,8 @@
 """NVIDIA-specific atoms of the layout model (``fx.nvvm``): ``mma.sync`` tensor cores,
 ``cp.async`` (global -> shared), ``ldmatrix`` (shared -> registers) and ``stmatrix``
 (registers -> shared) copy atoms (docs/async-copies.md), and the Hopper (sm_90a) blocks
-of :mod:`.nvvm_hopper` (``mbarrier_*``) and :mod:`.nvvm_tma` (TMA copies).
+of :mod:`.nvvm_hopper` (``mbarrier_*``) and :mod:`.nvvm_tma` (TMA copies), and
+:mod:`.nvvm_wgmma` (warpgroup MMA).
 
 ``MMA(m, n, k, acc_dtype, ab_dtype=)`` is ``mma.sync.aligned.mMnNkK.row.col`` on sm_80
 and later (a warp of 32 lanes), e.g. ``MMA(16, 8, 16, fx.Float32, ab_dtype=fx.Float16)``
@@ -25,10 +26,13 @@ from .implementation import ops as _ops
 from . import nvvm_hopper as _hopper
 from . import nvvm_tma as _tma
 from .nvvm_hopper import *  # noqa: F401,F403  (Hopper: mbarrier)
+from . import nvvm_wgmma as _wgmma
 from .nvvm_tma import *  # noqa: F401,F403  (Hopper: TMA)
+from .nvvm_wgmma import *  # noqa: F401,F403  (Hopper: warpgroup MMA)
 
 __all__ = ["MMA", "CpAsync", "LdMatrix", "StMatrix", "cp_async_commit_group",
-           "cp_async_wait_group", *_hopper.__all__, *_tma.__all__]
+           "cp_async_wait_group", *_hopper.__all__, *_tma.__all__,
+           *_wgmma.__all__]
 
 
 def MMA(m: int, n: int, k: int, acc_dtype: DType, ab_dtype=None) -> MmaOp:

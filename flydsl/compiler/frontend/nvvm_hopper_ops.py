@@ -44,8 +44,9 @@ def _target():
     return context.current().target
 
 
-def require_hopper(what: str) -> bool:
-    """True on CUDA (sm_90 or later, else an error), False on the CPU; ROCm is an error."""
+def require_hopper(what: str, arch_specific: bool = False) -> bool:
+    """True on CUDA (sm_90 or later, else an error; ``arch_specific``: sm_90a, the
+    features of that arch alone), False on the CPU; ROCm is an error."""
     target = _target()
     if target.backend == "rocm":
         raise DSLTypeError(f"{what} is an NVIDIA Hopper instruction; {target.arch} has no "
@@ -55,6 +56,9 @@ def require_hopper(what: str) -> bool:
     digits = "".join(ch for ch in target.arch.split("_")[-1] if ch.isdigit())
     if int(digits or 0) < 90:
         raise DSLTypeError(f"{what} needs sm_90 or later, not {target.arch}")
+    if arch_specific and target.arch != "sm_90a":
+        raise DSLTypeError(f"{what} is an sm_90a (arch-specific) instruction: compile for "
+                           f"arch='sm_90a', not {target.arch}")
     return True
 
 

@@ -1,0 +1,181 @@
+"""Hopper warpgroup MMA for ``fx.nvvm``: ``wgmma.mma_async`` atoms reading both
+operands from (swizzled) shared memory, their fences and groups, and ``setmaxnreg``.
+
+A warpgroup is 4 consecutive warps (128 threads, the first a multiple of 128) that
+issue the instruction together. ``fx.nvvm.wgmma(op, acc, a, b)`` multiplies the 64 x K
+tile ``A`` by the K x N tile ``B`` into the 64 x N accumulator spread over the
+warpgroup's registers (``N / 2`` values per thread: lane ``l`` of warp ``w`` holds in
+value ``i`` the element (``16 w + l // 4 + 8 ((i % 4) // 2)``, ``8 (i // 4) + 2 (l % 4)
++ i % 2``), :meth:`WGMMA.acc_coord`). Both operands are K-major (``A`` stored 64 rows of
+K, ``B`` stored N rows of K) in the layout a TMA box with the same swizzle leaves:
+rows of ``swizzle`` bytes, 16-byte chunks XOR-swizzled, the buffer aligned to the
+swizzle's repeat (8 x ``swizzle`` bytes); advancing ``a``/``b`` by ``K`` elements
+selects the next K slice within a row, as CUTLASS advances descriptors.
+
+The CPU backend computes each thread's accumulators from the same shared-memory
+geometry, so a kernel right on the CPU has the right lane mapping on the GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+from ..errors import DSLTypeError
+from . import dtypes as dt
+from .dtypes import DType
+from .implementation import ops as _ops
+
+__all__ = ["WGMMA", "wgmma", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group",
+           "setmaxnreg"]
+
+#: Operand element type -> (PTX name, K of the instruction).
+_AB = {"Float16": ("f16", 16), "BFloat16": ("bf16", 16)}
+
+
+@dataclass(frozen=True)
+class WGMMA:
+    """``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16|f16}`` with both operands
+    in shared memory (K-major, ``swizzle`` 32, 64 or 128 bytes): the instruction
+    :func:`wgmma` issues. ``n`` is 8 to 256, a multiple of 8; ``acc_dtype`` Float32.
+
+    Example::
+
+        >>> op = fx.nvvm.WGMMA(64, fx.BFloat16, swizzle=128)
+        >>> op, op.k, op.acc_coord(37, 5)
+        (WGMMA(m64n64k16.f32.bf16, swizzle=128), 16, (17, 11))
+    """
+    n: int
+    ab_dtype: DType = dt.BFloat16
+    acc_dtype: DType = dt.Float32
+    swizzle: int = 128
+
+    def __post_init__(self):
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or \
+                not 8 <= self.n <= 256 or self.n % 8:
+            raise DSLTypeError(f"fx.nvvm.WGMMA: n must be a multiple of 8 in [8, 256], got "
+                               f"{self.n!r}")
+        if getattr(self.ab_dtype, "name", None) not in _AB:
+            raise DSLTypeError(f"fx.nvvm.WGMMA: ab_dtype must be fx.BFloat16 or fx.Float16, "
+                               f"got {self.ab_dtype!r}")
+        if self.acc_dtype is not dt.Float32:
+            raise DSLTypeError(f"fx.nvvm.WGMMA: acc_dtype must be fx.Float32, got "
+                               f"{self.acc_dtype!r}")
+        if self.swizzle not in (32, 64, 128):
+            raise DSLTypeError(f"fx.nvvm.WGMMA: swizzle must be 32, 64 or 128 bytes, got "
+                               f"{self.swizzle!r}")
+
+    @property
+    def k(self) -> int:
+        """K of one instruction (16 for 16-bit operands)."""
+        return _AB[self.ab_dtype.name][1]
+
+    @property
+    def ab_name(self) -> str:
+        return _AB[self.ab_dtype.name][0]
+
+    @property
+    def acc_name(self) -> str:
+        return "f32"
+
+    def acc_coord(self, thread, i: int) -> tuple:
+        """(row, column) in the 64 x n tile of accumulator value ``i`` of ``thread`` (its
+        index in the block, or in the warpgroup; an int or a kernel integer)."""
+        w, lane = (thread % 128) // 32, thread % 32
+        return (w * 16 + lane // 4 + 8 * ((i % 4) // 2), lane % 4 * 2 + 8 * (i // 4) + i % 2)
+
+    def __repr__(self) -> str:
+        return f"WGMMA(m64n{self.n}k{self.k}.f32.{self.ab_name}, swizzle={self.swizzle})"
+
+
+def _impl():
+    return import_module(".nvvm_wgmma_ops", _ops().__package__)
+
+
+def wgmma(op: WGMMA, acc, a, b, scale_d=1) -> None:
+    """``wgmma.mma_async``: ``acc = A @ B.T + (acc if scale_d else 0)`` for the
+    warpgroup, ``A`` (64 x K) at the shared pointer or view ``a`` and ``B`` (n x K) at
+    ``b`` (see the module docstring for their layout), ``acc`` this thread's register
+    fragment of ``op.n // 2`` Float32 values. Asynchronous: issue it between
+    :func:`wgmma_fence` and :func:`wgmma_commit_group`, and read ``acc`` only after
+    :func:`wgmma_wait_group`. On the CPU each thread computes its values at once.
+
+    Example::
+
+        @flydsl.kernel
+        def tile_mm(da: fx.Tensor, db: fx.Tensor, out: fx.Tensor):
+            t = fx.thread_idx.x
+            op = fx.nvvm.WGMMA(8, fx.Float16, swizzle=32)    # (64 x 16) @ (8 x 16).T
+            bar = fx.shared_array((1,), fx.Int64)
+            a = fx.SharedAllocator().allocate(fx.Array[fx.Float16, 64 * 16, 256]).peek()
+            b = fx.SharedAllocator().allocate(fx.Array[fx.Float16, 8 * 16, 256]).peek()
+            sa = fx.get_iter(a.view(fx.make_layout(64 * 16, 1)))
+            sb = fx.get_iter(b.view(fx.make_layout(8 * 16, 1)))
+            if t == 0:
+                fx.nvvm.mbarrier_init(bar, 1)
+                fx.nvvm.mbarrier_arrive_expect_tx(bar, (64 + 8) * 16 * 2)
+                fx.nvvm.tma_load(da, sa, bar, (0, 0))
+                fx.nvvm.tma_load(db, sb, bar, (0, 0))
+            fx.nvvm.mbarrier_wait(bar, 0)
+            acc = fx.make_rmem_tensor((4,), fx.Float32)
+            fx.nvvm.wgmma_fence()
+            fx.nvvm.wgmma(op, acc, sa, sb, scale_d=0)
+            fx.nvvm.wgmma_commit_group()
+            fx.nvvm.wgmma_wait_group(0)
+            for i in fx.range_constexpr(4):
+                r, c = op.acc_coord(t, i)
+                out[r, c] = acc[i]
+
+        a = np.arange(64 * 16).reshape(64, 16).astype(np.float16) % 7 - 3
+        b = np.arange(8 * 16).reshape(8, 16).astype(np.float16) % 5 - 2
+        out = np.zeros((64, 8), np.float32)
+        tile_mm[1, 128](fx.nvvm.make_tma_descriptor(a, (64, 16), 32),
+                        fx.nvvm.make_tma_descriptor(b, (8, 16), 32), out)
+        assert (out == a.astype(np.float32) @ b.astype(np.float32).T).all()
+    """
+    _impl().wgmma(op, acc, a, b, scale_d)
+
+
+def wgmma_fence() -> None:
+    """``wgmma.fence.sync.aligned``: orders this warpgroup's register and shared-memory
+    accesses before the ``wgmma.mma_async`` that follow; a no-op on the CPU.
+
+    Example::
+
+        fx.nvvm.wgmma_fence()
+    """
+    _impl().wgmma_fence()
+
+
+def wgmma_commit_group() -> None:
+    """``wgmma.commit_group.sync.aligned``: the ``wgmma.mma_async`` issued since the
+    last commit form one group; a no-op on the CPU.
+
+    Example::
+
+        fx.nvvm.wgmma_commit_group()
+    """
+    _impl().wgmma_commit_group()
+
+
+def wgmma_wait_group(n: int) -> None:
+    """``wgmma.wait_group.sync.aligned n``: wait until at most ``n`` (0 to 7, a
+    constant) committed groups are pending; a no-op on the CPU.
+
+    Example::
+
+        fx.nvvm.wgmma_wait_group(0)
+    """
+    _impl().wgmma_wait_group(n)
+
+
+def setmaxnreg(count: int, increase: bool = True) -> None:
+    """``setmaxnreg.{inc|dec}.sync.aligned.u32 count``: the warpgroup asks for (or
+    gives back) registers, ``count`` per thread (a multiple of 8 in [24, 256]), as
+    warp-specialized kernels do (producers ``dec``, consumers ``inc``); a no-op on the
+    CPU.
+
+    Example::
+
+        fx.nvvm.setmaxnreg(232, increase=True)
+    """
+    _impl().setmaxnreg(count, increase)
