@@ -191,3 +191,73 @@ def test_a_jit_helper_called_in_a_kernel_is_traced_in_place():
     zero_with_helper[1, 8](y, 90)
     np.testing.assert_array_equal(y[:90], 0.0)
     np.testing.assert_array_equal(y[90:], 1.0)
+
+
+# -- DPP (update_dpp): FlyDSL's intra-row scans -----------------------------------------------
+
+@flydsl.kernel
+def dpp_ops(x: fx.Tensor, out: fx.Tensor, CTRL: fx.Constexpr, ROWS: fx.Constexpr,
+            BANKS: fx.Constexpr, BOUND: fx.Constexpr):
+    i = fx.thread_idx.x
+    out[i] = fx.rocdl.update_dpp(T.i32, -1, x[i], CTRL, ROWS, BANKS, BOUND)
+
+
+def _dpp_reference(x, ctrl, rows, banks, bound):
+    out = np.empty_like(x)
+    for lane in range(len(x)):
+        w = lane // 32 * 32          # the CPU's 32-lane warp
+        r = lane % 16
+        if ctrl <= 0xFF:
+            src, ok = lane - lane % 4 + ((ctrl >> 2 * (lane % 4)) & 3), True
+        elif 0x111 <= ctrl <= 0x11F:
+            src, ok = lane - (ctrl & 15), r >= (ctrl & 15)
+        elif 0x101 <= ctrl <= 0x10F:
+            src, ok = lane + (ctrl & 15), r + (ctrl & 15) < 16
+        elif ctrl == 0x140:
+            src, ok = lane - r + 15 - r, True
+        elif ctrl == 0x142:
+            src, ok = lane - r - 1, lane - w >= 16
+        v = x[src] if ok else (0 if bound else -1)
+        on = (rows >> ((lane - w) // 16)) & 1 and (banks >> (r // 4)) & 1
+        out[lane] = v if on else -1
+    return out
+
+
+@pytest.mark.parametrize("ctrl,rows,banks,bound", [
+    (0x111, 0xF, 0xF, True), (0x114, 0xF, 0xF, False), (0x103, 0xF, 0xF, True),
+    (0x1B, 0xF, 0xF, False), (0x140, 0xF, 0x5, True), (0x142, 0xA, 0xF, False),
+])
+def test_update_dpp_runs_on_the_cpu(ctrl, rows, banks, bound):
+    x = np.arange(100, 164, dtype=np.int32)
+    out = np.zeros_like(x)
+    dpp_ops[1, 64](x, out, ctrl, rows, banks, bound)
+    np.testing.assert_array_equal(out, _dpp_reference(x, ctrl, rows, banks, bound))
+
+
+def test_update_dpp_is_a_dpp_move_on_gfx942():
+    x = np.zeros(64, np.int32)
+    text = flydsl.compile(dpp_ops, x, x, 0x111, 0xF, 0xF, True, backend="rocm",
+                          arch="gfx942").asm["amdgcn"]
+    assert "row_shr:1" in text and "bound_ctrl" in text
+
+
+# -- vectors through runtime loops and branches (FlyDSL's norm backward accumulates so) -----
+
+@flydsl.kernel
+def vector_sum(x: fx.Tensor, out: fx.Tensor, rows: fx.Int32):
+    acc = fx.Vector.filled(4, 0.0, fx.Float32)
+    for r in range(rows):
+        acc = acc + fx.Vector([x[r * 4 + k] for k in fx.range_constexpr(4)])
+    if rows > 2:
+        acc = acc * 2.0
+    for k in fx.range_constexpr(4):
+        out[k] = acc[k]
+
+
+def test_a_vector_is_carried_through_runtime_loops_and_ifs():
+    x = np.arange(40, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    vector_sum[1, 1](x, out, 10)
+    np.testing.assert_array_equal(out, 2 * x.reshape(10, 4).sum(0))
+    vector_sum[1, 1](x, out, 2)
+    np.testing.assert_array_equal(out, x[:8].reshape(2, 4).sum(0))

@@ -1,4 +1,4 @@
-"""What a runtime ``if`` or loop can carry: numbers, and tuples, lists, dicts and
+"""What a runtime ``if`` or loop can carry: numbers, and tuples, lists, dicts, vectors and
 register fragments of them, taken apart into their scalar leaves.
 
 A variable assigned in both branches of a runtime ``if``, or rebound by a runtime
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import mlir.ir as ir
 from mlir.dialects import ub
 
 from ...errors import DSLNameError
@@ -25,6 +26,7 @@ from ...expr import dtypes as dt
 from . import values as V
 from .debug_ops import device_assert
 from .values import Value
+from .vector_ops import VectorValue, vector_from
 from .views import FragmentValue
 
 #: A leaf in a shape.
@@ -82,6 +84,8 @@ def _shape(x, leaves: list):
         return ("unbound", x.name, inner)
     if isinstance(x, FragmentValue):
         return ("fragment", _Same(x.shape), x.dtype, tuple(_shape(v, leaves) for v in x.values))
+    if isinstance(x, VectorValue):     # carried lane by lane
+        return ("vector", x.shape, x.dtype, tuple(_shape(v, leaves) for v in _lanes(x)))
     if type(x) is tuple or _is_namedtuple(x):
         return ("tuple", type(x), tuple(_shape(v, leaves) for v in x))
     if type(x) is list:
@@ -89,6 +93,16 @@ def _shape(x, leaves: list):
     if type(x) is dict:
         return ("dict", tuple(x), tuple(_shape(v, leaves) for v in x.values()))
     return _Same(x)
+
+
+def _lanes(x: VectorValue) -> list:
+    """``x``'s lanes, extracted right where ``x`` is defined: a structure is flattened
+    for checks and carries wherever the trace is, possibly outside the block of ``x``."""
+    owner = x.v.owner
+    at = ir.InsertionPoint.at_block_begin(owner) if isinstance(owner, ir.Block) else \
+        ir.InsertionPoint.after(owner.operation if hasattr(owner, "operation") else owner)
+    with at:
+        return x.elements()
 
 
 def _is_namedtuple(x) -> bool:
@@ -111,6 +125,8 @@ def _rebuild(shape, it):
         return MaybeUnbound(value, next(it), shape[1])
     if kind == "fragment":
         return FragmentValue([_rebuild(s, it) for s in shape[3]], shape[1].obj, shape[2])
+    if kind == "vector":
+        return vector_from([_rebuild(s, it) for s in shape[3]], shape[1], shape[2])
     if kind == "tuple":
         items = [_rebuild(s, it) for s in shape[2]]
         return shape[1]._make(items) if shape[1] is not tuple else tuple(items)
@@ -133,6 +149,8 @@ def describe_shape(x) -> str:
         return "a number"
     if isinstance(x, FragmentValue):
         return f"a fragment of {len(x.values)} values"
+    if isinstance(x, VectorValue):
+        return f"a vector of {x.numel} values"
     if isinstance(x, (tuple, list, dict)):
         return f"a {type(x).__name__} of {len(x)}"
     return type(x).__name__ if x is not None else "None"

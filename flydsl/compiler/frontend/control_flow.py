@@ -761,9 +761,13 @@ class _Carry:
         """Bind every name in ``scope`` to its structure over ``values`` (ir.Values,
         one per leaf)."""
         values = list(values)
-        for n in self.names:
-            leaves = [Value(values[k], self.types[k]) for k in self._spans[n]]
-            scope[n] = C.rebuild(self.shapes[n], leaves)
+        # a vector is rebuilt from its lanes (ops): next to block arguments, in their block
+        at = ir.InsertionPoint.at_block_begin(values[0].owner) \
+            if values and isinstance(values[0], ir.BlockArgument) else contextlib.nullcontext()
+        with at:
+            for n in self.names:
+                leaves = [Value(values[k], self.types[k]) for k in self._spans[n]]
+                scope[n] = C.rebuild(self.shapes[n], leaves)
 
     def value_after(self, name: str, scope: dict):
         """``name``'s value at the end of the body, as a variable that may be

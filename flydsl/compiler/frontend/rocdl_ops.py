@@ -28,7 +28,7 @@ from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
 __all__ = ["rocdl_buffer_tensor", "rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_raw", "rocdl_readfirstlane",
-           "rocdl_tensor_pointer", "buffer_lds_copy", "buffer_atomic_copy"]
+           "rocdl_tensor_pointer", "rocdl_update_dpp", "buffer_lds_copy", "buffer_atomic_copy"]
 
 #: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
 #: the wave's LDS base on every target.
@@ -129,6 +129,8 @@ def _dtype_of(res, fname: str) -> Optional[dt.DType]:
         return None
     if isinstance(res, dt.DType):
         return res
+    if callable(res) and not isinstance(res, (ir.Type, type)):
+        res = res()                   # FlyDSL's T.i32 (a type getter), not called
     got = _MLIR_DTYPES.get(str(getattr(res, "ir_type", res)))
     if got is None:
         raise DSLTypeError(f"fx.rocdl.{fname}: unsupported result type {res!r}")
@@ -197,6 +199,81 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
         mask = Value(_ballot_raw(pred), _mask_dtype())
         return cast(mask, out) if out is not None else mask
     raise AssertionError(name)
+
+
+# -- DPP: a lane reads another lane of its row (or wave) --------------------------------------
+
+def _dpp_source(ctrl: int, lane: ir.Value, wave: int, what: str):
+    """(source lane, i1 valid) of DPP control ``ctrl`` for ``lane`` (GFX9 encodings)."""
+    def c(n):
+        return _i32(n)
+    true = arith.constant(ir.IntegerType.get_signless(1), 1)
+    row_base = arith.andi(lane, c(~15))
+    r = arith.andi(lane, c(15))
+    if 0 <= ctrl <= 0xFF:                                  # quad_perm
+        q = arith.andi(lane, c(3))
+        pick = c((ctrl >> 6) & 3)
+        for k in (2, 1, 0):
+            pick = arith.select(arith.cmpi(arith.CmpIPredicate.eq, q, c(k)),
+                                c((ctrl >> (2 * k)) & 3), pick)
+        return arith.ori(arith.andi(lane, c(~3)), pick), true
+    n = ctrl & 15
+    if 0x101 <= ctrl <= 0x10F:                             # row_shl:n
+        return arith.addi(lane, c(n)), arith.cmpi(arith.CmpIPredicate.slt,
+                                                  arith.addi(r, c(n)), c(16))
+    if 0x111 <= ctrl <= 0x11F:                             # row_shr:n
+        return arith.subi(lane, c(n)), arith.cmpi(arith.CmpIPredicate.sge, r, c(n))
+    if 0x121 <= ctrl <= 0x12F:                             # row_ror:n
+        return arith.ori(row_base, arith.andi(arith.subi(r, c(n)), c(15))), true
+    if ctrl in (0x130, 0x134, 0x138, 0x13C):               # wave_shl1/rol1/shr1/ror1
+        step = 1 if ctrl in (0x130, 0x134) else -1
+        src = arith.addi(lane, c(step))
+        if ctrl in (0x134, 0x13C):
+            return arith.andi(src, c(wave - 1)), true
+        ok = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, src, c(0)),
+                        arith.cmpi(arith.CmpIPredicate.slt, src, c(wave)))
+        return src, ok
+    if ctrl == 0x140:                                      # row_mirror
+        return arith.ori(row_base, arith.subi(c(15), r)), true
+    if ctrl == 0x141:                                      # row_half_mirror
+        return arith.ori(arith.andi(lane, c(~7)),
+                         arith.subi(c(7), arith.andi(lane, c(7)))), true
+    if ctrl == 0x142:                                      # row_bcast:15
+        return arith.subi(row_base, c(1)), arith.cmpi(arith.CmpIPredicate.sge, lane, c(16))
+    if ctrl == 0x143:                                      # row_bcast:31
+        return c(31), arith.cmpi(arith.CmpIPredicate.sge, lane, c(32))
+    raise DSLTypeError(f"{what}: dpp_ctrl {ctrl:#x} is not a GFX9 DPP control (quad_perm "
+                       "0x00-0xFF, row_shl/shr/ror 0x101-0x12F, wave shifts 0x130-0x13C, "
+                       "row_mirror 0x140, row_half_mirror 0x141, row_bcast 0x142/0x143)")
+
+
+def rocdl_update_dpp(res, old, src, dpp_ctrl, row_mask, bank_mask, bound_ctrl) -> Value:
+    """``fx.rocdl.update_dpp``: see :func:`flydsl.expr.rocdl.update_dpp`."""
+    from .warp_ops import _lane, _shuffle, _warp
+    context.current()
+    what = "fx.rocdl.update_dpp"
+    ctrl, rmask, bmask = (_flag(x, what) for x in (dpp_ctrl, row_mask, bank_mask))
+    bound = getattr(bound_ctrl, "value", bound_ctrl)
+    if not isinstance(bound, bool):
+        raise DSLTypeError(f"{what}: bound_ctrl must be a compile-time bool, got {bound_ctrl!r}")
+    s = _operand(src, "update_dpp")
+    out = _dtype_of(res, "update_dpp") or s.dtype
+    s, o = cast(s, out), cast(_operand(old, "update_dpp"), out)
+    if s.dtype.bits != 32:
+        raise DSLTypeError(f"{what}: DPP moves 32-bit values, got {s.dtype.name}")
+    if _backend() == "rocm":
+        return Value(rocdl.update_dpp(s.v.type, o.v, s.v, ctrl, rmask, bmask, bound), out)
+    lane = _lane()
+    src_lane, valid = _dpp_source(ctrl, lane, _warp(), what)
+    fetched = _shuffle(s, "idx", arith.select(valid, src_lane, lane), _warp())
+    value = arith.select(valid, fetched.v, as_value(0, out).v if bound else o.v)
+    row = arith.andi(arith.shrui(lane, _i32(4)), _i32(3))
+    bank = arith.andi(arith.shrui(lane, _i32(2)), _i32(3))
+    one = _i32(1)
+    written = arith.andi(arith.andi(arith.shrui(_i32(rmask), row), one),
+                         arith.andi(arith.shrui(_i32(bmask), bank), one))
+    on = arith.cmpi(arith.CmpIPredicate.ne, written, _i32(0))
+    return Value(arith.select(on, value, o.v), out)
 
 
 # -- any other ROCDL operation, by its builder's name ----------------------------------------

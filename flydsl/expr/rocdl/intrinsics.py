@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..implementation import ops as _ops
 
-__all__ = ["ballot", "cvt_pk_fp8_f32", "ds_bpermute", "exp2", "rcp", "readlane", "s_barrier"]
+__all__ = ["ballot", "cvt_pk_fp8_f32", "ds_bpermute", "exp2", "rcp", "readlane", "s_barrier",
+           "update_dpp"]
 
 
 def s_barrier() -> None:
@@ -76,3 +77,19 @@ def ballot(res, pred):
     Example: ``mask = fx.rocdl.ballot(fx.Int64, v > 0.75)``
     """
     return _ops().rocdl_intrinsic("ballot", res, pred)
+
+
+def update_dpp(res, old, src, dpp_ctrl, row_mask, bank_mask, bound_ctrl):
+    """``v_mov_b32_dpp``: each lane reads ``src`` of the lane DPP control ``dpp_ctrl``
+    names (``quad_perm`` 0x00-0xFF, ``row_shl:n`` 0x101+, ``row_shr:n`` 0x111+,
+    ``row_ror:n`` 0x121+, wave shifts 0x130-0x13C, ``row_mirror`` 0x140,
+    ``row_half_mirror`` 0x141, ``row_bcast:15/31`` 0x142/0x143); a lane whose source
+    is outside its row (or wave) gets 0 with ``bound_ctrl`` True, else ``old``; lanes of
+    rows / banks (groups of 4 lanes) cleared in ``row_mask``/``bank_mask`` keep ``old``.
+    32-bit values; compile-time controls. On the CPU and NVIDIA the same result over
+    the 32-lane warp (rows are lanes 0-15 and 16-31).
+
+    Example: ``left = fx.rocdl.update_dpp(fx.Int32, 0, v, 0x111, 0xF, 0xF, True)``
+    (row_shr:1: the value of the lane before, 0 for the first lane of each row)
+    """
+    return _ops().rocdl_update_dpp(res, old, src, dpp_ctrl, row_mask, bank_mask, bound_ctrl)
