@@ -75,8 +75,9 @@ AOT_INFERENCE_TAX = 0.01
 #: 0.87-1.15x with the mask: kept out, as nothing is won).
 ROW_NS = {"native_layer_norm": (60.0, 100.0), "_softmax": (0.0, 25.0),
           "_log_softmax": (0.0, 25.0), "_softmax_backward_data": (0.0, 15.0)}
-#: The fused cost per row and block reduction of the other row ops (sum, mean, amax,
-#: amin, var), nanoseconds.
+#: The fused cost per row and block reduction (or scan) of the other row ops (sum,
+#: mean, amax, amin, var, std, prod, argmax, argmin, any, all, logsumexp, cumsum),
+#: nanoseconds.
 ROW_REDUCTION_NS = 40.0
 
 
@@ -179,12 +180,15 @@ def _flydsl_threads(node: Node, work_us: float) -> int:
 def _row_us(node: Node, side: int) -> float:
     """Microseconds ``node`` costs per row (:data:`ROW_NS`) on the eager (0) or fused
     (1) side; 0 for nodes that are not row ops."""
-    from .reductions import reduction_count, row_input
+    from .reductions import reduce_dims, reduction_count, row_input
     count = reduction_count(node)
     if not count:
         return 0.0
     x = row_input(node)
-    rows = tensor_bytes(x) // max(1, x.element_size()) // max(1, _hint(x.shape[-1]))
+    ncols = 1
+    for d in reduce_dims(node):        # a row is one output of the reduction
+        ncols *= _hint(x.shape[d])
+    rows = tensor_bytes(x) // max(1, x.element_size()) // max(1, ncols)
     per_row = ROW_NS.get(_base_name(node), (0.0, count * ROW_REDUCTION_NS))[side]
     return rows * per_row / 1e3
 

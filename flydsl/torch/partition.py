@@ -3,8 +3,8 @@
 
 :func:`fusible` says whether a node is a pointwise op a kernel can compute;
 :func:`partition` groups connected fusible nodes and row ops
-(:mod:`flydsl.torch.reductions`) whose iteration spaces fit
-(:func:`merge_spaces`), without creating cycles.
+(:mod:`flydsl.torch.reductions`, along any dims) whose iteration spaces fit
+(:func:`merge_row_spaces`), without creating cycles.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from torch.fx import Node
 
 from .pointwise import FX_DTYPES, emit_call, lookup
-from .reductions import row_input
+from .reductions import is_scan, reduce_dims, row_input
 
 #: Smallest group worth a generated kernel (a lone op is as fast in eager mode).
 MIN_GROUP_SIZE = 2
@@ -94,17 +94,83 @@ def merge_spaces(a: tuple, b: tuple) -> Optional[tuple]:
     return None
 
 
+def keepdim_shape(shape: Sequence, rdims: Sequence[int]) -> tuple:
+    """``shape`` with 1 at the reduced dims ``rdims`` (a keepdim reduction's result)."""
+    return tuple(1 if d in rdims else n for d, n in enumerate(shape))
+
+
+def squeezed_shape(shape: Sequence, rdims: Sequence[int]) -> tuple:
+    """``shape`` without the reduced dims ``rdims`` (a reduction's result)."""
+    return tuple(n for d, n in enumerate(shape) if d not in rdims)
+
+
+def merge_row_spaces(a: tuple, b: tuple) -> Optional[tuple]:
+    """The space of a group joining spaces ``a`` and ``b``, each ``(shape, rdims)``
+    (``rdims``: the dims its row ops reduce, None for pointwise work). A row space
+    takes pointwise work on its full shape, on its per-row shape (keepdim) and on
+    its reduced shape; row spaces join when equal. None when they do not fit."""
+    (sa, ra), (sb, rb) = a, b
+    if ra is None and rb is None:
+        merged = merge_spaces(sa, sb)
+        if merged is None:
+            return None
+        return (merged, None) if same_shape(sa, sb) else (merged, (len(merged) - 1,))
+    if ra is None:
+        (sa, ra), (sb, rb) = (sb, rb), (sa, ra)
+    if rb is not None:
+        return (sa, ra) if ra == rb and same_shape(sa, sb) else None
+    if same_shape(sb, sa) or same_shape(sb, keepdim_shape(sa, ra)) \
+            or same_shape(sb, squeezed_shape(sa, ra)):
+        return sa, ra
+    return None
+
+
+def row_frame_ok(members, space: tuple) -> bool:
+    """Whether the members of a would-be row group over ``space`` fit one kernel:
+    no member uses a scan (its result exists only in memory), and every input from
+    outside the group of a member computed on the reduced shape broadcasts into
+    the full shape the same way aligned at the right (as the kernel takes it) as
+    through that reduced shape (as eager does)."""
+    shape, rdims = space
+    if rdims is None:
+        return True
+    members = set(members)
+    for n in members:
+        if is_scan(n) and any(u in members for u in n.users):
+            return False
+    small = len(shape) - len(rdims)
+    for n in members:
+        val = tensor_meta(n)
+        if val is None or val.dim() >= len(shape) or reduce_dims(n) is not None:
+            continue
+        for a in n.all_input_nodes:
+            t = tensor_meta(a)
+            if a in members or t is None:
+                continue
+            if t.dim() > small:
+                return False
+            through = [1] * (small - t.dim()) + list(t.shape)
+            for d in rdims:
+                through.insert(d, 1)
+            if not same_shape(through, [1] * (len(shape) - t.dim()) + list(t.shape)):
+                return False
+    return True
+
+
 def _row_op_space(node: Node, device_type: str) -> Optional[tuple]:
-    """The shape a fusible row op reduces (its input's), or None."""
-    x = row_input(node)
-    if x is None or x.device.type != device_type or is_one(x.shape[-1]):
+    """The space of a fusible row op: (the shape it reduces, its reduced dims), or None."""
+    rdims = reduce_dims(node)
+    if rdims is None:
+        return None
+    x = node.args[0].meta["val"]
+    if x.device.type != device_type or all(is_one(x.shape[d]) for d in rdims):
         return None
     outs = node.meta.get("val")
     for out in outs if isinstance(outs, (tuple, list)) else [outs]:
         if not is_contiguous(out) and not any(   # results are allocated contiguous
                 same_layout(tensor_meta(a), out) for a in node.all_input_nodes):
             return None                           # or like an input
-    return tuple(x.shape)
+    return tuple(x.shape), rdims
 
 
 def partition(graph: torch.fx.Graph, device_type: str,
@@ -114,9 +180,10 @@ def partition(graph: torch.fx.Graph, device_type: str,
     Greedy, in topological order: a node joins the groups of its fusible inputs
     whose iteration space fits its own (:func:`merge_spaces`) when that creates
     no cycle (a path leaving the group and coming back, other groups counted as
-    single nodes). A row op's space is the shape it reduces; the items of a
-    multi-result row op (``getitem``) join its group. Nodes in ``exclude`` stay
-    out of every group.
+    single nodes). A row op's space is the shape it reduces and the reduced dims
+    (:func:`merge_row_spaces`); the items of a
+    multi-result row op (``getitem``) join its group; no user of a scan joins its
+    group (:func:`row_frame_ok`). Nodes in ``exclude`` stay out of every group.
     """
     nodes = list(graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
@@ -137,18 +204,19 @@ def partition(graph: torch.fx.Graph, device_type: str,
         if space is None:
             if not fusible(n, device_type):
                 continue
-            space = tuple(n.meta["val"].shape)
+            space = (tuple(n.meta["val"].shape), None)
         members = [n]
         chosen = []
         for a in n.all_input_nodes:
             g = group_of.get(a)
-            if g is None or g in chosen:
+            if g is None or g in chosen or is_scan(a):
                 continue
-            merged = merge_spaces(spaces[g], space)
+            merged = merge_row_spaces(spaces[g], space)
             if merged is None:
                 continue
             trial = members + groups[g]
-            if not _creates_cycle(set(trial), index[n], index, group_of, groups):
+            if row_frame_ok(trial, merged) \
+                    and not _creates_cycle(set(trial), index[n], index, group_of, groups):
                 members, space = trial, merged
                 chosen.append(g)
         for g in chosen:

@@ -10,9 +10,9 @@ import torch
 from torch.fx import GraphModule
 
 from . import kernels
-from .partition import is_contiguous, is_one, merge_spaces, same_layout, tensor_meta
+from .partition import is_contiguous, is_one, merge_row_spaces, same_layout, tensor_meta
 from .pointwise import emit_call, lookup
-from .reductions import RowBuilder, expand_row_op, row_input
+from .reductions import RowBuilder, expand_row_op, reduce_dims
 from .row_kernels import RowPattern
 
 
@@ -73,25 +73,32 @@ def build_row_pattern(sub: GraphModule) -> RowPattern:
     """The :class:`~flydsl.torch.row_kernels.RowPattern` of one fused row sub-graph."""
     body = [n for n in sub.graph.nodes if n.op == "call_function"]
     space = None
-    for n in body:
-        x = row_input(n)
-        shape = tuple((x if x is not None else n.meta["val"]).shape) \
-            if x is not None or isinstance(n.meta["val"], torch.Tensor) else None
-        if shape is not None:
-            space = shape if space is None else merge_spaces(space, shape)
+    for n in sorted(body, key=lambda n: reduce_dims(n) is None):   # row ops first
+        rdims = reduce_dims(n)
+        if rdims is not None:
+            here = (tuple(n.args[0].meta["val"].shape), rdims)
+        elif isinstance(n.meta["val"], torch.Tensor):
+            here = (tuple(n.meta["val"].shape), None)
+        else:
+            continue
+        space = here if space is None else merge_row_spaces(space, here)
+    shape, rdims = space
+    rdims = rdims if rdims is not None else (len(shape) - 1,)
     b = RowBuilder()
     inputs: list = []
     env: dict = {}
 
     def where(val: torch.Tensor) -> str:
-        return "row" if val.dim() == len(space) and is_one(val.shape[-1]) \
-            and not is_one(space[-1]) else "full"
+        """``row`` for a value constant along the reduced dims (aligned at the right)."""
+        padded = [1] * (len(shape) - val.dim()) + list(val.shape)
+        return "row" if all(is_one(padded[d]) for d in rdims) \
+            and not all(is_one(shape[d]) for d in rdims) else "full"
     for node in sub.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
             name = f"x{len(inputs)}"
             if isinstance(val, torch.Tensor):
-                kind = where(val) if val.dim() else "row"
+                kind = where(val)
                 inputs.append(("tensor", val.dtype, kind))
                 b.kinds[name] = kind
                 env[node] = (name, val.dtype)
@@ -101,7 +108,7 @@ def build_row_pattern(sub: GraphModule) -> RowPattern:
                 env[node] = (name, None)
         elif node.op == "call_function" and node.target is operator.getitem:
             env[node] = env[node.args[0]][node.args[1]]
-        elif node.op == "call_function" and row_input(node) is not None:
+        elif node.op == "call_function" and reduce_dims(node) is not None:
             results = expand_row_op(node, b, lambda a: env[a][0], "ncols")
             val = node.meta["val"]
             dtypes = [v.dtype for v in val] if isinstance(val, (tuple, list)) else [val.dtype]
@@ -116,9 +123,9 @@ def build_row_pattern(sub: GraphModule) -> RowPattern:
             for a in node.args[0]:
                 var, dtype = env[a]
                 val = a.meta["val"]
-                kind = "full" if where(val) == "full" and val.dim() == len(space) \
-                    else "row" if val.dim() == len(space) else "row_squeezed"
+                kind = "full" if where(val) == "full" and val.dim() == len(shape) \
+                    else "row" if val.dim() == len(shape) else "row_squeezed"
                 if b.kinds[var] == "full" and kind != "full":
                     raise AssertionError(f"per-element value {a} stored per row")
                 outputs.append((var, dtype, kind))
-    return RowPattern(tuple(inputs), tuple(b.steps), tuple(outputs))
+    return RowPattern(tuple(inputs), tuple(b.steps), tuple(outputs), tuple(rdims))

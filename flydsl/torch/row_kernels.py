@@ -1,26 +1,32 @@
-"""Generated row kernels: reductions along the innermost dimension with the
-pointwise work around them (:mod:`flydsl.torch.reductions` says which ops).
+"""Generated row kernels: reductions and scans with the pointwise work around
+them (:mod:`flydsl.torch.reductions` says which ops).
 
 A :class:`RowPattern` is a list of steps (see
 :class:`flydsl.torch.reductions.RowBuilder`). Its kernel runs one block per
 row: values needed once per row are computed by every thread, each reduction
 is a loop of the threads over the row's columns followed by a tree reduction
-in shared memory (``fx.shared_array`` and ``fx.barrier``), and a last loop
-stores the per-element results. Per-element values are recomputed in each loop
-that needs them, so intermediate rows never go through memory; the exception is
-a transcendental that the last reduction's loop computes and the store loop
-needs again (softmax's ``exp``): it waits in a float32/float64 output, read
-back by the thread that wrote it.
+in shared memory (``fx.shared_array`` and ``fx.barrier``; ``argmax``/``argmin``
+carry (value, index) pairs and keep the first index of equal values, NaN
+winning as in eager), a scan is a walk of the row by thread 0 that stores each
+prefix, and a last loop stores the per-element results. Per-element values are
+recomputed in each loop that needs them, so intermediate rows never go through
+memory; the exception is a transcendental that the last reduction's loop
+computes and the store loop needs again (softmax's ``exp``): it waits in a
+float32/float64 output, read back by the thread that wrote it.
 
-At run time :class:`RowModule` views every operand as ``[rows..., columns]``
-(leading dimensions merged where every operand allows, per-row operands and
-results with stride 0 along the columns) and launches ``rows`` blocks.
+At run time :class:`RowModule` views every operand as ``[rows..., columns]``:
+the reduced dims (``RowPattern.rdims``, any dims of the space) become one
+column dim, strided when they are not the innermost (a reduction over ``dim=0``
+walks each row with the stride of dim 0), and the other dims the rows (merged
+where every operand allows); per-row operands and results have stride 0 along
+the columns. Reduced dims that an operand cannot step through as one dim (a
+permuted input reduced over two dims) run the group's eager graph.
 """
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -33,8 +39,8 @@ from .pointwise import fx_dtype, register_dtype
 _MAX_BLOCK = 256
 #: Partials left by a row reduction's shared-memory tree, combined by every thread.
 _FOLDED = 16
-_INIT = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
-_COMBINE = {"sum": "({a} + {b})", "max": "fx.max({a}, {b})", "min": "fx.min({a}, {b})"}
+_COMBINE = {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "fx.max({a}, {b})",
+            "min": "fx.min({a}, {b})"}
 _NAME = re.compile(r"\b[vx]\d+\b")
 
 
@@ -53,6 +59,9 @@ class RowPattern(KernelPattern):
     inputs: tuple
     steps: tuple
     outputs: tuple
+    #: The dims of the iteration space the kernel's columns walk (sorted; the
+    #: innermost when empty); not part of the kernel, which sees one column dim.
+    rdims: tuple = field(default=(), compare=False, repr=False)
 
     def source(self, rank: int) -> tuple[str, str]:
         return row_kernel_source(self, rank)
@@ -108,7 +117,9 @@ def row_kernel_source(p: RowPattern, rank: int) -> tuple[str, str]:
         order = [v for v in loads if v in need] + [v for v in full if v in need]
         return [f"{v} = {loads[v] if v in loads else full[v]}" for v in order]
 
-    full_outs = [(k, v, d) for k, (v, d, where) in enumerate(p.outputs) if where == "full"]
+    scanned = {var for kind, var, _, _ in p.steps if kind == "scan"}
+    full_outs = [(k, v, d) for k, (v, d, where) in enumerate(p.outputs)
+                 if where == "full" and v not in scanned]
     kept = _kept_in_output(p, full_outs, per_element, lead)
     body = list(top)
     reductions = [i for i, step in enumerate(p.steps) if step[0] == "reduce"]
@@ -122,6 +133,13 @@ def row_kernel_source(p: RowPattern, rank: int) -> tuple[str, str]:
             if kept is not None and i == reductions[-1]:
                 compute.append(f"{kept[1]} = {kept[0]}")   # its loop stores what it computed
             body += _reduction(f"red{k}", f"acc{k}", how, dtype, var, compute, src)
+        elif kind == "scan":
+            outs = [(k, d) for k, (v, d, _) in enumerate(p.outputs) if v == var]
+            if not outs:
+                raise AssertionError(f"row pattern {p.key}: scan {var} is not a result")
+            body += _scan(f"scan{i}", expr[0], dtype, per_element([expr[1]]), expr[1],
+                          [f"o{k}[{lead}, j] = fx.cast(scan{i}, {fx_dtype(d)})"
+                           for k, d in outs])
     if full_outs:
         body.append("for j in range(tid, ncols, BLOCK):")
         if kept is not None:   # read back by the thread that wrote it: no barrier needed
@@ -173,6 +191,25 @@ def _kept_in_output(p: RowPattern, full_outs: list, per_element,
     return None
 
 
+def _literal(value: str, dtype: torch.dtype) -> str:
+    """Source of the constant ``value`` (a Python literal) in register dtype ``dtype``."""
+    if dtype is torch.float32:
+        return value
+    return f"fx.cast({value}, {fx_dtype(dtype)})"
+
+
+def _init(how: str, dtype: torch.dtype) -> str:
+    """The identity of reduction ``how`` in ``dtype``."""
+    if how in ("sum", "prod"):
+        one = "1" if how == "prod" else "0"
+        return _literal(one + ".0" if dtype.is_floating_point else one, dtype)
+    low = how in ("max", "argmax")
+    if dtype.is_floating_point:
+        return _literal("float('-inf')" if low else "float('inf')", dtype)
+    info = torch.iinfo(dtype) if dtype is not torch.bool else None
+    return _literal(str((info.min if low else info.max) if info else int(not low)), dtype)
+
+
 def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
                compute: list, src: str) -> list:
     """Lines reducing ``src`` (computed per column by ``compute``) over the row into
@@ -182,23 +219,101 @@ def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
     The last tree steps would leave most threads idle on a GPU and, on the CPU,
     cost a barrier segment each for a few lanes (through memory: most of a short
     row's time); the same reads by every thread are one block value there."""
-    init = _INIT[how]
-    if dtype is torch.float64:
-        init = f"fx.cast({init}, fx.Float64)"
+    if how in ("argmax", "argmin"):
+        return _arg_reduction(red, acc, how, dtype, var, compute, src)
+    combine = _COMBINE[how]
+    if how in ("sum", "max", "min"):
+        fold = f"fm.fold({red}, min(BLOCK, {_FOLDED}), {how!r})"
+    else:                       # BLOCK >= 32: always _FOLDED partials
+        terms = [f"{red}[{q}]" for q in range(_FOLDED)]
+        while len(terms) > 1:
+            terms = [combine.format(a=terms[q], b=terms[q + 1]) for q in range(0, len(terms), 2)]
+        fold = terms[0]
     return ([f"{red} = fx.shared_array((BLOCK,), {fx_dtype(dtype)})",
-             f"{acc} = {init}",
+             f"{acc} = {_init(how, dtype)}",
              "for j in range(tid, ncols, BLOCK):"]
             + ["    " + s for s in compute]
-            + [f"    {acc} = {_COMBINE[how].format(a=acc, b=src)}",
+            + [f"    {acc} = {combine.format(a=acc, b=src)}",
                f"{red}[tid] = {acc}",
                "fx.barrier()",
                "s = BLOCK // 2",
                f"while s >= {_FOLDED}:   # unrolled at trace time (BLOCK is a constexpr)",
                "    if tid < s:",
-               f"        {red}[tid] = {_COMBINE[how].format(a=f'{red}[tid]', b=f'{red}[tid + s]')}",
+               f"        {red}[tid] = {combine.format(a=f'{red}[tid]', b=f'{red}[tid + s]')}",
                "    fx.barrier()",
                "    s //= 2",
-               f"{var} = fm.fold({red}, min(BLOCK, {_FOLDED}), {how!r})"])
+               f"{var} = {fold}"])
+
+
+def _better(how: str, dtype: torch.dtype, v: str, u: str) -> str:
+    """Whether value ``v`` beats ``u`` for ``how`` (argmax/argmin): strictly larger
+    (smaller), or NaN against a number (NaN wins, as in eager)."""
+    cmp = ">" if how == "argmax" else "<"
+    if not dtype.is_floating_point:
+        return f"({v} {cmp} {u})"
+    return f"(({v} {cmp} {u}) | (fx.isnan({v}) & (fx.isnan({u}) ^ True)))"
+
+
+def _arg_pick(how: str, dtype: torch.dtype, av: str, ai: str, bv: str, bi: str) -> str:
+    """Whether partial (``bv``, ``bi``) replaces (``av``, ``ai``): it is better, or as
+    good at a smaller index (torch keeps the first); an index < 0 is no partial."""
+    tie = f"({bv} == {av})"
+    if dtype.is_floating_point:
+        tie = f"({tie} | (fx.isnan({bv}) & fx.isnan({av})))"
+    return (f"(({ai} < 0) | (({bi} >= 0) & ({_better(how, dtype, bv, av)} | "
+            f"({tie} & ({bi} < {ai})))))")
+
+
+def _arg_reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
+                   compute: list, src: str) -> list:
+    """:func:`_reduction` of ``argmax``/``argmin``: (value, index) pairs, index -1 for
+    a thread that saw no column; ``var`` is the index (Int64)."""
+    idx, ridx = f"{acc}_i", f"{red}_i"
+    take = _better(how, dtype, src, acc)
+    lines = [f"{red} = fx.shared_array((BLOCK,), {fx_dtype(dtype)})",
+             f"{ridx} = fx.shared_array((BLOCK,), fx.Int32)",
+             f"{acc} = {_init(how, dtype)}",
+             f"{idx} = fx.cast(-1, fx.Int32)",
+             "for j in range(tid, ncols, BLOCK):"]
+    lines += ["    " + s for s in compute]
+    lines += [f"    take = ({idx} < 0) | {take}",   # j grows: the first of equals stays
+              f"    {acc} = fx.select(take, {src}, {acc})",
+              f"    {idx} = fx.select(take, fx.cast(j, fx.Int32), {idx})",
+              f"{red}[tid] = {acc}",
+              f"{ridx}[tid] = {idx}",
+              "fx.barrier()",
+              "s = BLOCK // 2",
+              f"while s >= {_FOLDED}:   # unrolled at trace time (BLOCK is a constexpr)",
+              "    if tid < s:",
+              f"        av = {red}[tid]",
+              f"        ai = {ridx}[tid]",
+              f"        bv = {red}[tid + s]",
+              f"        bi = {ridx}[tid + s]",
+              f"        take = {_arg_pick(how, dtype, 'av', 'ai', 'bv', 'bi')}",
+              f"        {red}[tid] = fx.select(take, bv, av)",
+              f"        {ridx}[tid] = fx.select(take, bi, ai)",
+              "    fx.barrier()",
+              "    s //= 2",
+              f"{acc} = {red}[0]",
+              f"{idx} = {ridx}[0]"]
+    for q in range(1, _FOLDED):   # BLOCK >= 32: always _FOLDED partials, in order
+        lines += [f"take = {_arg_pick(how, dtype, acc, idx, f'{red}[{q}]', f'{ridx}[{q}]')}",
+                  f"{acc} = fx.select(take, {red}[{q}], {acc})",
+                  f"{idx} = fx.select(take, {ridx}[{q}], {idx})"]
+    return lines + [f"{var} = fx.cast({idx}, fx.Int64)"]
+
+
+def _scan(acc: str, how: str, dtype: torch.dtype, compute: list, src: str,
+          stores: list) -> list:
+    """Lines of a sequential scan of ``src`` along the row by thread 0, which stores
+    each prefix (``stores``, in terms of ``j`` and ``acc``) as it goes: eager's order
+    of additions, and nothing for the other threads to wait for."""
+    return (["if tid == 0:",
+             f"    {acc} = {_init(how, dtype)}",
+             "    for j in range(0, ncols):"]
+            + ["        " + s for s in compute]
+            + [f"        {acc} = {_COMBINE[how].format(a=acc, b=src)}"]
+            + ["        " + s for s in stores])
 
 
 class RowModule(FusedModule):
@@ -212,29 +327,45 @@ class RowModule(FusedModule):
         if not shape or numel == 0 or numel >= _MAX_ELEMENTS \
                 or any(t.device != device for t in tensors) or device.type != self.device_type:
             return None
+        rdims = self.pattern.rdims or (len(shape) - 1,)
         outs = []
         for (_, dtype, where), like in zip(self.pattern.outputs, self.layouts):
             if where == "full":
                 outs.append(torch.empty(shape, dtype=dtype, device=device) if like is None
                             else torch.empty_like(args[like], dtype=dtype))
             else:
-                lead = list(shape[:-1]) + ([1] if where == "row" else [])
+                lead = [1 if d in rdims else n for d, n in enumerate(shape)
+                        if where == "row" or d not in rdims]
                 outs.append(torch.empty(lead, dtype=dtype, device=device))
         strides = [broadcast_strides(t, shape) for t in tensors]
         for o, (_, _, where) in zip(outs, self.pattern.outputs):
-            strides.append(list(o.stride()) + [0] if where == "row_squeezed"
-                           else broadcast_strides(o, shape))
-        lead, lead_strides = coalesce(list(shape[:-1]), [st[:-1] for st in strides])
-        sizes = tuple(lead) + (shape[-1],)
+            if where == "row_squeezed":
+                st = list(o.stride())
+                for d in rdims:
+                    st.insert(d, 0)
+                strides.append(st)
+            else:
+                strides.append(broadcast_strides(o, shape))
+        # The reduced dims become one column dim: each operand must step through
+        # them as through one dim (contiguous across them, or constant along them).
+        cols = [d for d in rdims if shape[d] != 1] or [rdims[-1]]
+        for st in strides:
+            if any(st[a] != st[b] * shape[b] for a, b in zip(cols, cols[1:])):
+                return None
+        ncols = math.prod(shape[d] for d in cols)
+        keep = [d for d in range(len(shape)) if d not in rdims]
+        lead, lead_strides = coalesce([shape[d] for d in keep] or [1],
+                                      [[st[d] for d in keep] or [0] for st in strides])
+        sizes = tuple(lead) + (ncols,)
         views = view_specs(tensors + outs, sizes,
-                           [tuple(ls) + (st[-1],) for ls, st in zip(lead_strides, strides)])
+                           [tuple(ls) + (st[cols[-1]],) for ls, st in zip(lead_strides, strides)])
         rank = len(sizes)
         if rank in self.broken:
             return None
         kernel = self._kernel(rank)
         if kernel is None:
             return None
-        rows, ncols = numel // shape[-1], shape[-1]
+        rows = numel // ncols
         # About two columns per thread (measured best on the CPU), 32 to 256 threads.
         block = min(_MAX_BLOCK, 1 << max(5, (ncols - 1).bit_length() - 1))
         return LaunchPlan(out_specs(outs), views, kernel, (rows, 1, 1), (block, 1, 1),
