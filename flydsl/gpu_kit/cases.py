@@ -1,7 +1,7 @@
 """The kernels the kit carries: the examples the GPU benchmarks and GPU tests run
 (vector add, row softmax, layernorm, the tiled matmul in fp32 and fp16, the
-layout-model GEMM and 128-bit vector add, the atomic block sum and warp-shuffle
-sums), each with its inputs, its torch reference and its work.
+layout-model GEMM, the 3-stage cp.async GEMM and 128-bit vector add, the atomic block
+sum and warp-shuffle sums), each with its inputs, its torch reference and its work.
 
 ``build`` and ``run`` read the same list, so the kernels compiled are those launched.
 Inputs come from an *arrays* object (:class:`HostArrays` at build time, torch on the
@@ -82,8 +82,11 @@ def _matmul(n: int, dtype: str) -> Case:
                 2.0 * n ** 3, "TFLOP/s", 1e-2, (1e-3 if dtype == "float32" else 2e-2) * n ** 0.5)
 
 
-def _layout_gemm(n: int) -> Case:
-    return Case(f"layout GEMM f16->f32 {n}^3 (mma.sync)", "layout_gemm", "gemm",
+def _layout_gemm(n: int, module: str = "layout_gemm",
+                 label: str = "layout GEMM f16->f32 {n}^3 (mma.sync)") -> Case:
+    """C = A @ B.T, f16 in, f32 out: the layout GEMM, or another example with its
+    ``gemm(A, B, C)`` signature (``gemm_cp_async``: cp.async + ldmatrix, sm_80+)."""
+    return Case(label.format(n=n), module, "gemm",
                 lambda t: (t.randn((n, n), "float16"), t.randn((n, n), "float16"),
                            t.empty((n, n), "float32")), 2,
                 lambda torch, a: a[0].float() @ a[1].float().T,
@@ -121,6 +124,8 @@ def all_cases() -> list:
     """Every case, in the order the run reports them."""
     return [_vadd(1 << 24), _vadd(1 << 20), _softmax(4096, 4096), _layernorm(4096, 4096),
             _matmul(2048, "float32"), _matmul(2048, "float16"), _layout_gemm(4096),
+            _layout_gemm(4096, "gemm_cp_async",
+                         "cp.async GEMM f16->f32 {n}^3 (3 stages, ldmatrix, mma.sync)"),
             _vadd_2d(8192, 8192), _block_sum(100_000), _block_sum(1 << 24),
             _warp_sums(1 << 18)]
 
