@@ -95,7 +95,8 @@ def test_several_dims_and_all_dims_match_eager():
         y = x + 1.0
         return (torch.sum(y, (0, 2)) * 2.0, torch.mean(y, (0, 2), keepdim=True) - y,
                 torch.amax(y, (0, 2)), torch.var(y, (0, 2), keepdim=True) + 1.0,
-                torch.logsumexp(y, (0, 2)), torch.any(y > 0, (0, 2)))
+                torch.logsumexp(y, (0, 2)), torch.any(y > 0, (0, 2)),
+                torch.all(y, (0, 2)), torch.any(y - 1.0, (0, 2)))   # nan is true
     shape = (3, 4, 40)
     gm = _fused(fn, torch.zeros(shape))
     for x in _edge_inputs(shape)[:3]:
@@ -216,3 +217,27 @@ def test_torch_compile_fuses_a_reduction_over_dim_0():
     out = torch.compile(f, backend="flydsl", options={"cost_rule": False})(x)
     torch.testing.assert_close(out, f(x))
     assert db.stats["fused_groups"] > before
+
+
+@pytest.mark.parametrize("backend,arch", [("cuda", "sm_90"), ("rocm", "gfx942")])
+def test_argmax_and_scan_kernels_compile_for_gpus(backend, arch):
+    """(value, index) trees in shared memory and thread 0's scan are plain flydsl."""
+    import flydsl
+    from flydsl.errors import ToolchainError
+    from flydsl.torch import kernels
+
+    def fn(x):
+        y = x * 2.0
+        return torch.argmax(y, 0), torch.cumsum(y, 0), torch.prod(y, 0)
+    gm = _fused(fn, torch.zeros(8, 4))
+    (fused,) = [m for m in gm.modules() if isinstance(m, RowModule)]
+    kernel = kernels.load_kernel(fused.pattern, 2)
+    p = fused.pattern
+    args = [torch.zeros((4, 8), dtype=d) for _, d, _ in p.inputs] \
+        + [torch.zeros((4, 8), dtype=d) for _, d, _ in p.outputs] + [8, 64]
+    try:
+        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
+    except ToolchainError as e:
+        pytest.skip(f"no {backend} toolchain: {e}")
+    text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    assert ("bar.sync" in text or "barrier" in text) if backend == "cuda" else "s_barrier" in text
