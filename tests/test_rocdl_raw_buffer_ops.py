@@ -261,3 +261,26 @@ def test_a_vector_is_carried_through_runtime_loops_and_ifs():
     np.testing.assert_array_equal(out, 2 * x.reshape(10, 4).sum(0))
     vector_sum[1, 1](x, out, 2)
     np.testing.assert_array_equal(out, x[:8].reshape(2, 4).sum(0))
+
+
+# -- FlyDSL's explicit loop-carried values: range(..., init=[...]) and `yield` ------------------
+
+@flydsl.kernel
+def init_loop(x: fx.Tensor, out: fx.Tensor, n: fx.Int32):
+    for i, state in range(0, n, 1, init=[fx.Float32(0.0), fx.Int32(0)]):
+        total, count = state[0], state[1]
+        results = yield [total + x[i], count + 1]
+    out[0] = results[0]
+    out[1] = fx.Float32(results[1])
+    for i, state in range(n, init=[fx.Float32(1.0)]):
+        prod = yield state[0] * 2.0
+    out[2] = prod
+
+
+def test_range_init_and_yield_carry_values():
+    x = np.arange(10, dtype=np.float32)
+    out = np.zeros(3, np.float32)
+    init_loop[1, 1](x, out, 6)
+    np.testing.assert_array_equal(out, [15.0, 6.0, 64.0])
+    init_loop[1, 1](x, out, 0)
+    np.testing.assert_array_equal(out, [0.0, 0.0, 1.0])

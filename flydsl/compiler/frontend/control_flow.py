@@ -36,7 +36,7 @@ from ...errors import (CompileTimeValueRequired, DSLError, DSLTypeError,
                        UnsupportedConstructError)
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
-from . import carried as C, ops, values as V
+from . import carried as C, loop_init, ops, values as V
 from .loop_exits import loop_exits, new_flags, not_broken, rewrite_body
 from .tensors import TensorValue
 from .values import Value
@@ -247,6 +247,10 @@ class ControlFlow:
         if isinstance(it, ast.Call):
             fn = self.eval_node(it.func)
             if fn in _RANGES:
+                init = loop_init.init_keyword(it)
+                if init is not None and len(it.keywords) == 1 and fn is not fxb.range_constexpr:
+                    return self._init_range_for(node, [self.eval_node(a) for a in it.args],
+                                                self.eval_node(init))
                 if it.keywords:
                     raise self.error(it, f"{_RANGES[fn]}() takes no keyword arguments",
                                      DSLTypeError)
@@ -264,6 +268,21 @@ class ControlFlow:
         else:
             self.deps.consume(iterable)
         return self._unrolled(node, iterable)
+
+    def _init_range_for(self, node: ast.For, args: list, init) -> None:
+        """FlyDSL's ``for iv, state in range(..., init=[...])`` with ``yield``: a runtime
+        loop carrying a list (:mod:`.loop_init`)."""
+        hidden = f"__flydsl_init_{id(node)}"
+        stmts = loop_init.rewrite(node, hidden, self.error)
+        # `state` is this iteration's values: not carried from before the loop
+        for n in ast.walk(node.target.elts[1]):
+            if isinstance(n, ast.Name):
+                self.scope.pop(n.id, None)
+        with self.hidden_names({hidden + "_pack": loop_init.pack,
+                                hidden + "_unpack": loop_init.unpack,
+                                hidden + "_init": init, hidden + "_range": fxb.range(*args)}):
+            self.visit_block(stmts)
+        self.scope.pop(hidden + "_carry", None)
 
     def _tensor_for(self, node: ast.For, t: TensorValue) -> None:
         """``for x in t``: a runtime loop over ``t``'s first dimension, as numba's; ``x``
