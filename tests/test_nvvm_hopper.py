@@ -407,7 +407,7 @@ def _wgmma_kernel(DA: fx.Tensor, DB: fx.Tensor, Out: fx.Tensor, N: fx.Constexpr[
                   SW: fx.Constexpr[int], DT: fx.Constexpr[object], ACCUM: fx.Constexpr[int]):
     """A (64 x BK) and B (N x BK) by TMA with the swizzle, then BK / 16 wgmmas."""
     t = fx.thread_idx.x
-    BK = SW // 2
+    BK = SW * 8 // DT.bits
     op = fx.nvvm.WGMMA(N, DT, swizzle=SW)
     bar = fx.shared_array((1,), fx.Int64)
     sa = fx.get_iter(fx.SharedAllocator().allocate(fx.Array[DT, 64 * BK, 1024]).peek()
@@ -416,7 +416,7 @@ def _wgmma_kernel(DA: fx.Tensor, DB: fx.Tensor, Out: fx.Tensor, N: fx.Constexpr[
                      .view(fx.make_layout(N * BK, 1)))
     if t == 0:
         fx.nvvm.mbarrier_init(bar, 1)
-        fx.nvvm.mbarrier_arrive_expect_tx(bar, (64 + N) * BK * 2)
+        fx.nvvm.mbarrier_arrive_expect_tx(bar, (64 + N) * SW)
         fx.nvvm.tma_load(DA, sa, bar, (0, 0))
         fx.nvvm.tma_load(DB, sb, bar, (0, 0))
     fx.nvvm.mbarrier_wait(bar, 0)
@@ -424,8 +424,9 @@ def _wgmma_kernel(DA: fx.Tensor, DB: fx.Tensor, Out: fx.Tensor, N: fx.Constexpr[
     for i in fx.range_constexpr(N // 2):
         acc[i] = fx.Float32(ACCUM)
     fx.nvvm.wgmma_fence()
-    for kk in fx.range_constexpr(BK // 16):
-        fx.nvvm.wgmma(op, acc, sa + 16 * kk, sb + 16 * kk, scale_d=1 if (kk or ACCUM) else 0)
+    for kk in fx.range_constexpr(BK // op.k):
+        fx.nvvm.wgmma(op, acc, sa + op.k * kk, sb + op.k * kk,
+                      scale_d=1 if (kk or ACCUM) else 0)
     fx.nvvm.wgmma_commit_group()
     fx.nvvm.wgmma_wait_group(0)
     for i in fx.range_constexpr(N // 2):
@@ -450,19 +451,32 @@ def _wgmma_reference(D: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+FX_OF = {torch.bfloat16: fx.BFloat16, torch.float16: fx.Float16,
+         torch.float8_e4m3fn: fx.Float8E4M3FN, torch.float8_e5m2: fx.Float8E5M2,
+         torch.float32: fx.Float32}
+
+
 @pytest.mark.parametrize("n,sw,dtype,accum", [(64, 128, torch.bfloat16, 0),
                                               (24, 64, torch.float16, 3),
-                                              (8, 32, torch.bfloat16, 0)])
+                                              (8, 32, torch.bfloat16, 0),
+                                              (16, 128, torch.float8_e4m3fn, 0),
+                                              (8, 64, torch.float8_e5m2, 1),
+                                              (16, 64, torch.float32, 0)])
 def test_wgmma_accumulators_follow_the_ptx_fragment_layout_on_the_cpu(n, sw, dtype, accum):
-    bk = sw // 2
+    fdt = FX_OF[dtype]
+    bk = sw * 8 // fdt.bits
     g = torch.Generator().manual_seed(n)
     A = torch.randint(-4, 5, (64, bk), generator=g).to(dtype)
     B = torch.randint(-4, 5, (n, bk), generator=g).to(dtype)
+    if dtype == torch.float32:     # tf32: the low 13 mantissa bits are not read
+        A = A + torch.sign(A) * 2.0 ** -12
     out = torch.zeros(256, n // 2)
-    fdt = fx.BFloat16 if dtype == torch.bfloat16 else fx.Float16
     _wgmma(fx.nvvm.make_tma_descriptor(A, (64, bk), swizzle=sw),
            fx.nvvm.make_tma_descriptor(B, (n, bk), swizzle=sw), out, n, sw, fdt, accum)
-    want = A.float().numpy() @ B.float().numpy().T + accum
+    a = A.float().numpy()
+    if dtype == torch.float32:
+        a = np.round(a)
+    want = a @ B.float().numpy().T + accum
     np.testing.assert_array_equal(out.numpy(), _wgmma_reference(want, n))
     op = fx.nvvm.WGMMA(n, fdt, swizzle=sw)
     assert all(op.acc_coord(t, i) == (16 * ((t % 128) // 32) + (t % 32) // 4 + 8 * ((i % 4) // 2),
@@ -476,22 +490,26 @@ def test_wgmma_arguments_are_checked():
     with pytest.raises(DSLTypeError, match="swizzle must be"):
         fx.nvvm.WGMMA(64, swizzle=0)
     with pytest.raises(DSLTypeError, match="ab_dtype"):
-        fx.nvvm.WGMMA(64, fx.Float32)
+        fx.nvvm.WGMMA(64, fx.Int8)
 
 
 @needs_ptxas
-@pytest.mark.parametrize("n,sw,dtype", [(64, 128, torch.bfloat16), (256, 64, torch.float16)])
-def test_wgmma_ptx_on_sm90a_and_no_spills(n, sw, dtype):
-    bk = sw // 2
+@pytest.mark.parametrize("n,sw,dtype,name", [(64, 128, torch.bfloat16, "k16.f32.bf16.bf16"),
+                                             (256, 64, torch.float16, "k16.f32.f16.f16"),
+                                             (128, 128, torch.float8_e4m3fn, "k32.f32.e4m3.e4m3"),
+                                             (64, 64, torch.float8_e5m2, "k32.f32.e5m2.e5m2"),
+                                             (32, 32, torch.float32, "k8.f32.tf32.tf32")])
+def test_wgmma_ptx_on_sm90a_and_no_spills(n, sw, dtype, name):
+    fdt = FX_OF[dtype]
+    bk = sw * 8 // fdt.bits
     A, B = torch.zeros(64, bk, dtype=dtype), torch.zeros(n, bk, dtype=dtype)
-    fdt = fx.BFloat16 if dtype == torch.bfloat16 else fx.Float16
     prog = flydsl.compile(_wgmma, fx.nvvm.make_tma_descriptor(A, (64, bk), swizzle=sw),
                           fx.nvvm.make_tma_descriptor(B, (n, bk), swizzle=sw),
                           torch.zeros(256, n // 2), n, sw, fdt, 0,
                           backend="cuda", arch="sm_90a")
     ptx = prog.asm["ptx"]
-    name = "bf16" if dtype == torch.bfloat16 else "f16"
-    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{name}.{name}") == bk // 16
+    op = fx.nvvm.WGMMA(n, fdt, swizzle=sw)
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{n}{name} ") == bk // op.k
     assert "wgmma.fence.sync.aligned;" in ptx
     assert "wgmma.commit_group.sync.aligned;" in ptx
     assert "wgmma.wait_group.sync.aligned 0;" in ptx

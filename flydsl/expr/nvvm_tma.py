@@ -41,7 +41,7 @@ HOST_LAYOUT = ("magic", "address", "rank_esize_swizzle", "dim0", "dim1", "dim2",
 HOST_MAGIC = 0x464C59544D4101     # "FLYTMA", version 1
 #: swizzle bytes -> B of Swizzle<B, 4, 3> on byte offsets.
 SWIZZLE_BITS = {0: 0, 32: 1, 64: 2, 128: 3}
-_CU_DTYPES = {("float", 2): "FLOAT16", ("bfloat", 2): "BFLOAT16", ("float", 4): "FLOAT32",
+_CU_DTYPES = {("float", 1): "UINT8", ("float", 2): "FLOAT16", ("bfloat", 2): "BFLOAT16", ("float", 4): "FLOAT32",
               ("float", 8): "FLOAT64", ("int", 4): "INT32", ("int", 8): "INT64",
               ("uint", 1): "UINT8", ("int", 1): "UINT8", ("uint", 2): "UINT16",
               ("int", 2): "UINT16", ("uint", 4): "UINT32", ("uint", 8): "UINT64"}

@@ -28,15 +28,19 @@ from .implementation import ops as _ops
 __all__ = ["WGMMA", "wgmma", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group",
            "setmaxnreg"]
 
-#: Operand element type -> (PTX name, K of the instruction).
-_AB = {"Float16": ("f16", 16), "BFloat16": ("bf16", 16)}
+#: Operand element type -> (PTX name, K of the instruction); Float32 is read as tf32.
+_AB = {"Float16": ("f16", 16), "BFloat16": ("bf16", 16), "Float8E4M3FN": ("e4m3", 32),
+       "Float8E5M2": ("e5m2", 32), "Float32": ("tf32", 8)}
 
 
 @dataclass(frozen=True)
 class WGMMA:
-    """``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16|f16}`` with both operands
-    in shared memory (K-major, ``swizzle`` 32, 64 or 128 bytes): the instruction
-    :func:`wgmma` issues. ``n`` is 8 to 256, a multiple of 8; ``acc_dtype`` Float32.
+    """``wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ab}.{ab}`` with both operands in
+    shared memory (K-major, ``swizzle`` 32, 64 or 128 bytes): the instruction
+    :func:`wgmma` issues. ``ab_dtype`` is ``fx.BFloat16`` or ``fx.Float16`` (k16),
+    ``fx.Float8E4M3FN`` or ``fx.Float8E5M2`` (k32), or ``fx.Float32`` read as tf32
+    (k8: the low 13 mantissa bits ignored); ``n`` is 8 to 256, a multiple of 8;
+    ``acc_dtype`` Float32.
 
     Example::
 
@@ -55,8 +59,9 @@ class WGMMA:
             raise DSLTypeError(f"fx.nvvm.WGMMA: n must be a multiple of 8 in [8, 256], got "
                                f"{self.n!r}")
         if getattr(self.ab_dtype, "name", None) not in _AB:
-            raise DSLTypeError(f"fx.nvvm.WGMMA: ab_dtype must be fx.BFloat16 or fx.Float16, "
-                               f"got {self.ab_dtype!r}")
+            raise DSLTypeError(f"fx.nvvm.WGMMA: ab_dtype must be fx.BFloat16, fx.Float16, "
+                               f"fx.Float8E4M3FN, fx.Float8E5M2 or fx.Float32 (tf32), got "
+                               f"{self.ab_dtype!r}")
         if self.acc_dtype is not dt.Float32:
             raise DSLTypeError(f"fx.nvvm.WGMMA: acc_dtype must be fx.Float32, got "
                                f"{self.acc_dtype!r}")
@@ -66,7 +71,8 @@ class WGMMA:
 
     @property
     def k(self) -> int:
-        """K of one instruction (16 for 16-bit operands)."""
+        """K of one instruction (32 bytes of operand: 16 for 16-bit types, 32 for fp8,
+        8 for tf32)."""
         return _AB[self.ab_dtype.name][1]
 
     @property

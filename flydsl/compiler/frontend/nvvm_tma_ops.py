@@ -22,6 +22,7 @@ from .nvvm_copy_ops import physical_memory
 from .nvvm_hopper_ops import (barrier_slot, mbarrier_complete_tx, require_hopper,
                               shared_ptr)
 from .pointer_ops import PointerValue, inttoptr, ptr_load, ptr_store
+from .tensors import storage_type
 from .values import Value, as_value, cast
 from .views import Memory, as_view, to_index
 
@@ -216,15 +217,23 @@ class _HostBox:
             inside = ok if inside is None else arith.andi(inside, ok)
             addr = arith.addi(addr, arith.muli(g, self.strides[k]))
         slot = _plus(base, Value(arith.trunci(_i32(), self._swizzled(j)), dt.Int32))
+        # bits move as integers of the element's width (TMA copies bytes; fp8 has no
+        # LLVM load type)
+        word = {1: dt.Int8, 2: dt.Int16, 4: dt.Int32, 8: dt.Int64}[self.esize]
+        elem = storage_type(self.dtype)
         if load:
             safe = arith.select(inside, addr, self.address)   # outside: read element 0
-            value = ptr_load(inttoptr(self.dtype, Value(safe, dt.Int64)))
-            zero = cast(as_value(0, dt.Int32), self.dtype)
-            flat.store(slot, Value(arith.select(inside, value.v, zero.v), self.dtype))
+            raw = ptr_load(inttoptr(word, Value(safe, dt.Int64))).v
+            raw = arith.select(inside, raw, arith.constant(raw.type, 0))
+            flat.store(slot, Value(raw if raw.type == elem else arith.bitcast(elem, raw),
+                                   self.dtype))
             return
         branch = scf.IfOp(inside, [], has_else=False)
         with ir.InsertionPoint(branch.then_block):
-            ptr_store(flat.load(slot), inttoptr(self.dtype, Value(addr, dt.Int64)))
+            raw = flat.load(slot).v
+            wtype = word.mlir_type()
+            raw = raw if raw.type == wtype else arith.bitcast(wtype, raw)
+            ptr_store(Value(raw, word), inttoptr(word, Value(addr, dt.Int64)))
             scf.YieldOp([])
 
 

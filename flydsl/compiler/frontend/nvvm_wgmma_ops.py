@@ -122,7 +122,12 @@ def _operand_element(op, mem, base, row: ir.Value, k: ir.Value) -> ir.Value:
     moved = arith.xori(byte, arith.andi(arith.shrui(byte, _c64(3)), _c64(mask)))
     elem = arith.trunci(ir.IntegerType.get_signless(32), arith.divui(moved, _c64(esize)))
     v = physical_memory(mem).load(Value(elem, dt.Int32))
-    return cast(v, dt.Float32).v
+    x = cast(v, dt.Float32).v
+    if op.ab_name == "tf32":     # the instruction reads 10 of the 23 mantissa bits
+        i32 = ir.IntegerType.get_signless(32)
+        bits = arith.andi(arith.bitcast(i32, x), arith.constant(i32, -(1 << 13)))
+        x = arith.bitcast(ir.F32Type.get(), bits)
+    return x
 
 
 def _to_index(x):
