@@ -268,15 +268,11 @@ def _recurrence(t, k, stop, p, q, step, nan_exit: bool, k_inc: int = 1):
 
 
 def _libm(fn, x, t):
-    """``fn(x)`` for a ``t`` value rounded once to ``t``, as C's correctly rounded
-    Float32 functions (glibc's acosf, cosf, ...) give it: Float32 goes through Float64."""
+    """``fn(x)`` for a ``t`` value, rounded once to ``t``: Float32 goes through Float64,
+    nearest to glibc's acosf, cosf, ... (within an ulp, so mostly the same value)."""
     if t is fx.Float32:
         return fx.cast(fn(fx.cast(x, fx.Float64)), t)
     return fn(x)
-
-
-def _kt(k, t):
-    return fx.cast(k, t)
 
 
 def _chebyshev(kind: str, shifted: bool):
@@ -356,11 +352,11 @@ def _hermite(physicists: bool):
         if physicists:      # k = 2, 4, ..., 2n - 2: r = 2x q - k p
             stop = fx.select(looped, n + n, 2)
             rec = _recurrence(t, 2, stop, 1.0, q0,
-                              lambda k, p, q: (x + x) * q - _kt(k, t) * p, False, 2)
+                              lambda k, p, q: (x + x) * q - fx.cast(k, t) * p, False, 2)
         else:               # k = 1 .. n - 1: r = x q - k p
             stop = fx.select(looped, n, 1)
             rec = _recurrence(t, 1, stop, 1.0, q0,
-                              lambda k, p, q: x * q - _kt(k, t) * p, False)
+                              lambda k, p, q: x * q - fx.cast(k, t) * p, False)
         out = fx.select(n > limit, math.nan, rec)
         out = fx.select(n == 1, q0, out)
         out = fx.select(n == 0, 1.0, out)
@@ -379,8 +375,9 @@ def laguerre_l(x, n, t=fx.Float32):
     q0 = 1.0 - x
     looped = (n >= 2) & (x != 0.0)
     stop = fx.select(looped, n, 1)
-    rec = _recurrence(t, 1, stop, 1.0, q0, lambda k, p, q:
-                      ((_kt(k + k, t) + (1.0 - x)) * q - _kt(k, t) * p) / _kt(k + 1, t), True)
+    def step(k, p, q):
+        return ((fx.cast(k + k, t) + (1.0 - x)) * q - fx.cast(k, t) * p) / fx.cast(k + 1, t)
+    rec = _recurrence(t, 1, stop, 1.0, q0, step, True)
     out = fx.select(n == 1, q0, rec)
     out = fx.select((n == 0) | (x == 0.0), 1.0, out)
     return fx.select(n < 0, 0.0, out)
@@ -393,8 +390,9 @@ def legendre_p(x, n, t=fx.Float32):
     edge = fx.abs(x) == 1.0
     looped = (n >= 2) & ~edge
     stop = fx.select(looped, n, 1)
-    rec = _recurrence(t, 1, stop, 1.0, x, lambda k, p, q:
-                      (_kt(k + k + 1, t) * x * q - _kt(k, t) * p) / _kt(k + 1, t), True)
+    def step(k, p, q):
+        return (fx.cast(k + k + 1, t) * x * q - fx.cast(k, t) * p) / fx.cast(k + 1, t)
+    rec = _recurrence(t, 1, stop, 1.0, x, step, True)
     out = fx.select(n == 1, x, rec)
     out = fx.select(n == 0, 1.0, out)
     out = fx.select(edge, fx.select((x > 0.0) | ((n % 2) == 0), 1.0, -1.0), out)
@@ -463,15 +461,6 @@ _I0_A = (-4.41534164647933937950e-18, 3.33079451882223809783e-17,
     1.05464603945949983183e-02, -2.37374148058994688156e-02, 4.93052842396707084878e-02,
     -9.49010970480476444210e-02, 1.71620901522208775349e-01, -3.04682672343198398683e-01,
     6.76795274409476084995e-01)
-_I0_B = (-7.23318048787475395456e-18, -4.83050448594418207126e-18,
-    4.46562142029675999901e-17, 3.46122286769746109310e-17, -2.82762398051658348494e-16,
-    -3.42548561967721913462e-16, 1.77256013305652638360e-15, 3.81168066935262242075e-15,
-    -9.55484669882830764870e-15, -4.15056934728722208663e-14, 1.54008621752140982691e-14,
-    3.85277838274214270114e-13, 7.18012445138366623367e-13, -1.79417853150680611778e-12,
-    -1.32158118404477131188e-11, -3.14991652796324136454e-11, 1.18891471078464383424e-11,
-    4.94060238822496958910e-10, 3.39623202570838634515e-09, 2.26666899049817806459e-08,
-    2.04891858946906374183e-07, 2.89137052083475648297e-06, 6.88975834691682398426e-05,
-    3.36911647825569408990e-03, 8.04490411014108831608e-01)
 _I1_A = (2.77791411276104639959e-18, -2.11142121435816608115e-17,
     1.55363195773620046921e-16, -1.10559694773538630805e-15, 7.60068429473540693410e-15,
     -5.04218550472791168711e-14, 3.22379336594557470981e-13, -1.98397439776494371520e-12,
@@ -482,15 +471,6 @@ _I1_A = (2.77791411276104639959e-18, -2.11142121435816608115e-17,
     5.12285956168575772895e-04, -1.51357245063125314899e-03, 4.15642294431288815669e-03,
     -1.05640848946261981558e-02, 2.47264490306265168283e-02, -5.29459812080949914269e-02,
     1.02643658689847095384e-01, -1.76416518357834055153e-01, 2.52587186443633654823e-01)
-_I1_B = (7.51729631084210481353e-18, 4.41434832307170791151e-18,
-    -4.65030536848935832153e-17, -3.20952592199342395980e-17, 2.96262899764595013876e-16,
-    3.30820231092092828324e-16, -1.88035477551078244854e-15, -3.81440307243700780478e-15,
-    1.04202769841288027642e-14, 4.27244001671195135429e-14, -2.10154184277266431302e-14,
-    -4.08355111109219731823e-13, -7.19855177624590851209e-13, 2.03562854414708950722e-12,
-    1.41258074366137813316e-11, 3.25260358301548823856e-11, -1.89749581235054123450e-11,
-    -5.58974346219658380687e-10, -3.83538038596423702205e-09, -2.63146884688951950684e-08,
-    -2.51223623787020892529e-07, -3.88256480887769039346e-06, -1.10588938762623716291e-04,
-    -9.76109749136146840777e-03, 7.78576235018280120474e-01)
 _K0_A = (1.37446543561352307156e-16, 4.25981614279661018399e-14,
     1.03496952576338420167e-11, 1.90451637722020886025e-09, 2.53479107902614945675e-07,
     2.28621210311945178607e-05, 1.26461541144692592338e-03, 3.59799365153615016266e-02,
@@ -519,7 +499,8 @@ _K1_B = (-5.75674448366501715755e-18, 1.79405087314755922667e-17,
     1.03923736576817238437e-01, 2.72062619048444266945e+00)
 
 
-_PIO4, _3PIO4 = 0.785398163397448309615660845819875721, 2.356194490192344928846982537459627163
+_PIO4 = 0.785398163397448309615660845819875721       # pi / 4
+_3PIO4 = 2.356194490192344928846982537459627163      # 3 pi / 4
 _SQ2OPI = 0.797884560802865355879892119868763737        # sqrt(2 / pi)
 _TWOOPI = 0.636619772367581343075535053490057448        # 2 / pi
 
@@ -558,29 +539,35 @@ def _j_asymptotic(x, t, pp, pq, qp, qq, phase, y: bool, w):
     return value * _SQ2OPI / fx.sqrt(x)
 
 
-def _j0_t(x, t):
-    """J0 for x >= 0 in T (torch's bessel_j0_forward after its abs)."""
-    small = fx.min(x, 5.0)
-    z = small * small
+def _j0_near(x, t):
+    """J0 for 0 <= x <= 5 in T (torch's bessel_j0_forward after its abs)."""
+    z = x * x
     near = (z - 5.78318596294678452118e+00) * (z - 3.04712623436620863991e+01) \
         * _horner(_J0_RP, z, t) / _horner(_J0_RQ, z, t)
-    near = fx.select(small < 0.00001, 1.0 - small * small / 4.0, near)
+    return fx.select(x < 0.00001, 1.0 - x * x / 4.0, near)
+
+
+def _j1_near(x, t):
+    """J1 for 0 <= x <= 5 in T."""
+    z = x * x
+    return _horner(_J1_RP, z, t) / _horner(_J1_RQ, z, t) * x \
+        * (z - 1.46819706421238932572e+01) * (z - 4.92184563216946036703e+01)
+
+
+def _j0_t(x, t):
+    """J0 for x >= 0 in T."""
     big = fx.max(x, 5.0)
     far = _j_asymptotic(big, t, _J0_PP, _J0_PQ, _J0_QP, _J0_QQ, _PIO4, False,
                         25.0 / (big * big))
-    return fx.select(x <= 5.0, near, far)
+    return fx.select(x <= 5.0, _j0_near(fx.min(x, 5.0), t), far)
 
 
 def _j1_t(x, t):
     """J1 for x >= 0 in T."""
-    small = fx.min(x, 5.0)
-    z = small * small
-    near = _horner(_J1_RP, z, t) / _horner(_J1_RQ, z, t) * small \
-        * (z - 1.46819706421238932572e+01) * (z - 4.92184563216946036703e+01)
     big = fx.max(x, 5.0)
     far = _j_asymptotic(big, t, _J1_PP, _J1_PQ, _J1_QP, _J1_QQ, _3PIO4, False,
                         5.0 / big * (5.0 / big))
-    return fx.select(x <= 5.0, near, far)
+    return fx.select(x <= 5.0, _j1_near(fx.min(x, 5.0), t), far)
 
 
 def bessel_j0(x, t=fx.Float32):
@@ -602,7 +589,7 @@ def bessel_y0(x, t=fx.Float32):
     small = fx.select(x <= 0.0, 1.0, fx.min(x, 5.0))
     z = small * small
     near = _horner(_Y0_YP, z, t) / _horner(_Y0_YQ, z, t) \
-        + _TWOOPI * fx.log(small) * _j0_t(small, t)
+        + _TWOOPI * fx.log(small) * _j0_near(small, t)
     near = fx.select(x == 0.0, -math.inf, fx.select(x < 0.0, math.nan, near))
     big = fx.max(x, 5.0)
     far = _j_asymptotic(big, t, _J0_PP, _J0_PQ, _J0_QP, _J0_QQ, _PIO4, True,
@@ -616,7 +603,7 @@ def bessel_y1(x, t=fx.Float32):
     small = fx.select(x <= 0.0, 1.0, fx.min(x, 5.0))
     z = small * small
     near = small * (_horner(_Y1_YP, z, t) / _horner(_Y1_YQ, z, t)) \
-        + _TWOOPI * (_j1_t(small, t) * fx.log(small) - 1.0 / small)
+        + _TWOOPI * (_j1_near(small, t) * fx.log(small) - 1.0 / small)
     near = fx.select(x == 0.0, -math.inf, fx.select(x < 0.0, math.nan, near))
     big = fx.max(x, 5.0)
     far = _j_asymptotic(big, t, _J1_PP, _J1_PQ, _J1_QP, _J1_QQ, _3PIO4, True,
@@ -624,20 +611,11 @@ def bessel_y1(x, t=fx.Float32):
     return _nan_through(x, fx.select(x <= 5.0, near, far))
 
 
-def _i_t(x, t, order: int):
-    """torch's modified_bessel_i0/i1_forward (Cephes i0.c, i1.c) for x >= 0 in T."""
-    a_coefs, b_coefs = (_I0_A, _I0_B) if order == 0 else (_I1_A, _I1_B)
-    small = fx.min(x, 8.0)
-    near = _chbevl(small / 2.0 - 2.0, a_coefs, t)
-    big = fx.max(x, 8.0)
-    far = _chbevl(32.0 / big - 2.0, b_coefs, t)
-    if order == 0:
-        near = fx.exp(small) * near
-        far = fx.exp(big) * far / fx.sqrt(big)
-    else:
-        near = near * small * fx.exp(small)
-        far = fx.exp(big) * far / fx.sqrt(big)
-    return fx.select(x <= 8.0, near, far)
+def _i_near(x, t, order: int):
+    """torch's modified_bessel_i0/i1_forward (Cephes i0.c, i1.c) for 0 <= x <= 8 in T
+    (K0 and K1 need it below 2 only)."""
+    near = _chbevl(x / 2.0 - 2.0, _I0_A if order == 0 else _I1_A, t)
+    return fx.exp(x) * near if order == 0 else near * x * fx.exp(x)
 
 
 def _bessel_k(order: int, scaled: bool):
@@ -650,9 +628,9 @@ def _bessel_k(order: int, scaled: bool):
         if order == 0:       # torch: std::log(0.5 * x), a double, for k0 unscaled
             log_half = fx.log(0.5 * fx.cast(small, fx.Float64)) if not scaled \
                 else fx.log(0.5 * small)
-            near = a - log_half * _i_t(small, t, 0)
+            near = a - log_half * _i_near(small, t, 0)
         else:
-            near = fx.log(0.5 * small) * _i_t(small, t, 1) + a / small
+            near = fx.log(0.5 * small) * _i_near(small, t, 1) + a / small
         if scaled:
             near = near * fx.exp(small)
         near = fx.cast(near, t)
@@ -675,7 +653,99 @@ scaled_modified_bessel_k1 = _bessel_k(1, True)
 scaled_modified_bessel_k1.__doc__ = "K1(x) * exp(x)."
 
 
-# -- integer and bit-level functions --------------------------------------------------------
+# -- the normal quantile and Hurwitz's zeta (Cephes ndtri.c, zeta.c, as torch has them) ---
+
+_NDTRI_P0 = (-5.99633501014107895267E1, 9.80010754185999661536E1,
+    -5.66762857469070293439E1, 1.39312609387279679503E1, -1.23916583867381258016E0)
+_NDTRI_Q0 = (1.00000000000000000000E0, 1.95448858338141759834E0, 4.67627912898881538453E0,
+    8.63602421390890590575E1, -2.25462687854119370527E2, 2.00260212380060660359E2,
+    -8.20372256168333339912E1, 1.59056225126211695515E1, -1.18331621121330003142E0)
+_NDTRI_P1 = (4.05544892305962419923E0, 3.15251094599893866154E1, 5.71628192246421288162E1,
+    4.40805073893200834700E1, 1.46849561928858024014E1, 2.18663306850790267539E0,
+    -1.40256079171354495875E-1, -3.50424626827848203418E-2, -8.57456785154685413611E-4)
+_NDTRI_Q1 = (1.00000000000000000000E0, 1.57799883256466749731E1, 4.53907635128879210584E1,
+    4.13172038254672030440E1, 1.50425385692907503408E1, 2.50464946208309415979E0,
+    -1.42182922854787788574E-1, -3.80806407691578277194E-2, -9.33259480895457427372E-4)
+_NDTRI_P2 = (3.23774891776946035970E0, 6.91522889068984211695E0, 3.93881025292474443415E0,
+    1.33303460815807542389E0, 2.01485389549179081538E-1, 1.23716634817820021358E-2,
+    3.01581553508235416007E-4, 2.65806974686737550832E-6, 6.23974539184983293730E-9)
+_NDTRI_Q2 = (1.00000000000000000000E0, 6.02427039364742014255E0, 3.67983563856160859403E0,
+    1.37702099489081330271E0, 2.16236993594496635890E-1, 1.34204006088543189037E-2,
+    3.28014464682127739104E-4, 2.89247864745380683936E-6, 6.79019408009981274425E-9)
+
+
+def ndtri(y0, t=fx.Float32):
+    """The normal quantile: x with Phi(x) = y0 (-inf at 0, inf at 1, NaN outside)."""
+    y0 = _as(y0, t)
+    upper = y0 > 1.0 - 0.13533528323661269189      # exp(-2): use the other tail
+    y = fx.select(upper, 1.0 - y0, y0)
+    centre = fx.select(y > 0.13533528323661269189, y, 0.5) - 0.5
+    c2 = centre * centre
+    x_centre = (centre + centre * (c2 * _horner(_NDTRI_P0, c2, t)
+                                   / _horner(_NDTRI_Q0, c2, t))) * 2.50662827463100050242
+    tail = fx.select((y > 0.0) & (y <= 0.13533528323661269189), y, 0.01)
+    x = fx.sqrt(-2.0 * fx.log(tail))
+    x0 = x - fx.log(x) / x
+    z = 1.0 / x
+    x1 = fx.select(x < 8.0, z * _horner(_NDTRI_P1, z, t) / _horner(_NDTRI_Q1, z, t),
+                   z * _horner(_NDTRI_P2, z, t) / _horner(_NDTRI_Q2, z, t))
+    x_tail = x0 - x1
+    x_tail = fx.select(upper, x_tail, -x_tail)
+    out = fx.select(y > 0.13533528323661269189, x_centre, x_tail)
+    out = fx.select((y0 < 0.0) | (y0 > 1.0), math.nan, out)
+    out = fx.select(y0 == 1.0, math.inf, out)
+    return _nan_through(y0, fx.select(y0 == 0.0, -math.inf, out))
+
+
+#: Euler-Maclaurin coefficients of Cephes' zeta.c: (2k)! / B_2k.
+_ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+           7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+           -4.5979787224074726105e15, 1.8152105401943546773e17, -7.1661652561756670113e18)
+_MACHEP = 1.11022302462515654042e-16
+
+
+def zeta(x, q, t=fx.Float32):
+    """Hurwitz's zeta(x, q) = sum over k >= 0 of (k + q)**-x, in Float64 as torch's CPU
+    kernel (its acc_type) computes it: a direct sum until the terms are below
+    2**-53 of it or the next term's base exceeds 9, then the Euler-Maclaurin tail."""
+    x, q = fx.cast(_as(x, t), fx.Float64), fx.cast(_as(q, t), fx.Float64)
+    pole = q <= 0.0
+    bad = (x < 1.0) | (pole & (q != fx.floor(q)) & (x != fx.floor(x)))
+    special = (x == 1.0) | bad | (pole & (q == fx.floor(q)))
+    qs = fx.select(special, 1.0, q)
+    xs = fx.select(special, 2.0, x)
+    s0 = fx.pow(qs, -xs)
+    zero = fx.cast(0, fx.Int32)
+
+    def more(i, a, b, s, done):
+        return ~done & ((i < 9) | (a <= 9.0))
+
+    def step(i, a, b, s, done):
+        a = a + 1.0
+        b = fx.pow(a, -xs)
+        s = s + b
+        return [i + 1, a, b, s, (-_MACHEP * s < b) & (b < _MACHEP * s)]
+    start = [zero, qs, fx.cast(0.0, fx.Float64), s0, fx.cast(False, fx.Bool)]
+    _, a, b, s, done = _while(start, more, step)
+    w = a
+    tail = fx.select(done, s, (s + b * w / (xs - 1.0)) - 0.5 * b)   # done: the sum is it
+    acc, k = 1.0, 0.0
+    for coef in _ZETA_A:
+        acc = acc * (xs + k)
+        b = b / w
+        term = acc * b / coef
+        tail = fx.select(done, tail, tail + term)
+        done = done | (fx.abs(term / tail) < _MACHEP)
+        k += 1.0
+        acc = acc * (xs + k)
+        b = b / w
+        k += 1.0
+    out = fx.select(x == 1.0, math.inf, fx.select(bad, math.nan, tail))
+    out = fx.select(~(x == 1.0) & ~bad & pole & (q == fx.floor(q)), math.inf, out)
+    return fx.cast(out, t)
+
+
+# -- integer and bit-level functions ------------------------------------------------------
 
 def _c_int(op: str, a, b):
     """C's truncating ``a / b`` or ``a % b`` (op "div", "rem") on signed integer values

@@ -351,7 +351,8 @@ EMITTERS: dict[str, Callable[..., Optional[str]]] = {
     **{f"special_{op}": _in_result_dtype(f"fm.{fn}") for op, fn in _POLYNOMIALS.items()},
     **{f"special_{fn}": _in_result_dtype(f"fm.{fn}") for fn in (
         "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0",
-        "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1")},
+        "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
+        "ndtri", "zeta")},
     "gcd": _integer_math("fm.gcd"), "lcm": _integer_math("fm.lcm"),
     "nextafter": _nextafter,
     "float_power": lambda c, self, exponent: f"fx.pow({self}, {exponent})",
