@@ -1,15 +1,22 @@
-"""The layout-model GEMM (examples/layout/layout_gemm.py) and 128-bit vector add, against torch.
+"""The GEMMs of examples/ (layout-model, cp.async, gfx942) and 128-bit vector add,
+against torch.
 
     python benchmarks/gemm.py [--quick]
 
 * **CPU** (the default backend here): correctness against ``torch.matmul`` and GFLOP/s
-  of the GEMM (fp16 in, fp32 accumulate; both atoms: MFMA and mma.sync lane layouts),
-  next to ``torch.matmul`` on the same fp16 inputs converted to fp32, same process.
-* **Registers**: the GEMM compiled for sm_90 (``ptxas -v``: registers, spills,
-  occupancy) and gfx942 (the code object's ``.vgpr_count``, spills).
-* **GPU** (when torch sees one): TFLOP/s of the GEMM at 4096^3 fp16 against
-  ``torch.matmul`` (cuBLAS / hipBLASLt), and GB/s of the 128-bit vector add against a
-  device-to-device copy (target: >= 70% and >= 90%).
+  of each GEMM (fp16 in, fp32 accumulate): the layout GEMM with both atoms (MFMA and
+  mma.sync lane layouts), ``examples/gemm_cp_async.py`` (3-stage cp.async, ldmatrix,
+  mma.sync) and ``examples/gemm_gfx942.py`` (buffer loads to LDS, swizzled double-buffered
+  LDS, MFMA 32x32x8), next to ``torch.matmul`` on the same inputs converted to fp32,
+  same process. The CPU runs each with its GPU's per-lane semantics (MMA and MFMA
+  emulated): these rows check correctness and show the CPU backend's speed, not the GPU's.
+* **Registers** from the compiled code objects: for sm_90 ``ptxas -v`` (registers,
+  spills, register-limited occupancy), for gfx942 the code object's ``.vgpr_count``,
+  ``.vgpr_spill_count`` and LDS bytes.
+* **GPU** (when torch sees one): TFLOP/s at 4096^3 fp16 against ``torch.matmul``
+  (cuBLAS / hipBLASLt): on NVIDIA the layout GEMM and the cp.async GEMM, on AMD the
+  layout GEMM and the gfx942 GEMM; GB/s of the 128-bit vector add against a
+  device-to-device copy (targets: >= 70% and >= 90%).
 
 Times are the min and median of ``flydsl.testing.do_bench``'s timed calls (through
 ``common.bench_ms``): on the GPU, device events with the L2 flushed before each call;
@@ -17,6 +24,7 @@ on the CPU, the host clock with warm caches (the operands fit in them anyway).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -26,6 +34,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "layout"))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 
 from common import bench_ms, print_table  # noqa: E402
@@ -33,76 +42,125 @@ from common import bench_ms, print_table  # noqa: E402
 GEMM_VS_TORCH_TARGET = 0.70
 VADD_VS_COPY_TARGET = 0.90
 
+#: name -> (examples module, gemm keyword arguments, threads per block)
+GEMMS = {
+    "layout mma.sync": ("layout_gemm", {"atom": "mma"}, 256),
+    "layout mfma": ("layout_gemm", {"atom": "mfma"}, 256),
+    "cp.async (sm_80+)": ("gemm_cp_async", {}, 128),
+    "gfx942 (LDS DMA)": ("gemm_gfx942", {}, 256),
+}
+
+
+def _gemm(name: str):
+    module, kwargs, _ = GEMMS[name]
+    fn = importlib.import_module(module).gemm
+    return lambda A, B, C: fn(A, B, C, **kwargs)
+
 
 def cpu_rows(quick: bool) -> list:
+    """Each GEMM and ``torch.matmul`` timed in interleaved rounds (the machine may be
+    shared): per row the best and median over the rounds' best times."""
+    import statistics
     import torch
-    from layout_gemm import gemm
     rows = []
-    rep = 50 if quick else 300     # ms of timed calls per row (at least one call)
+    rep = 50 if quick else 200     # ms of timed calls per measurement (at least one call)
+    rounds = 2 if quick else 3
     sizes = [(256, 256, 256)] if quick else [(256, 256, 256), (512, 512, 512), (300, 200, 136)]
     for M, N, K in sizes:
         A, B = torch.randn(M, K, dtype=torch.float16), torch.randn(N, K, dtype=torch.float16)
         Af, Bt = A.float(), B.float().T.contiguous()
         ref = Af @ Bt
         flop = 2 * M * N * K
-        for atom in ("mma", "mfma"):
-            C = torch.zeros(M, N)
-            gemm(A, B, C, atom=atom)
-            err = (C - ref).abs().max().item()
-            lo, med = bench_ms(lambda: gemm(A, B, C, atom=atom), warmup=10, rep=rep,
-                               flush=False)
-            t_lo, _ = bench_ms(lambda: torch.matmul(Af, Bt), warmup=10, rep=rep, flush=False)
-            rows.append([f"{M}x{N}x{K}", atom, f"{err:.1e}", f"{flop / lo / 1e6:.2f}",
+        C = {name: torch.zeros(M, N) for name in GEMMS}
+        calls = {"torch": lambda: torch.matmul(Af, Bt)}
+        for name in GEMMS:
+            calls[name] = (lambda g, c: lambda: g(A, B, c))(_gemm(name), C[name])
+        times: dict = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, fn in calls.items():
+                times[name].append(bench_ms(fn, warmup=3, rep=rep, flush=False)[0])
+        t_lo = min(times["torch"])
+        for name in GEMMS:
+            err = (C[name] - ref).abs().max().item()
+            lo, med = min(times[name]), statistics.median(times[name])
+            rows.append([f"{M}x{N}x{K}", name, f"{err:.1e}", f"{flop / lo / 1e6:.2f}",
                          f"{flop / med / 1e6:.2f}", f"{flop / t_lo / 1e6:.1f}",
                          f"{lo / t_lo:.1f}x"])
     return rows
 
 
+def ptxas_row(name: str, prog, threads: int) -> list:
+    """``ptxas -v`` on the PTX of ``prog`` for sm_90: registers, spills, occupancy."""
+    ptxas = shutil.which("ptxas")
+    if not ptxas:
+        return [name, "sm_90", "ptxas not found", "-", "-"]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(prog.asm["ptx"])
+    out = subprocess.run([ptxas, "-arch=sm_90", "-v", f.name, "-o", os.devnull],
+                         capture_output=True, text=True).stderr
+    os.unlink(f.name)
+    regs = int(re.search(r"Used (\d+) registers", out).group(1))
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    # registers are allocated per warp in units of 256; 64K per SM, 2048 threads
+    warps = threads // 32
+    per_warp = -(-regs * 32 // 256) * 256
+    blocks = min(65536 // (per_warp * warps), 2048 // threads)
+    return [name, "sm_90 (ptxas -v)", regs, f"{spills.group(1)}/{spills.group(2)} B",
+            f"{blocks} blocks, {blocks * threads / 2048:.0%} (registers)"]
+
+
+def amdgcn_row(name: str, prog) -> list:
+    """The gfx942 code object's VGPRs, spills and LDS: waves per SIMD they allow."""
+    amd = prog.asm["amdgcn"]
+    vgpr = int(re.search(r"\.vgpr_count:\s+(\d+)", amd).group(1))
+    spill = int(re.search(r"\.vgpr_spill_count:\s+(\d+)", amd).group(1))
+    lds = int(re.search(r"\.group_segment_fixed_size:\s+(\d+)", amd).group(1))
+    waves = min(512 // (-(-vgpr // 8) * 8), 8)
+    scratch = "scratch" if "scratch_" in amd else "no scratch"
+    return [name, "gfx942 (.vgpr_count)", vgpr, f"{spill} VGPRs, {scratch}",
+            f"{waves} waves/SIMD (VGPRs), LDS {lds // 1024} KiB/block"]
+
+
 def register_rows() -> list:
     import torch
     import flydsl
-    from layout_gemm import gemm
     a, c = torch.zeros(4096, 4096, dtype=torch.float16), torch.zeros(4096, 4096)
     rows = []
-    ptx = flydsl.compile(gemm, a, a, c, backend="cuda", arch="sm_90").asm["ptx"]
-    ptxas = shutil.which("ptxas")
-    if ptxas:
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(ptx)
-        out = subprocess.run([ptxas, "-arch=sm_90", "-v", f.name, "-o", os.devnull],
-                             capture_output=True, text=True).stderr
-        os.unlink(f.name)
-        regs = int(re.search(r"Used (\d+) registers", out).group(1))
-        spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
-        # 256-thread blocks: registers are allocated per warp in units of 256
-        per_warp = -(-regs * 32 // 256) * 256
-        blocks = min(65536 // (per_warp * 8), 2048 // 256)
-        rows.append(["sm_90 (ptxas -v)", regs, f"{spills.group(1)}/{spills.group(2)} B",
-                     f"{blocks} blocks, {blocks * 256 / 2048:.0%}"])
-    else:
-        rows.append(["sm_90", "ptxas not found", "-", "-"])
-    amd = flydsl.compile(gemm, a, a, c, backend="rocm", arch="gfx942").asm["amdgcn"]
-    vgpr = int(re.search(r"\.vgpr_count:\s+(\d+)", amd).group(1))
-    spill = int(re.search(r"\.vgpr_spill_count:\s+(\d+)", amd).group(1))
-    waves = min(512 // (-(-vgpr // 8) * 8), 8)
-    rows.append(["gfx942 (.vgpr_count)", vgpr, f"{spill} VGPRs", f"{waves} waves/SIMD"])
+    for name, targets in (("layout mma.sync", ("sm_90",)), ("layout mfma", ("gfx942",)),
+                          ("cp.async (sm_80+)", ("sm_90",)), ("gfx942 (LDS DMA)", ("gfx942",))):
+        module, kwargs, threads = GEMMS[name]
+        fn = importlib.import_module(module).gemm
+        for arch in targets:
+            backend = "cuda" if arch.startswith("sm_") else "rocm"
+            prog = flydsl.compile(fn, a, a, c, *kwargs.values(), backend=backend, arch=arch)
+            rows.append(ptxas_row(name, prog, threads) if backend == "cuda"
+                        else amdgcn_row(name, prog))
     return rows
 
 
 def gpu_rows(torch) -> list:
-    from layout_gemm import gemm
     from vector_add_2d import vector_add
     n = 4096
     A = torch.randn(n, n, dtype=torch.float16, device="cuda")
     B = torch.randn(n, n, dtype=torch.float16, device="cuda")
     C = torch.empty(n, n, dtype=torch.float32, device="cuda")
+    ref = A.float() @ B.float().T
     # Device times (ms) from events on the default stream, where torch launches too.
-    lo, med = bench_ms(lambda: gemm(A, B, C))
     t_lo, _ = bench_ms(lambda: torch.matmul(A, B.T, out_dtype=torch.float32)
                        if "out_dtype" in torch.matmul.__doc__ else torch.matmul(A, B.T))
     flop = 2 * n ** 3
-    rows = [["gemm 4096^3 fp16 TFLOP/s", f"{flop / lo / 1e9:.1f}", f"{flop / med / 1e9:.1f}",
-             f"{flop / t_lo / 1e9:.1f}", f"{t_lo / lo:.2f}", GEMM_VS_TORCH_TARGET]]
+    rows = []
+    amd = getattr(torch.version, "hip", None) is not None
+    names = (["layout mfma", "gfx942 (LDS DMA)"] if amd
+             else ["layout mma.sync", "cp.async (sm_80+)"])
+    for name in names:
+        gemm = _gemm(name)
+        gemm(A, B, C)
+        err = (C - ref).abs().max().item()
+        lo, med = bench_ms(lambda: gemm(A, B, C))
+        rows.append([f"gemm {name} 4096^3 fp16 TFLOP/s (max err {err:.1e})",
+                     f"{flop / lo / 1e9:.1f}", f"{flop / med / 1e9:.1f}",
+                     f"{flop / t_lo / 1e9:.1f}", f"{t_lo / lo:.2f}", GEMM_VS_TORCH_TARGET])
     M, N = 8192, 8192
     X = torch.randn(M, N, device="cuda")
     Y = torch.randn(M, N, device="cuda")
@@ -120,10 +178,10 @@ def main() -> None:
     quick = "--quick" in sys.argv
     import torch
     print_table("GEMM on the CPU backend (C = A @ B.T, fp16 in, fp32 out)",
-                ["M x N x K", "atom", "max err", "GFLOP/s best", "median", "torch GFLOP/s",
+                ["M x N x K", "kernel", "max err", "GFLOP/s best", "median", "torch GFLOP/s",
                  "time vs torch"], cpu_rows(quick))
-    print_table("GEMM registers at the default 64 x 64 x 32 tile, 256 threads",
-                ["target", "registers", "spills", "occupancy"], register_rows())
+    print_table("GEMM registers (compiled at 4096^3 fp16)",
+                ["kernel", "target", "registers", "spills", "occupancy"], register_rows())
     if torch.cuda.is_available():
         print_table("GPU", ["row", "best", "median", "torch", "ratio", "target"], gpu_rows(torch))
     else:
