@@ -152,3 +152,32 @@ def test_fused_pointwise_ops_match_eager_on_edge_values(report, dtype):
         except AssertionError as e:
             wrong.append(str(e)[:300])
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("backend,arch", [("cuda", "sm_90"), ("rocm", "gfx942")])
+def test_loop_kernels_compile_for_gpus(backend, arch):
+    """A kernel with a runtime loop per element (a polynomial's degree, Euclid's gcd:
+    ``scf.while`` built by flydsl.torch._math) is plain flydsl: it compiles for GPUs."""
+    import inspect
+
+    import flydsl
+    from flydsl.errors import ToolchainError
+    from flydsl.expr.dtypes import TensorAnnotation
+    from flydsl.torch.kernels import load_kernel
+
+    def fn(x, n, i, j):
+        return (torch.special.chebyshev_polynomial_t(x, n) + torch.gcd(i, j),)
+    f, k = torch.ones(8), torch.ones(8, dtype=torch.int32)
+    gm = make_fx(fn, tracing_mode="fake")(f, f, k, k)
+    fused = fuse_pointwise(gm, "cpu", min_group_size=1, cost_rule=False)
+    (module,) = [m for m in fused.modules() if isinstance(m, FusedModule)]
+    kernel = load_kernel(module.pattern, 1)
+    args = [torch.zeros(8, dtype=torch.int32 if "Int32" in str(p.annotation) else
+                        torch.float32) if isinstance(p.annotation, TensorAnnotation) else 8
+            for p in inspect.signature(kernel.fn).parameters.values()]
+    try:
+        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
+    except ToolchainError as e:
+        pytest.skip(f"no {backend} toolchain: {e}")
+    text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    assert module.pattern.key in text        # the kernel's name
