@@ -29,6 +29,9 @@ def test_enums():
     atom = fx.UniversalAtomicAdd(fx.Float32, syncscope=fx.SyncScope.System)
     assert atom.op == "add"
     assert fx.UniversalAtomic(fx.AtomicOp.Max, fx.Int32).op == "max"
+    assert fx.GemmTraversalOrder.KNM.value == 1 and len(fx.GemmTraversalOrder) == 12
+    from flydsl.expr import primitive
+    assert primitive.GemmTraversalOrder is fx.GemmTraversalOrder
 
 
 # -- kernels ----------------------------------------------------------------------------

@@ -327,6 +327,34 @@ def test_static_algebra_in_plain_python():
     assert tuple(tiler) == (8, 64) and fx.size(tv) == 512
 
 
+@flydsl.kernel
+def permuted_k_round_trip(x: fx.Tensor, out: fx.Tensor):
+    """A tile loaded by a 128-bit copy into a K-permuted MMA fragment (retile), then
+    written back through the MMA's own partition: out == x when retile puts every
+    copied value in the register the MMA reads it from (FlyDSL's preshuffle GEMM)."""
+    tid = fx.thread_idx.x
+    mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float16)),
+                            fx.make_layout((1, 1, 1), (0, 0, 0)),
+                            fx.make_tile(None, None, fx.make_layout((4, 4, 2), (1, 8, 4))))
+    A = fx.make_view(x, fx.make_layout((32, 64), (64, 1)))     # two M repeats
+    O = fx.make_view(out, fx.make_layout((32, 64), (64, 1)))
+    thr_mma = mma.thr_slice(tid)
+    frag = thr_mma.make_fragment_A(A)
+    s2r = fx.make_tiled_copy_A(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float16),
+                               mma).get_slice(tid)
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float16), s2r.partition_S(A),
+            s2r.retile(frag))
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy16b(), fx.Float16), frag,
+            thr_mma.partition_A(O))
+
+
+def test_retile_regroups_a_k_permuted_fragment_in_copy_order():
+    x = np.arange(32 * 64).astype(np.float16)
+    out = np.zeros_like(x)
+    permuted_k_round_trip[1, 64](x, out)
+    np.testing.assert_array_equal(out, x)
+
+
 def test_retile_refuses_a_fragment_of_another_tiled_mma():
     """A copy made from one tiled MMA lists values in that MMA's order: a fragment of
     a differently laid-out MMA would be filled silently wrong."""

@@ -18,7 +18,7 @@ from .builtins import (
 from . import enum, gpu    # FlyDSL's module paths (flydsl.expr.enum, fx.gpu)
 from .builtins import const_expr
 from .gpu import known_block_size, num_warp_threads, shuffle_idx
-from .enum import AtomicOp, AtomicOrdering, SyncScope
+from .enum import AtomicOp, AtomicOrdering, GemmTraversalOrder, SyncScope
 from .debug import *      # noqa: F401,F403  (each area module's __all__)
 from .layout import *     # noqa: F401,F403
 from .dtypes import (

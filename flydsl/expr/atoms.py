@@ -350,7 +350,93 @@ class ThrCopy:
             raise DSLTypeError("retile needs a tiled copy made by fx.make_tiled_copy_A/B/C "
                                "(its values must follow the MMA's fragment order)")
         name, tiled_mma = operand
-        return _ops().retile(frag, self.tiled.atom.num_values, (tiled_mma, name))
+        view = _ops().retile(frag, self.tiled.atom.num_values, (tiled_mma, name))
+        layout = _retiled_layout(self.tiled, tiled_mma, name, _layout_of(view))
+        return view if layout is None else view.with_layout(layout)
+
+
+def _retiled_layout(tiled_copy: "TiledCopy", tiled_mma, operand: str,
+                    frag: la.Layout) -> Optional[la.Layout]:
+    """The fragment ``frag`` of ``tiled_mma``'s ``operand`` (``(values, rest_x, rest_y,
+    stages...)`` -> register) in ``tiled_copy``'s value order: a layout shaped like the
+    copy's ``partition_S`` of the fragment's block tile, each coordinate mapped to the
+    register holding the same tile element (CuTe's ``retile``). Found by matching both
+    partitions of the tile, element by element, for two threads; None when the copy's
+    values form no layout over the registers (the fragment is then used as it is)."""
+    if la.rank(frag) < 3 or not la.is_static(frag):
+        return None
+    a, b = _OPERAND_MODES[operand]
+    groups = _mode_shapes(tiled_mma.atom_layout)
+    atom_x, atom_y = tiled_mma._atom_tile(operand)
+    core = la.make_layout(frag[0], frag[1], frag[2])
+    # the rest modes count atom tiles of every lane group
+    tile = la.make_layout((atom_x * groups[a] * int(la.size(frag[1])),
+                           atom_y * groups[b] * int(la.size(frag[2]))))
+    found = None
+    for t in {0, int(tiled_mma.num_threads) - 1}:
+        mma_part = la.slice_((tiled_mma.thr_slice(t)._coords(operand), (None, (None, None))),
+                             tiled_mma.thrfrg(operand, tile))
+        copy_part = tiled_copy.partition(tile, t)
+        n = int(la.size(core))
+        if int(la.size(mma_part)) != n or int(la.size(copy_part)) != n:
+            return None
+        where = {int(mma_part(i)): i for i in range(n)}
+        try:
+            regs = [int(core(where[int(copy_part(i))])) for i in range(n)]
+        except KeyError:   # the copy moves elements this thread's fragment does not hold
+            return None
+        layout = _fit_layout(copy_part.shape, regs)
+        if layout is None or (found is not None and layout != found):
+            return None
+        found = layout
+    extra = [frag[i] for i in range(3, la.rank(frag))]   # stage modes, unchanged
+    return la.make_layout(*[found[i] for i in range(la.rank(found))], *extra)
+
+
+def _fit_layout(shape, values: list) -> Optional[la.Layout]:
+    """A layout of ``shape`` (a leaf may be split into a nested mode, CuTe's retile
+    does the same) whose value at flat index ``i`` is ``values[i]``, or None."""
+    if values[0] != 0:
+        return None
+    leaves = la.flatten(shape)
+    leaves = leaves if isinstance(leaves, tuple) else (leaves,)
+    fitted, unit = [], 1
+    for s in leaves:
+        mode = _fit_mode([values[k * unit] for k in range(int(s))])
+        if mode is None:
+            return None
+        fitted.append(mode)
+        unit *= int(s)
+
+    def nest(sh, it):   # ``shape`` with each leaf replaced by the next fitted part
+        return tuple(nest(x, it) for x in sh) if isinstance(sh, tuple) else next(it)
+    layout = la.make_layout(nest(shape, iter([m[0] for m in fitted])),
+                            nest(shape, iter([m[1] for m in fitted])))
+    if any(int(layout(i)) != v for i, v in enumerate(values)):
+        return None
+    return layout
+
+
+def _fit_mode(vals: list) -> Optional[tuple]:
+    """``(shape, stride)`` of one mode whose values are ``vals`` (``vals[0] == 0``): a
+    stride while the values step evenly, then an outer mode over the rest."""
+    n = len(vals)
+    if n == 1:
+        return 1, 0
+    d = vals[1]
+    k = 1
+    while k < n and vals[k] == k * d:
+        k += 1
+    if k == n:
+        return n, d
+    if n % k:
+        return None
+    outer = _fit_mode([vals[k * j] for j in range(n // k)])
+    if outer is None:
+        return None
+    shapes, strides = outer
+    return ((k, *shapes), (d, *strides)) if isinstance(shapes, tuple) else ((k, shapes),
+                                                                           (d, strides))
 
 
 def make_tiled_copy_tv(atom: CopyAtom, thr_layout, val_layout) -> TiledCopy:

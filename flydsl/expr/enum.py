@@ -5,6 +5,8 @@
 * :class:`AtomicOp` -- the operations of ``fx.UniversalAtomic`` copy atoms and buffer
   atomics (``fx.AtomicOp.Add``; their lower-case names are accepted as well).
 * :class:`AtomicOrdering` -- LLVM memory orderings (``monotonic`` ... ``seq_cst``).
+* :class:`GemmTraversalOrder` -- the order ``fx.gemm`` visits the M, N, K atom repeats
+  in (a scheduling hint: it never changes a result, see the class).
 
 flydsl's atomics are sequentially consistent at system scope (``memref.atomic_rmw``),
 the strongest choice, so any scope or ordering a FlyDSL program asks for is honoured.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import enum as _enum
 
-__all__ = ["AtomicOp", "AtomicOrdering", "SyncScope"]
+__all__ = ["AtomicOp", "AtomicOrdering", "GemmTraversalOrder", "SyncScope"]
 
 
 class SyncScope:
@@ -59,6 +61,30 @@ class AtomicOrdering(_enum.Enum):
     release = 5
     acq_rel = 6
     seq_cst = 7
+
+
+class GemmTraversalOrder(_enum.Enum):
+    """The order ``fx.gemm(..., traversal_order=...)`` visits its M, N and K atom
+    repeats in (FlyDSL's ``fly.GemmTraversalOrder``: outermost first; ``_Serpentine``
+    reverses the inner loop on every other outer step). Each output element still
+    accumulates its K steps in order, so the order changes instruction scheduling,
+    never a result; flydsl accepts it and keeps its own order.
+
+    Example: ``fx.gemm(mma, c, a, b, c, traversal_order=fx.GemmTraversalOrder.KNM)``
+    """
+
+    KMN = 0
+    KNM = 1
+    MKN = 2
+    MNK = 3
+    NKM = 4
+    NMK = 5
+    KMN_Serpentine = 6
+    KNM_Serpentine = 7
+    MKN_Serpentine = 8
+    MNK_Serpentine = 9
+    NKM_Serpentine = 10
+    NMK_Serpentine = 11
 
 
 def check_atomic_options(scope=None, ordering=None) -> None:

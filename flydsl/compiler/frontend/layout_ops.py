@@ -77,10 +77,9 @@ def mma_fragment(part, dtype, tiled_mma, operand: str) -> TensorView:
 
 
 def retile(frag, atom_values: int, expected_owner) -> TensorView:
-    """A tiled MMA's fragment seen by a tiled copy made from that MMA: the copy's
-    ``partition_S`` of the block tile lists the thread's values in the same order as
-    the fragment (both follow the MMA's thread-value layout), so the registers are
-    used as they are."""
+    """A tiled MMA's fragment, checked to belong to the MMA the tiled copy was made
+    from (whose thread-value layout both follow); the expr layer then regroups its
+    registers in the copy's value order (``atoms._retiled_layout``)."""
     view = as_view(frag)
     if view.memory is None or view.memory.space != "register" or view.owner is None:
         raise DSLTypeError("retile takes a fragment made by thr_mma.make_fragment_A/B/C")
