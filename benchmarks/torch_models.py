@@ -9,7 +9,11 @@ Rows (``--rows`` takes names, comma separated):
   8 x 128 tokens), inference and one training step (forward, loss, backward);
 * ``mlp``: Linear, GELU, Linear (d=256 -> 1024 -> 256);
 * ``ffn``: RMSNorm + SwiGLU, a Llama-style FFN (d=256, hidden 688);
-* ``attn_scores``: softmax(q k^T * scale + mask) v over 8 x 8 heads x 128 x 32.
+* ``attn_scores``: softmax(q k^T * scale + mask) v over 8 x 8 heads x 128 x 32;
+* ``mlp_ln``: LayerNorm, Linear, GELU, Linear, GELU (d=256 -> 512 -> 256);
+* ``loss``: cross entropy with label smoothing written out (log_softmax, gather,
+  mean over the classes) on 1024 x 1000 logits;
+* ``adamw``: one AdamW step (functional) over 10 parameter tensors (0.9M floats).
 
 Everything runs in this one process with ``torch.set_num_threads(--threads)``
 and as many flydsl CPU threads (``FLYDSL_CPU_THREADS``, unless set; default 1:
@@ -106,6 +110,44 @@ class SwiGLUFFN(nn.Module):
         return x + self.down(F.silu(self.gate(n)) * self.up(n))
 
 
+class LayerNormMLP(nn.Module):
+    """A new user's 2-layer MLP: LayerNorm, Linear, GELU, Linear, GELU (d=256 -> 512)."""
+
+    def __init__(self, d: int = D, hidden: int = 2 * D):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.fc2(F.gelu(self.fc1(self.norm(x)))))
+
+
+def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, eps: float = 0.1) -> torch.Tensor:
+    """Cross entropy with label smoothing, written out: log_softmax, the target's
+    log-probability and the mean log-probability over the classes."""
+    logp = F.log_softmax(logits, dim=-1)
+    nll = -logp.gather(-1, target[:, None]).squeeze(-1)
+    return ((1.0 - eps) * nll - eps * logp.mean(dim=-1)).mean()
+
+
+def adamw_step(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list,
+               lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+               weight_decay: float = 1e-2, step: int = 10) -> tuple:
+    """One AdamW step over parameter lists, functional (new parameters and moments;
+    torch.optim's single-tensor loop written out: about ten pointwise ops per
+    parameter). The in-place form is not timed: dynamo's own graph of it (backend
+    "eager") ran 3-4x slower than eager here, before any backend sees it."""
+    bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
+    new: tuple = ([], [], [])
+    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+        m = m + (g - m) * (1 - beta1)
+        v = v * beta2 + g * g * (1 - beta2)
+        p = p * (1 - lr * weight_decay) - (lr / bc1) * m / (v.sqrt() / math.sqrt(bc2) + eps)
+        for out, t in zip(new, (p, m, v)):
+            out.append(t)
+    return new
+
+
 def attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      mask: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v."""
@@ -149,6 +191,25 @@ def _scores() -> tuple[Callable, tuple]:
     return (lambda f, *a: f(*a)), (attention_scores, q, k, v, mask)
 
 
+def _loss() -> tuple[Callable, tuple]:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(BATCH * SEQ, 1000, generator=g)
+    target = torch.randint(0, 1000, (BATCH * SEQ,), generator=g)
+    return (lambda f, *a: f(*a)), (smoothed_loss, logits, target)
+
+
+#: Parameter shapes of the optimizer row: a small MLP's weights and biases.
+_PARAM_SHAPES = [(1024, 256), (1024,), (256, 1024), (256,), (512, 256), (512,), (256, 512),
+                 (256,), (256,), (256,)]
+
+
+def _adam() -> tuple[Callable, tuple]:
+    g = torch.Generator().manual_seed(0)
+    state = [[torch.randn(s, generator=g) for s in _PARAM_SHAPES] for _ in range(4)]
+    state[3] = [v.abs() for v in state[3]]            # second moments are >= 0
+    return (lambda f, *a: tuple(t for ts in f(*a) for t in ts)), (adamw_step, *state)
+
+
 #: row name -> (description, builder of (runner, (model or fn, *inputs)))
 ROWS: dict = {
     "block": ("transformer block, inference", lambda: _inference(_model(Block))),
@@ -156,6 +217,9 @@ ROWS: dict = {
     "mlp": ("MLP Linear-GELU-Linear", lambda: _inference(_model(MLP))),
     "ffn": ("RMSNorm + SwiGLU FFN", lambda: _inference(_model(SwiGLUFFN))),
     "attn_scores": ("softmax attention scores", _scores),
+    "mlp_ln": ("MLP LayerNorm-Linear-GELU-Linear-GELU", lambda: _inference(_model(LayerNormMLP))),
+    "loss": ("log_softmax loss, label smoothing", _loss),
+    "adamw": ("AdamW step, 10 parameters", _adam),
 }
 
 
@@ -213,7 +277,9 @@ def main() -> None:
          "fly/eager", "fly/eager med", "fly/ind", "fly/ind med"],
         rows, left=1,
         footer=["fly/eager, fly/ind: flydsl time / eager or inductor time (lower is better; "
-                "targets: <= 1.0 vs eager on every row, <= 1.1 vs inductor on the block)."])
+                "targets: <= 1.0 vs eager on every row, <= 1.1 vs inductor on the block; "
+                "on mlp_ln, ffn, loss and adamw, where fusion matters: <= 0.85 vs eager "
+                "and <= 1.1 vs inductor)."])
 
 
 if __name__ == "__main__":

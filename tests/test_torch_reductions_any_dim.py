@@ -241,3 +241,19 @@ def test_argmax_and_scan_kernels_compile_for_gpus(backend, arch):
         pytest.skip(f"no {backend} toolchain: {e}")
     text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
     assert ("bar.sync" in text or "barrier" in text) if backend == "cuda" else "s_barrier" in text
+
+
+def test_label_smoothed_cross_entropy_never_stores_log_softmax():
+    """log_softmax read by a gather and a mean over its dim becomes logsumexp and
+    the mean of the logits, both in one row kernel (rewrites.split_log_softmax)."""
+    def fn(logits, target):
+        logp = torch.log_softmax(logits, dim=-1)
+        nll = -logp.gather(-1, target[:, None]).squeeze(-1)
+        return ((0.9 * nll - 0.1 * logp.mean(dim=-1)).mean(), logp.sum(-1, keepdim=True))
+    logits = torch.randn(16, 100)
+    logits[3, 5] = -float("inf")
+    target = torch.randint(0, 100, (16,))
+    gm = db.fuse_pointwise(_graph(fn, logits, target), "cpu", cost_rule=False)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert aten._log_softmax.default not in targets and aten.gather.default in targets
+    _check(gm, fn, logits, target)

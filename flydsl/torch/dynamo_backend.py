@@ -45,7 +45,7 @@ from .partition import MIN_GROUP_SIZE, fusible, is_row_group, op_count, partitio
 from .patterns import build_pattern, build_row_pattern, output_layouts
 from .pointwise import decompositions, inline_decompositions
 from .reductions import reduction_count, row_input
-from .rewrites import inline_decomposition, split_addmm
+from .rewrites import inline_decomposition, split_addmm, split_log_softmax
 from .row_kernels import RowModule
 from .scatter_sums import merge_scatter_sums
 from .trials import TRIALS, GraphTrial
@@ -293,7 +293,8 @@ def _rewrite_and_partition(gm: GraphModule, device_type: str, min_group_size: in
             done = inline_decomposition(new.graph, node, table[node.target], is_fusible,
                                         table)
         else:
-            done = split_addmm(new.graph, node, is_fusible)
+            done = split_addmm(new.graph, node, is_fusible) \
+                or split_log_softmax(new.graph, node)
         if done is not None:
             rewrites.append(done)
     # A row op can make the group it joins too dear (a lone softmax or layer_norm

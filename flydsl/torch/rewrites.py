@@ -12,6 +12,10 @@ into several.
 * :func:`split_addmm`: ``addmm(bias, x, w)`` -> ``mm(x, w) + bias``, the bias
   add moved past a following ``view`` so that it fuses with the activation
   or residual add after the matmul (a matmul epilogue).
+* :func:`split_log_softmax`: a ``log_softmax`` read only by a ``gather`` and
+  means or sums over its dim (a cross entropy with label smoothing) ->
+  ``logsumexp`` and those reductions of its input, so that ``log_softmax``'s
+  result is never stored.
 
 Every created node carries ``meta["val"]`` and ``meta["flydsl_eager_us"]``,
 its share of the replaced call's estimated eager time (see
@@ -194,4 +198,78 @@ def split_addmm(graph: Graph, node: Node, fusible: Callable[[Node], bool]) -> Op
     return Rewrite(node.name, [add])
 
 
-__all__ = ["Rewrite", "inline_decomposition", "split_addmm"]
+def _log_softmax_use(node: Node, user: Node, dim: int, rank: int) -> Optional[str]:
+    """How ``user`` reads ``log_softmax`` ``node`` along ``dim``: "gather" (one
+    index per row), "mean" or "sum" (over ``dim`` alone); None for other uses."""
+    a = user.args
+    if user.target is aten.gather.default and len(a) == 3 and not user.kwargs \
+            and a[0] is node and isinstance(a[1], int) and a[1] % rank == dim:
+        idx = a[2].meta.get("val") if isinstance(a[2], Node) else None
+        x = node.meta["val"]
+        if isinstance(idx, torch.Tensor) and idx.dim() == rank and all(
+                d == dim or idx.shape[d] == x.shape[d] for d in range(rank)):
+            return "gather"
+    if user.target in (aten.mean.dim, aten.sum.dim_IntList) and a[0] is node and len(a) >= 2 \
+            and isinstance(a[1], (list, tuple)) and len(a[1]) == 1 \
+            and a[1][0] % rank == dim and not user.kwargs:
+        return "mean" if user.target is aten.mean.dim else "sum"
+    return None
+
+
+def split_log_softmax(graph: Graph, node: Node) -> Optional[Rewrite]:
+    """``logp = log_softmax(x, d)`` read only by ``gather(logp, d, i)`` and
+    ``mean``/``sum`` of ``logp`` over ``d`` (a cross entropy, label smoothing):
+    ``logp`` is never stored. With ``lse = logsumexp(x, d)``, ``gather(logp)``
+    becomes ``gather(x) - lse`` and ``mean(logp)`` becomes ``mean(x) - lse``
+    (``sum``: ``sum(x) - n * lse``), so the reductions of ``x`` share one row
+    kernel. None (graph unchanged) otherwise."""
+    if node.target is not aten._log_softmax.default or len(node.args) != 3 or node.args[2]:
+        return None
+    x, dim = node.args[0], node.args[1]
+    xval = x.meta.get("val") if isinstance(x, Node) else None
+    if not isinstance(xval, torch.Tensor) or xval.dim() < 1 or not isinstance(dim, int):
+        return None
+    rank = xval.dim()
+    dim %= rank
+    uses = [(u, _log_softmax_use(node, u, dim, rank)) for u in node.users]
+    mode = _fake_mode(node)
+    if not uses or any(how is None for _, how in uses) or mode is None:
+        return None
+    n = xval.shape[dim]
+    lse_of: list = []
+    created: list = []
+
+    def make(target, args, eager_us=0.0, fused=True):
+        with mode:
+            val = target(*[a.meta["val"] if isinstance(a, Node) else a for a in args])
+        new = graph.call_function(target, tuple(args))
+        new.meta["val"] = val
+        new.meta["flydsl_eager_us"] = eager_us
+        if fused:
+            created.append(new)
+        return new
+
+    def lse() -> Node:       # keepdim: every use joins its kernel (eager's cost on it)
+        if not lse_of:
+            lse_of.append(make(aten.logsumexp.default, [x, [dim], True], eager_cost_us([node])))
+        return lse_of[0]
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for user, how in sorted(uses, key=lambda u: order[u[0]]):
+        with graph.inserting_before(user):
+            if how == "gather":
+                g = make(aten.gather.default, [x, dim, user.args[2]], eager_cost_us([user]),
+                         fused=False)
+                new = make(aten.sub.Tensor, [g, lse()])
+            else:   # reduced with keepdim, so that it shares lse's kernel; a view drops it
+                r = make(user.target, [x, [dim], True], eager_cost_us([user]))
+                shift = lse() if how == "mean" else make(aten.mul.Tensor, [lse(), n])
+                new = make(aten.sub.Tensor, [r, shift])
+                if not (len(user.args) > 2 and user.args[2]):
+                    new = make(aten.squeeze.dim, [new, dim], fused=False)
+        user.replace_all_uses_with(new)
+        graph.erase_node(user)
+    graph.erase_node(node)
+    return Rewrite(node.name, created)
+
+
+__all__ = ["Rewrite", "inline_decomposition", "split_addmm", "split_log_softmax"]
