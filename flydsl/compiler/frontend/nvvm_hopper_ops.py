@@ -16,11 +16,12 @@
 from __future__ import annotations
 
 import mlir.ir as ir
-from mlir.dialects import arith, cf, gpu, memref, nvvm
+from mlir.dialects import arith, cf, gpu, llvm, memref, nvvm
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from . import context
+from .buffer_resources import address
 from .pointer_ops import PointerValue
 from .values import Value, as_value, cast
 from .views import Memory, as_view, to_index
@@ -99,13 +100,8 @@ def _i32():
 
 def shared_ptr(mem: Memory, element) -> ir.Value:
     """An ``!llvm.ptr<3>`` to element ``element`` (physical) of shared ``mem``."""
-    from .buffer_resources import address
-    return llvm_inttoptr(3, arith.index_cast(_i64(), address(mem, element)))
-
-
-def llvm_inttoptr(space: int, addr: ir.Value) -> ir.Value:
-    from mlir.dialects import llvm
-    return llvm.inttoptr(llvm.PointerType.get(space), addr)
+    return llvm.inttoptr(llvm.PointerType.get(3),
+                         arith.index_cast(_i64(), address(mem, element)))
 
 
 def _count(fname: str, what: str, n, low: int = 0) -> ir.Value:
@@ -236,7 +232,6 @@ def _ticks() -> ir.Value:
 
 def _asm(result, operands: list, text: str, constraints: str):
     """Inline PTX (NVVM's try_wait op does not translate to LLVM IR here)."""
-    from mlir.dialects import llvm
     if result is None:
         return llvm.InlineAsmOp(None, operands, text, constraints, has_side_effects=True)
     return llvm.inline_asm(result, operands, text, constraints, has_side_effects=True)

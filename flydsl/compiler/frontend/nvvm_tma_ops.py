@@ -24,10 +24,10 @@ from .nvvm_hopper_ops import (barrier_slot, mbarrier_complete_tx, require_hopper
 from .pointer_ops import PointerValue, inttoptr, ptr_load, ptr_store
 from .tensors import storage_type
 from .values import Value, as_value, cast
-from .views import Memory, as_view, to_index
+from .views import Memory, as_view
 
 __all__ = ["tma_load", "tma_store", "bulk_commit_group", "bulk_wait_group",
-           "fence_proxy_async"]
+           "fence_proxy_async", "shared_buffer"]
 
 
 def _i64():
@@ -53,7 +53,7 @@ def _descriptor(fname: str, desc) -> tuple:
     return mem, view.element_offset(0)
 
 
-def _buffer(fname: str, buf, role: str) -> tuple:
+def shared_buffer(fname: str, buf, role: str) -> tuple:
     """(memory, physical offset of element 0) of the shared box buffer."""
     if isinstance(buf, PointerValue):
         if buf.is_raw or buf.space != "shared":
@@ -97,7 +97,7 @@ def _coord_list(n: int, first: int) -> str:
 def tma_load(desc, dst, bar, coords) -> None:
     fname = "fx.nvvm.tma_load"
     dmem, doff = _descriptor(fname, desc)
-    smem, base = _buffer(fname, dst, "destination")
+    smem, base = shared_buffer(fname, dst, "destination")
     bmem, bel = barrier_slot(fname, bar)
     cs = _coords(fname, coords)
     n = len(cs)
@@ -115,7 +115,7 @@ def tma_load(desc, dst, bar, coords) -> None:
 def tma_store(desc, src, coords) -> None:
     fname = "fx.nvvm.tma_store"
     dmem, doff = _descriptor(fname, desc)
-    smem, base = _buffer(fname, src, "source")
+    smem, base = shared_buffer(fname, src, "source")
     cs = _coords(fname, coords)
     n = len(cs)
     if require_hopper(f"cp.async.bulk.tensor.{n}d"):

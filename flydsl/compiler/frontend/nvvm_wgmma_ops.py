@@ -25,9 +25,10 @@ from ...expr import dtypes as dt
 from .buffer_resources import address
 from .nvvm_copy_ops import physical_memory
 from .nvvm_hopper_ops import require_hopper
-from .nvvm_tma_ops import _buffer
+from .ops import block_thread_index
+from .nvvm_tma_ops import shared_buffer
 from .values import Value, cast
-from .views import as_view
+from .views import as_view, to_index
 
 __all__ = ["wgmma", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg"]
 
@@ -60,8 +61,8 @@ def _descriptor(mem, base, swizzle: int) -> ir.Value:
 
 def wgmma(op, acc, a, b, scale_d) -> None:
     fname = "fx.nvvm.wgmma"
-    amem, abase = _buffer(fname, a, "A operand")
-    bmem, bbase = _buffer(fname, b, "B operand")
+    amem, abase = shared_buffer(fname, a, "A operand")
+    bmem, bbase = shared_buffer(fname, b, "B operand")
     accv = as_view(acc)
     if accv.memory is None or accv.memory.space != "register":
         raise DSLTypeError(f"{fname}: the accumulator must be a register fragment "
@@ -113,7 +114,7 @@ def _wgmma_ptx(op, accv, desc_a, desc_b, scale) -> None:
 def _operand_element(op, mem, base, row: ir.Value, k: ir.Value) -> ir.Value:
     """Element (row, k) of a K-major operand as the descriptor locates it (an f32)."""
     esize = op.ab_dtype.bits // 8
-    start = arith.muli(arith.index_cast(_i64(), _to_index(base)), _c64(esize))
+    start = arith.muli(arith.index_cast(_i64(), to_index(base)), _c64(esize))
     byte = arith.addi(start, arith.addi(
         arith.addi(arith.muli(arith.divui(row, _c64(8)), _c64(8 * op.swizzle)),
                    arith.muli(arith.remui(row, _c64(8)), _c64(op.swizzle))),
@@ -130,13 +131,7 @@ def _operand_element(op, mem, base, row: ir.Value, k: ir.Value) -> ir.Value:
     return x
 
 
-def _to_index(x):
-    from .views import to_index
-    return to_index(x)
-
-
 def _wgmma_emulated(op, accv, a, b, scale) -> None:
-    from .ops import block_thread_index
     t = arith.extsi(_i64(), cast(block_thread_index(), dt.Int32).v)
     w = arith.divui(arith.remui(t, _c64(128)), _c64(32))        # warp of the warpgroup
     l64 = arith.remui(t, _c64(32))
