@@ -284,3 +284,18 @@ def test_range_init_and_yield_carry_values():
     np.testing.assert_array_equal(out, [15.0, 6.0, 64.0])
     init_loop[1, 1](x, out, 0)
     np.testing.assert_array_equal(out, [0.0, 0.0, 1.0])
+
+
+@flydsl.kernel
+def compare_loaded(x: fx.Tensor, y: fx.Tensor):
+    i = fx.thread_idx.x
+    v = rocdl.RawPtrBufferLoadOp(T.i32(), resource(x, 64), i * 4, 0, aux=None).result
+    nz = v != 0                                 # a runtime compare of the op's result
+    y[i] = nz.select(v * 10, -1)
+
+
+def test_an_op_result_is_a_kernel_value():
+    x = np.array([0, 3] * 8, np.int32)
+    y = np.zeros(16, np.int32)
+    compare_loaded[1, 16](x, y)
+    np.testing.assert_array_equal(y, np.where(x != 0, x * 10, -1))

@@ -4,7 +4,8 @@ The buffer operations (``RawPtrBufferLoadOp``, ``raw_ptr_buffer_store``, the ato
 ``raw_ptr_buffer_load_lds``...) also take their immediate operands as upstream FlyDSL's
 bindings do: ``aux`` (and ``size``/``offset`` of the load to LDS) may be left out or given
 as ``None``, a Python int, an ``IntegerAttr`` or a value; offsets may be Python ints or
-``index`` values. They become the ``i32`` operands these MLIR bindings want.
+``index`` values. They become the ``i32`` operands these MLIR bindings want. Inside a
+kernel their ``.result`` is a kernel value (``load.result != 0`` is a runtime compare).
 """
 import inspect
 
@@ -47,8 +48,12 @@ def _compat(cls):
             bound.arguments[n] = _i32(bound.arguments.get(n))
         cls.__init__(*bound.args, **bound.kwargs)
 
+    def result(self):
+        # FlyDSL kernels compute on `Op(...).result` (`m != 0`): a kernel value in a trace
+        return _kernel_result(cls.result.fget(self))
+
     return type(cls.__name__, (cls,), {"__init__": __init__, "__doc__": cls.__doc__,
-                                       "__module__": __name__})
+                                       "__module__": __name__, "result": property(result)})
 
 
 def _builder(op_cls):
