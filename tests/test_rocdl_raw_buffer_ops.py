@@ -299,3 +299,10 @@ def test_an_op_result_is_a_kernel_value():
     y = np.zeros(16, np.int32)
     compare_loaded[1, 16](x, y)
     np.testing.assert_array_equal(y, np.where(x != 0, x * 10, -1))
+
+
+def test_sm90_has_no_raw_buffer_ops_and_says_where():
+    x = np.zeros(64, np.float32)
+    with pytest.raises(flydsl.CompilationError, match="rocdl.raw.ptr.buffer.load") as e:
+        flydsl.compile(copy_x4, x, x, 64, 64, backend="cuda", arch="sm_90")
+    assert "test_rocdl_raw_buffer_ops.py" in str(e.value)
