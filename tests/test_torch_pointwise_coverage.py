@@ -181,3 +181,37 @@ def test_loop_kernels_compile_for_gpus(backend, arch):
         pytest.skip(f"no {backend} toolchain: {e}")
     text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
     assert module.pattern.key in text        # the kernel's name
+
+
+def test_special_functions_match_eager_in_float64_on_a_grid():
+    """torch.special's polynomials (degrees 0 to 100: the loops and the closed forms),
+    zeta, the Bessel functions and ndtri in one Float64 kernel, against eager."""
+    xs = [-1.5, -1.0, -0.75, -0.3, 0.0, 0.2, 0.5, 0.9, 1.0, 1.7, 3.0, 6.5]
+    ns = [0.0, 1.0, 2.0, 3.0, 5.0, 7.0, 9.0, 12.0, 30.0, 100.0, -1.0, 2.5]
+    x = torch.tensor([v for v in xs for _ in ns], dtype=torch.float64)
+    n = torch.tensor([v for _ in xs for v in ns], dtype=torch.float64)
+    binary = [op for op in coverage.pointwise_overloads() if op._overloadname == "default"
+              and ("polynomial" in op._schema.name or op._schema.name == "aten::special_zeta")]
+    unary = [getattr(torch.ops.aten, f"special_{name}").default for name in (
+        "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0",
+        "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1")]
+    ndtri = torch.ops.aten.special_ndtri.default
+
+    def fn(x, n):
+        x, n = x.clone(), n.clone()       # one producer: one kernel
+        return tuple(op(x, n) for op in binary) + tuple(op(x) for op in unary) + (
+            ndtri(x * 0.25 + 0.5),)       # probabilities, a few outside [0, 1]
+    gm = make_fx(fn, tracing_mode="fake")(x, n)
+    fused = fuse_pointwise(gm, "cpu", min_group_size=1, cost_rule=False)
+    assert len([m for m in fused.modules() if isinstance(m, FusedModule)]) == 1
+    ops = binary + unary + [ndtri]
+    assert not [n.target for n in fused.graph.nodes if n.target in ops], "left eager"
+    with torch.no_grad():
+        got, want = fused(x, n), fn(x, n)
+    wrong = []
+    for op, g, w in zip(ops, got, want):
+        try:
+            _assert_same(op, g, w)
+        except AssertionError as e:
+            wrong.append(str(e)[:300])
+    assert len(binary) == 13 and not wrong, "\n".join(wrong)
