@@ -563,3 +563,25 @@ def test_typing_reexports_the_numeric_types_and_layout_names():
                                                         fx.Float4E2M1FN, fx.Pointer)
     with pytest.raises(ImportError):
         from flydsl.expr.typing import NoSuchName  # noqa: F401
+
+
+@flydsl.kernel
+def scalar_flag_picks_a_vector(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    lo = Vector([x[t, 0], x[t, 1]])
+    hi = Vector([x[t, 2], x[t, 3]])
+    first_half = t < 4                      # one Bool per thread: FlyDSL's rope kernel
+    picked = first_half.select(lo, hi)
+    mixed = fx.select(first_half, 0.5, hi)  # a scalar side is broadcast to the lanes
+    for k in fx.range_constexpr(2):
+        out[t, k] = picked[k]
+        out[t, 2 + k] = mixed[k]
+
+
+def test_a_scalar_condition_selects_between_whole_vectors():
+    x = RNG.standard_normal((8, 4)).astype(np.float32)
+    out = np.zeros((8, 4), np.float32)
+    scalar_flag_picks_a_vector[1, 8](x, out)
+    first = (np.arange(8) < 4)[:, None]
+    np.testing.assert_array_equal(out[:, :2], np.where(first, x[:, :2], x[:, 2:]))
+    np.testing.assert_array_equal(out[:, 2:], np.where(first, np.float32(0.5), x[:, 2:]))

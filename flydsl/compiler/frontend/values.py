@@ -280,6 +280,8 @@ _DTYPE_OF_MLIR = {t.mlir: t for t in reversed(dt.ALL_DTYPES)}
 
 #: Set by vector_ops: wraps a raw value of vector type (values.py cannot import it).
 vector_from_raw = None
+#: Set by vector_ops: ``select`` with a scalar condition between vector operands.
+vector_select = None
 
 
 def is_vector(x) -> bool:
@@ -726,6 +728,8 @@ def power(a, b) -> Value:
 
 def select(cond, a, b) -> Value:
     c = cast(as_value(cond), dt.Bool)
+    if is_vector(a) or is_vector(b):       # FlyDSL's flag.select(vec_a, vec_b)
+        return vector_select(c, a, b)
     a, b = promote(a, b)
     return Value(arith.select(c.v, a.v, b.v), a.dtype)
 

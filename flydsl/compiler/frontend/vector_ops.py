@@ -242,6 +242,17 @@ def _from_raw_vector(x: ir.Value) -> VectorValue:
 values.vector_from_raw = _from_raw_vector
 
 
+def select_vectors(cond: Value, a, b) -> VectorValue:
+    """``a if cond else b`` for one Bool ``cond`` and vector operands (a scalar operand
+    is broadcast): every lane comes from the same side."""
+    vec = a if isinstance(a, VectorValue) else b
+    x, y = _promote(a, b, vec.numel)
+    return VectorValue(arith.select(cond.v, x.v, y.v), x.dtype, vec.shape)
+
+
+values.vector_select = select_vectors
+
+
 def kernel_value(x):
     """A dialect builder's result as a kernel value (raw scalars and vectors of a flydsl
     type are typed; anything else, e.g. an op or a pointer, is returned as it is)."""
