@@ -31,7 +31,9 @@ def test_do_bench_is_exported_lazily():
 def test_a_1ms_sleep_takes_about_1ms():
     ms = do_bench(lambda: time.sleep(0.001))
     assert isinstance(ms, float)
-    assert 0.9 < ms < 20      # sleep overshoots on a loaded machine, never undershoots
+    # Milliseconds: seconds would read 0.001, microseconds over 1000. Sleep never
+    # undershoots, but overshoots under load (a mean of 25 ms seen at load 16 on 2 cores).
+    assert 0.9 < ms < 500
 
 
 def test_quantiles_and_return_modes_on_a_real_clock():
