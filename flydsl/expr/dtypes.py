@@ -382,6 +382,10 @@ class TensorAnnotation:
     with one index per dimension, ``t.shape[k]`` and ``len(t)`` (``Int32``), ``t.size``
     and ``t.numel()`` (``Int64``), ``t.shape.unpack()``; indices are not Python-style
     (``t[-1]`` reads before the array; ``FLYDSL_DEBUG=1`` reports it on the CPU).
+    Called, as FlyDSL's ``fx.Tensor(view)``, it takes a view or tensor.
+
+    Returns: ``fx.Tensor[...]`` an annotation with the element type (and rank);
+    ``fx.Tensor(view)`` the view itself.
 
     Example::
 

@@ -70,7 +70,12 @@ class GemmTraversalOrder(_enum.Enum):
     accumulates its K steps in order, so the order changes instruction scheduling,
     never a result; flydsl accepts it and keeps its own order.
 
-    Example: ``fx.gemm(mma, c, a, b, c, traversal_order=fx.GemmTraversalOrder.KNM)``
+    In a kernel: ``fx.gemm(mma, c, a, b, c, traversal_order=fx.GemmTraversalOrder.KNM)``.
+
+    Example::
+
+        >>> fx.GemmTraversalOrder.KNM.value
+        1
     """
 
     KMN = 0
