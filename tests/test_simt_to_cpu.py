@@ -690,8 +690,10 @@ def test_the_cpu_pipeline_starts_with_the_pass():
     from flydsl.compiler.backends.cpu import CpuBackend
     from flydsl.compiler.options import CompileOptions
     backend = CpuBackend(CpuBackend.make_target("host"))
-    first = backend.pipeline_fragments(CompileOptions())[0]
-    run = first.resolve() if hasattr(first, "resolve") else first.run
+    fragments = backend.pipeline_fragments(CompileOptions())
+    # FlyDSL's raw AMD buffer ops become checked loads/stores first; then the threads
+    assert [f.name for f in fragments[:2]] == ["rocdl-buffers", "simt-to-cpu"]
+    run = fragments[1].resolve() if hasattr(fragments[1], "resolve") else fragments[1].run
     assert run is simt_to_cpu.run
 
 
