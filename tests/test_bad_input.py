@@ -143,6 +143,15 @@ def test_garbage_launch_configs_raise_launch_errors(grid, block):
         simple[grid, block](np.zeros(4, np.int32), 1)
 
 
+@pytest.mark.parametrize("twin, bad", [((1, 1), (True, 1)), ((1, (7, 1)), (1, (7, True))),
+                                       ((1, 1), (1, np.True_)), (((2, 1), 1), ((2, True), 1))])
+def test_a_bool_config_is_refused_after_its_int_twin_launched(twin, bad):
+    """True == 1: the memo of launch configs must not answer for the bool spelling."""
+    simple[twin](np.zeros(8, np.int32), 1)
+    with pytest.raises(flydsl.LaunchError, match="not bools"):
+        simple[bad](np.zeros(8, np.int32), 1)
+
+
 def test_malformed_kernel_definitions():
     with pytest.raises(flydsl.FlydslError):
         @flydsl.kernel

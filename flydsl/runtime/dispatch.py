@@ -159,7 +159,9 @@ _DIMS: dict = {}
 
 def dim3(value, what: str, kernel: str) -> tuple:
     """``value`` (int or up to 3 ints) as a validated 3-tuple; memoized for warm launches."""
-    if value.__class__ in _BOOL_TYPES:      # `grid=True` is a mistake, not one block
+    # `grid=True` is a mistake, not one block; so is a bool inside a tuple, which the
+    # memo below would take for the equal int's entry ((7, True) == (7, 1))
+    if holds_bool(value):
         _refuse_bool(value, what, kernel)
     try:
         hit = _DIMS.get((what, value))
@@ -175,6 +177,17 @@ def dim3(value, what: str, kernel: str) -> tuple:
 
 
 _BOOL_TYPES = (bool, np.bool_)
+_BOOL_SET = frozenset(_BOOL_TYPES)
+
+
+def holds_bool(value) -> bool:
+    """Whether a launch config, or one of its parts, is or holds a bool: ``True == 1``,
+    so a dict memo of int configs would answer for it (one tuple level per call)."""
+    cls = value.__class__
+    if cls is tuple:
+        return any(v.__class__ in _BOOL_TYPES or (v.__class__ is tuple and holds_bool(v))
+                   for v in value)
+    return cls in _BOOL_TYPES
 
 
 def _refuse_bool(value, what: str, kernel: str) -> None:
