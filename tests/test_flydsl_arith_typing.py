@@ -585,3 +585,32 @@ def test_a_scalar_condition_selects_between_whole_vectors():
     first = (np.arange(8) < 4)[:, None]
     np.testing.assert_array_equal(out[:, :2], np.where(first, x[:, :2], x[:, 2:]))
     np.testing.assert_array_equal(out[:, 2:], np.where(first, np.float32(0.5), x[:, 2:]))
+
+
+# -- FlyDSL's flydsl.expr.utils.arith path (upstream kernels import from it) --------------
+
+from flydsl.expr.utils.arith import ArithValue as UtilsArithValue  # noqa: E402
+from flydsl.expr.utils.arith import _to_raw as utils_to_raw  # noqa: E402
+from flydsl.expr.utils.arith import current_fastmath, resolve_fastmath  # noqa: E402
+
+
+@flydsl.kernel
+def through_utils_arith(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    raw = utils_to_raw(x[t] * 2.0)            # a plain ir.Value, as upstream's _raw gives
+    typed = UtilsArithValue(raw)              # typed again
+    out[t, 0] = typed + 1.0
+    out[t, 1] = fx.Float32(isinstance(typed, UtilsArithValue) and
+                           not isinstance(raw, UtilsArithValue))
+
+
+def test_flydsl_expr_utils_arith_is_the_arith_module_under_upstreams_path():
+    import flydsl.expr.arith as ours
+    assert UtilsArithValue is ours.ArithValue and utils_to_raw is ours._to_raw
+    assert current_fastmath() is None
+    assert resolve_fastmath(ours.FastMathFlags.fast) is ours.FastMathFlags.fast
+    x = RNG.standard_normal(8).astype(np.float32)
+    out = np.zeros((8, 2), np.float32)
+    through_utils_arith[1, 8](x, out)
+    np.testing.assert_array_equal(out[:, 0], x * 2 + 1)
+    assert (out[:, 1] == 1).all()
