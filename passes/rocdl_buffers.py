@@ -54,11 +54,11 @@ def run(module, target=None, options=None) -> None:
             raise _error(f"a buffer resource (rocdl.make.buffer.rsrc) is used by "
                          f"'{users[0].name}', which the {_backend(target)} backend cannot "
                          "run; it runs raw buffer loads, stores and atomics",
-                         _op(users[0]), module)
+                         _op(users[0]))
         make.erase()
     for op in walk(module.operation, _is_amd_only):
         raise _error(f"'{_amd_name(op)}' is an AMD GPU operation with no equivalent on the "
-                     f"{_backend(target)} backend", op, module)
+                     f"{_backend(target)} backend", op)
 
 
 def _backend(target) -> str:
@@ -83,7 +83,7 @@ def _amd_name(op: ir.Operation) -> str:
     return op.name
 
 
-def _error(message: str, op: ir.Operation, module=None) -> UnsupportedConstructError:
+def _error(message: str, op: ir.Operation) -> UnsupportedConstructError:
     filename, lineno, source = source_location(op)
     return UnsupportedConstructError(message, kernel=_kernel_of(op), filename=filename,
                                      lineno=lineno, source_line=source)
@@ -118,9 +118,9 @@ class _Lowering:
             raise _error(f"'{user.name}': its buffer resource comes from {where}; on this "
                          "backend it must be the result of rocdl.make.buffer.rsrc in the "
                          "same kernel (not passed through a loop, branch or call)", user)
-        for seen, res in self.resources.items():
-            if seen == make:
-                return res
+        res = self.resources.get(make)
+        if res is not None:
+            return res
         base, stride, records, _flags = make.operands
         if not _is_zero(stride):
             raise _error("rocdl.make.buffer.rsrc: only raw buffers (stride 0) run on this "

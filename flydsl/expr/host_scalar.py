@@ -82,13 +82,10 @@ for _name, _fn in {"add": _op.add, "sub": _op.sub, "mul": _op.mul, "floordiv": _
                    "truediv": _op.truediv, "mod": _op.mod, "lshift": _op.lshift,
                    "rshift": _op.rshift, "and": _op.and_, "or": _op.or_, "xor": _op.xor,
                    "lt": _op.lt, "le": _op.le, "gt": _op.gt, "ge": _op.ge,
-                   "ne": _op.ne}.items():
+                   "ne": _op.ne, "pow": _op.pow}.items():
     setattr(HostScalar, f"__{_name}__", _arith(_fn))
     if _name not in ("lt", "le", "gt", "ge", "ne"):
         setattr(HostScalar, f"__r{_name}__", _arith(lambda a, b, f=_fn: f(b, a)))
-for _name, _fn in {"pow": _op.pow}.items():
-    setattr(HostScalar, f"__{_name}__", _arith(_fn))
-    setattr(HostScalar, f"__r{_name}__", _arith(lambda a, b, f=_fn: f(b, a)))
 HostScalar.__neg__ = lambda self: -self.value
 HostScalar.__pos__ = lambda self: +self.value
 HostScalar.__abs__ = lambda self: abs(self.value)
