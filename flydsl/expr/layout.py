@@ -475,10 +475,7 @@ def copy(atom, src, dst, pred=None, **state) -> None:
             raise TypeError(f"fx.copy with {atom!r}: soffset= is the state of a buffer copy")
         _ops().atomic_copy(atom, src, dst, pred)
         return
-    if state:
-        _ops().copy(atom, src, dst, pred, soffset=state["soffset"])
-    else:
-        _ops().copy(atom, src, dst, pred)
+    _ops().copy(atom, src, dst, pred, **state)
 
 
 def copy_atom_call(atom, src, dst, *, pred=None) -> None:

@@ -161,7 +161,8 @@ def dim3(value, what: str, kernel: str) -> tuple:
     """``value`` (int or up to 3 ints) as a validated 3-tuple; memoized for warm launches."""
     # `grid=True` is a mistake, not one block; so is a bool inside a tuple, which the
     # memo below would take for the equal int's entry ((7, True) == (7, 1))
-    if holds_bool(value):
+    cls = value.__class__
+    if cls in _BOOL_TYPES or (cls is tuple and holds_bool(value)):
         _refuse_bool(value, what, kernel)
     try:
         hit = _DIMS.get((what, value))
@@ -177,17 +178,19 @@ def dim3(value, what: str, kernel: str) -> tuple:
 
 
 _BOOL_TYPES = (bool, np.bool_)
-_BOOL_SET = frozenset(_BOOL_TYPES)
 
 
 def holds_bool(value) -> bool:
     """Whether a launch config, or one of its parts, is or holds a bool: ``True == 1``,
     so a dict memo of int configs would answer for it (one tuple level per call)."""
     cls = value.__class__
-    if cls is tuple:
-        return any(v.__class__ in _BOOL_TYPES or (v.__class__ is tuple and holds_bool(v))
-                   for v in value)
-    return cls in _BOOL_TYPES
+    if cls is not tuple:
+        return cls in _BOOL_TYPES
+    for v in value:   # a loop, not any(<generator>): 2-3x faster on the warm path
+        cls = v.__class__
+        if cls in _BOOL_TYPES or (cls is tuple and holds_bool(v)):
+            return True
+    return False
 
 
 def _refuse_bool(value, what: str, kernel: str) -> None:
