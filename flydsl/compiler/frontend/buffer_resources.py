@@ -20,10 +20,18 @@ GFX9_BUFFER_FLAGS = (7 << 12) | (4 << 15)
 
 def address(mem: Memory, offset) -> ir.Value:
     """The byte address (an index) of element ``offset`` of ``mem``."""
+    return _memref_address(mem.mem, mem.itemsize, offset)
+
+
+def _memref_address(value: ir.Value, itemsize: int, offset=None) -> ir.Value:
+    """The byte address (an index) of element ``offset`` (default: the first) of the
+    memref ``value`` of ``itemsize``-byte elements."""
     idx_t = ir.IndexType.get()
-    base = memref.extract_aligned_pointer_as_index(mem.mem)
-    elems = arith.addi(memref.ExtractStridedMetadataOp(mem.mem).offset, to_index(offset))
-    return arith.addi(base, arith.muli(elems, arith.constant(idx_t, mem.itemsize)))
+    base = memref.extract_aligned_pointer_as_index(value)
+    elems = memref.ExtractStridedMetadataOp(value).offset
+    if offset is not None:
+        elems = arith.addi(elems, to_index(offset))
+    return arith.addi(base, arith.muli(elems, arith.constant(idx_t, itemsize)))
 
 
 def guarded_load(mem: Memory, offset) -> Value:
@@ -90,10 +98,7 @@ def tensor_pointer(x, ptr_type: ir.Type, what: str) -> ir.Value:
         width = 8 if isinstance(elem, ir.IndexType) else getattr(elem, "width", None)
         if width is None:
             raise DSLTypeError(f"{what}: a memref of {elem} has no byte address")
-        idx_t = ir.IndexType.get()
-        elems = memref.ExtractStridedMetadataOp(x).offset
-        addr = arith.addi(memref.extract_aligned_pointer_as_index(x),
-                          arith.muli(elems, arith.constant(idx_t, max(width // 8, 1))))
+        addr = _memref_address(x, max(width // 8, 1))
     else:
         try:
             view = as_view(x)
