@@ -415,7 +415,7 @@ def lane_compare(cond, is_uniform: Callable, offset_ok: Callable,
     if pred not in _SCALED_PREDICATES or _bits(lhs.type) > 32:
         return None
     scaled = _split_scaled(lhs, is_uniform, offset_ok, is_x)
-    return None if scaled is None else LaneTerm(pred, scaled[1], rhs, *scaled[2:])
+    return None if scaled is None else LaneTerm(pred, scaled[0], rhs, *scaled[1:])
 
 
 #: The predicates of a scaled term: ``K * v + c < n`` is ``v < ceil((n - c) / K)``.
@@ -424,7 +424,7 @@ _SCALED_PREDICATES = ("slt", "sle", "sgt", "sge")
 
 def _split_scaled(value, is_uniform: Callable, offset_ok: Callable, is_x: Callable
                   ) -> Optional[tuple]:
-    """``(t, offset, K, addend)`` when ``value`` is ``(t + offset) * K + addend`` (``t``
+    """``(offset, K, addend)`` when ``value`` is ``(t + offset) * K + addend`` (``t``
     the x thread id, ``K`` > 1 a constant, ``offset`` and ``addend`` maybe absent),
     else None."""
     addend = None
@@ -441,7 +441,7 @@ def _split_scaled(value, is_uniform: Callable, offset_ok: Callable, is_x: Callab
         scale = _constant(k)
         side = split_thread_x(v, offset_ok, is_x)
         if scale is not None and scale > 1 and side is not None:
-            return side[0], side[1], scale, addend
+            return side[1], scale, addend
     return None
 
 
@@ -493,6 +493,7 @@ def lane_range(guard: LaneGuard, stop, const: Callable, offsets: Optional[list] 
     for term, offset in zip(guard.terms, offsets or guard.offsets):
         pred, bound = term.pred, term.bound
         bits = _bits(bound.type)
+        off = None if offset is None else to_index(offset)
         limit = to_index(bound, unsigned=pred.startswith("u"))
         if pred.startswith("u") and bits >= 64:
             limit = arith.select(arith.cmpi(lt, limit, const(0)), const(_MAX64), limit)
@@ -505,13 +506,11 @@ def lane_range(guard: LaneGuard, stop, const: Callable, offsets: Optional[list] 
             fits_lo = _div_by(arith.subi(const(-2 ** (bits - 1)), c), term.scale, True, const)
             fits_hi = _div_by(arith.subi(const(2 ** (bits - 1) - 1), c), term.scale, False,
                               const)
-            if offset is not None:
-                off = to_index(offset)
+            if off is not None:
                 fits_lo, fits_hi = arith.subi(fits_lo, off), arith.subi(fits_hi, off)
             los.append(fits_lo)
             his.append(arith.addi(fits_hi, const(1)))
-        if offset is not None:
-            off = to_index(offset)
+        if off is not None:
             limit = _saturating_sub(limit, off, const) if bits >= 64 else arith.subi(limit, off)
             # tid + off wraps from tid = max - off + 1 on (off > 0)
             wraps_at = arith.addi(arith.subi(const(2 ** (bits - 1) - 1), off), const(1))
