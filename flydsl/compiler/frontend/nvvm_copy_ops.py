@@ -38,7 +38,8 @@ from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit,
                     vector_store, vector_type)
 from .warp_ops import lane_id, shuffle
 
-__all__ = ["nvvm_copy", "cp_async_commit_group", "cp_async_wait_group", "physical_memory"]
+__all__ = ["nvvm_copy", "cp_async_commit_group", "cp_async_wait_group", "physical_memory",
+           "shared_ptr"]
 
 
 def _target():
@@ -132,7 +133,7 @@ def _cp_async_ptx(op, sm: Memory, so, dm: Memory, do, ok) -> None:
     i64 = ir.IntegerType.get_signless(64)
     i32 = ir.IntegerType.get_signless(32)
     gptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, address(sm, so)))
-    sptr = _shared_ptr(dm, dm.physical(do))
+    sptr = shared_ptr(dm, dm.physical(do))
     nbytes = op.bits // 8
     modifier = ir.Attribute.parse(f"#nvvm<load_cache_modifier {op.cache}>")
     size = ir.IntegerAttr.get(i32, nbytes)
@@ -246,7 +247,8 @@ def _matrix_attrs(op):
     return layout, shape, elt
 
 
-def _shared_ptr(sm: Memory, row) -> ir.Value:
+def shared_ptr(sm: Memory, row) -> ir.Value:
+    """An ``!llvm.ptr<3>`` to element ``row`` (physical) of shared ``sm``."""
     i64 = ir.IntegerType.get_signless(64)
     return llvm.inttoptr(llvm.PointerType.get(3), arith.index_cast(i64, address(sm, row)))
 
@@ -259,7 +261,7 @@ def _stmatrix_ptx(op, sm: Memory, row, src: TensorView) -> None:
         halves = [_storage_bits(src[2 * j + e]) for e in range(2)]
         vec = vector.bitcast(ir.VectorType.get([1], i32), vector.from_elements(pair, halves))
         words.append(vector.extract(vec, [], [0]))
-    nvvm.StMatrixOp(_shared_ptr(sm, row), words, *_matrix_attrs(op))
+    nvvm.StMatrixOp(shared_ptr(sm, row), words, *_matrix_attrs(op))
 
 
 def _storage_bits(v: Value) -> ir.Value:
@@ -288,7 +290,7 @@ def _stmatrix_emulated(op, sm: Memory, row, src: TensorView) -> None:
 def _ldmatrix_ptx(op, sm: Memory, row, dst: TensorView) -> None:
     i32 = ir.IntegerType.get_signless(32)
     res = i32 if op.num == 1 else llvm.StructType.get_literal([i32] * op.num)
-    out = nvvm.LdMatrixOp(res, _shared_ptr(sm, row), op.num, *_matrix_attrs(op)).result
+    out = nvvm.LdMatrixOp(res, shared_ptr(sm, row), op.num, *_matrix_attrs(op)).result
     elem = storage_type(dst.dtype)
     pair = ir.VectorType.get([2], elem)
     for j in range(op.num):

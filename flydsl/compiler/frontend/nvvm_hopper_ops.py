@@ -21,7 +21,7 @@ from mlir.dialects import arith, cf, gpu, llvm, memref, nvvm
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from . import context
-from .buffer_resources import address
+from .nvvm_copy_ops import shared_ptr
 from .pointer_ops import PointerValue
 from .values import Value, as_value, cast
 from .views import Memory, as_view, to_index
@@ -29,7 +29,7 @@ from .views import Memory, as_view, to_index
 __all__ = ["mbarrier_init", "mbarrier_init_fence", "mbarrier_arrive", "mbarrier_expect_tx",
            "mbarrier_arrive_expect_tx", "mbarrier_try_wait", "mbarrier_wait",
            "mbarrier_inval", "mbarrier_complete_tx", "require_hopper", "barrier_slot",
-           "shared_ptr"]
+           "inline_ptx"]
 
 #: The CPU's packed state: pending arrivals (bits 0-19), expected arrivals (20-39),
 #: transaction bytes (40-60, two's complement: it may go negative for a while, as PTX
@@ -96,12 +96,6 @@ def _i64():
 
 def _i32():
     return ir.IntegerType.get_signless(32)
-
-
-def shared_ptr(mem: Memory, element) -> ir.Value:
-    """An ``!llvm.ptr<3>`` to element ``element`` (physical) of shared ``mem``."""
-    return llvm.inttoptr(llvm.PointerType.get(3),
-                         arith.index_cast(_i64(), address(mem, element)))
 
 
 def _count(fname: str, what: str, n, low: int = 0) -> ir.Value:
@@ -230,8 +224,9 @@ def _ticks() -> ir.Value:
     return arith.constant(_i32(), 10_000_000)
 
 
-def _asm(result, operands: list, text: str, constraints: str):
-    """Inline PTX (NVVM's try_wait op does not translate to LLVM IR here)."""
+def inline_ptx(result, operands: list, text: str, constraints: str):
+    """Inline PTX with side effects (``result`` None: no result), for what has no NVVM
+    op that translates to LLVM IR here (try_wait, the bulk copies, wgmma)."""
     if result is None:
         return llvm.InlineAsmOp(None, operands, text, constraints, has_side_effects=True)
     return llvm.inline_asm(result, operands, text, constraints, has_side_effects=True)
@@ -263,7 +258,7 @@ def mbarrier_try_wait(bar, phase) -> Value:
     if require_hopper("mbarrier.try_wait.parity"):
         asm = ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2, $3; "
                "selp.u32 $0, 1, 0, p; }")
-        word = _asm(_i32(), [shared_ptr(mem, el), parity, _ticks()], asm, "=r,r,r,r")
+        word = inline_ptx(_i32(), [shared_ptr(mem, el), parity, _ticks()], asm, "=r,r,r,r")
         return Value(arith.cmpi(arith.CmpIPredicate.ne, word, arith.constant(_i32(), 0)),
                      dt.Bool)
     return Value(_cpu_wait(fname, mem, el, parity), dt.Bool)
@@ -277,7 +272,7 @@ def mbarrier_wait(bar, phase) -> None:
         # (a loop in one asm block: labels inside { } are local to it)
         asm = ("{ .reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1, "
                "$2; @!p bra WAIT; }")
-        _asm(None, [shared_ptr(mem, el), parity, _ticks()], asm, "r,r,r")
+        inline_ptx(None, [shared_ptr(mem, el), parity, _ticks()], asm, "r,r,r")
         return
     done = _cpu_wait(fname, mem, el, parity)
     if getattr(context.current().options, "debug", False):

@@ -13,14 +13,13 @@ per target (the descriptor format: :mod:`flydsl.expr.nvvm_tma`).
 from __future__ import annotations
 
 import mlir.ir as ir
-from mlir.dialects import arith, llvm, scf
+from mlir.dialects import arith, scf
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from .buffer_resources import address
-from .nvvm_copy_ops import physical_memory
-from .nvvm_hopper_ops import (barrier_slot, mbarrier_complete_tx, require_hopper,
-                              shared_ptr)
+from .nvvm_copy_ops import physical_memory, shared_ptr
+from .nvvm_hopper_ops import barrier_slot, inline_ptx, mbarrier_complete_tx, require_hopper
 from .pointer_ops import PointerValue, inttoptr, ptr_load, ptr_store
 from .tensors import storage_type
 from .values import Value, as_value, cast
@@ -80,10 +79,6 @@ def _coords(fname: str, coords) -> list:
     return out[::-1]
 
 
-def _asm(operands: list, text: str, constraints: str) -> None:
-    llvm.InlineAsmOp(None, operands, text, constraints, has_side_effects=True)
-
-
 def _desc_address(mem: Memory, offset) -> ir.Value:
     return arith.index_cast(_i64(), address(mem, offset))
 
@@ -104,8 +99,8 @@ def tma_load(desc, dst, bar, coords) -> None:
     if require_hopper(f"cp.async.bulk.tensor.{n}d"):
         text = (f"cp.async.bulk.tensor.{n}d.shared::cluster.global.mbarrier::complete_tx"
                 f"::bytes [$0], [$1, {{{_coord_list(n, 2)}}}], [${n + 2}];")
-        _asm([shared_ptr(smem, base), _desc_address(dmem, doff), *cs,
-              shared_ptr(bmem, bel)], text, "r,l," + "r," * n + "r")
+        inline_ptx(None, [shared_ptr(smem, base), _desc_address(dmem, doff), *cs,
+                          shared_ptr(bmem, bel)], text, "r,l," + "r," * n + "r")
         return
     box = _HostBox(dmem, doff, n, smem)
     box.copy(cs, smem, base, load=True)
@@ -121,15 +116,15 @@ def tma_store(desc, src, coords) -> None:
     if require_hopper(f"cp.async.bulk.tensor.{n}d"):
         text = (f"cp.async.bulk.tensor.{n}d.global.shared::cta.bulk_group "
                 f"[$0, {{{_coord_list(n, 1)}}}], [${n + 1}];")
-        _asm([_desc_address(dmem, doff), *cs, shared_ptr(smem, base)], text,
-             "l," + "r," * n + "r")
+        inline_ptx(None, [_desc_address(dmem, doff), *cs, shared_ptr(smem, base)], text,
+                   "l," + "r," * n + "r")
         return
     _HostBox(dmem, doff, n, smem).copy(cs, smem, base, load=False)
 
 
 def bulk_commit_group() -> None:
     if require_hopper("cp.async.bulk.commit_group"):
-        _asm([], "cp.async.bulk.commit_group;", "")
+        inline_ptx(None, [], "cp.async.bulk.commit_group;", "")
 
 
 def bulk_wait_group(n: int, read: bool) -> None:
@@ -137,12 +132,12 @@ def bulk_wait_group(n: int, read: bool) -> None:
         raise DSLTypeError(f"fx.nvvm.tma_store_wait_group(n): n must be a constant int >= 0, "
                            f"got {n!r}")
     if require_hopper("cp.async.bulk.wait_group"):
-        _asm([], f"cp.async.bulk.wait_group{'.read' if read else ''} {n};", "")
+        inline_ptx(None, [], f"cp.async.bulk.wait_group{'.read' if read else ''} {n};", "")
 
 
 def fence_proxy_async() -> None:
     if require_hopper("fence.proxy.async"):
-        _asm([], "fence.proxy.async.shared::cta;", "")
+        inline_ptx(None, [], "fence.proxy.async.shared::cta;", "")
 
 
 # -- the CPU's box copy -----------------------------------------------------------------
@@ -161,7 +156,7 @@ class _HostBox:
     def __init__(self, dmem: Memory, doff, rank: int, smem: Memory):
         word = lambda k: dmem.load(_plus(doff, k)).v                       # noqa: E731
         self.rank, self.dtype = rank, smem.dtype
-        self.esize = 1 if smem.dtype.kind == "bool" else smem.dtype.bits // 8
+        self.esize = smem.itemsize
         self.address = word(1)
         meta = word(2)
         self.swizzle_bits = arith.andi(arith.shrui(meta, _c64(16)), _c64(0xFF))

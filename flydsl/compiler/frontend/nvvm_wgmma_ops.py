@@ -22,9 +22,11 @@ from mlir.dialects import arith, llvm, scf
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
+from ...expr.nvvm_tma import SWIZZLE_BITS
+from ...expr.swizzle import Swizzle
 from .buffer_resources import address
 from .nvvm_copy_ops import physical_memory
-from .nvvm_hopper_ops import require_hopper
+from .nvvm_hopper_ops import inline_ptx, require_hopper
 from .ops import block_thread_index
 from .nvvm_tma_ops import shared_buffer
 from .values import Value, cast
@@ -32,9 +34,8 @@ from .views import as_view, to_index
 
 __all__ = ["wgmma", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg"]
 
-#: Swizzle bytes -> the descriptor's mode field (bits 62-63) and Swizzle<B,4,3>'s B.
+#: Swizzle bytes -> the descriptor's mode field (bits 62-63).
 _MODE = {128: 1, 64: 2, 32: 3}
-_BITS = {128: 3, 64: 2, 32: 1}
 
 
 def _i64():
@@ -43,12 +44,6 @@ def _i64():
 
 def _c64(v: int) -> ir.Value:
     return arith.constant(_i64(), v)
-
-
-def _asm(result, operands: list, text: str, constraints: str):
-    if result is None:
-        return llvm.InlineAsmOp(None, operands, text, constraints, has_side_effects=True)
-    return llvm.inline_asm(result, operands, text, constraints, has_side_effects=True)
 
 
 def _descriptor(mem, base, swizzle: int) -> ir.Value:
@@ -105,8 +100,8 @@ def _wgmma_ptx(op, accv, desc_a, desc_b, scale) -> None:
             f"{op.ab_name} {{{outs}}}, ${n}, ${n + 1}, p, 1, 1{trans}; }}")
     constraints = ",".join(["=f"] * n + ["l", "l", "r"] + [str(k) for k in range(n)])
     olds = [cast(accv[i], dt.Float32).v for i in range(n)]
-    res = _asm(llvm.StructType.get_literal([f32] * n), [desc_a, desc_b, scale, *olds],
-               text, constraints)
+    res = inline_ptx(llvm.StructType.get_literal([f32] * n),
+                     [desc_a, desc_b, scale, *olds], text, constraints)
     for i in range(n):
         accv[i] = Value(llvm.extractvalue(f32, res, [i]), dt.Float32)
 
@@ -119,8 +114,7 @@ def _operand_element(op, mem, base, row: ir.Value, k: ir.Value) -> ir.Value:
         arith.addi(arith.muli(arith.divui(row, _c64(8)), _c64(8 * op.swizzle)),
                    arith.muli(arith.remui(row, _c64(8)), _c64(op.swizzle))),
         arith.muli(k, _c64(esize))))
-    mask = ((1 << _BITS[op.swizzle]) - 1) << 4
-    moved = arith.xori(byte, arith.andi(arith.shrui(byte, _c64(3)), _c64(mask)))
+    moved = Swizzle(SWIZZLE_BITS[op.swizzle], 4, 3)(Value(byte, dt.Int64)).v
     elem = arith.trunci(ir.IntegerType.get_signless(32), arith.divui(moved, _c64(esize)))
     v = physical_memory(mem).load(Value(elem, dt.Int32))
     x = cast(v, dt.Float32).v
@@ -160,12 +154,12 @@ def _ci(v: int) -> ir.Value:
 
 def wgmma_fence() -> None:
     if require_hopper("wgmma.fence", True):
-        _asm(None, [], "wgmma.fence.sync.aligned;", "")
+        inline_ptx(None, [], "wgmma.fence.sync.aligned;", "")
 
 
 def wgmma_commit_group() -> None:
     if require_hopper("wgmma.commit_group", True):
-        _asm(None, [], "wgmma.commit_group.sync.aligned;", "")
+        inline_ptx(None, [], "wgmma.commit_group.sync.aligned;", "")
 
 
 def wgmma_wait_group(n: int) -> None:
@@ -173,7 +167,7 @@ def wgmma_wait_group(n: int) -> None:
         raise DSLTypeError(f"fx.nvvm.wgmma_wait_group(n): n must be a constant int in "
                            f"[0, 7], got {n!r}")
     if require_hopper("wgmma.wait_group", True):
-        _asm(None, [], f"wgmma.wait_group.sync.aligned {n};", "")
+        inline_ptx(None, [], f"wgmma.wait_group.sync.aligned {n};", "")
 
 
 def setmaxnreg(count: int, increase: bool) -> None:
@@ -182,5 +176,5 @@ def setmaxnreg(count: int, increase: bool) -> None:
         raise DSLTypeError(f"fx.nvvm.setmaxnreg: the register count must be a multiple of "
                            f"8 in [24, 256], got {count!r}")
     if require_hopper("setmaxnreg", True):
-        _asm(None, [], f"setmaxnreg.{'inc' if increase else 'dec'}.sync.aligned.u32 "
+        inline_ptx(None, [], f"setmaxnreg.{'inc' if increase else 'dec'}.sync.aligned.u32 "
                        f"{count};", "")
