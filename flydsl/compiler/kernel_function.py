@@ -128,8 +128,9 @@ def reads_launch_block(state: LaunchBlock, compiled) -> bool:
     its dependency set ``compiled.variant``) depends on the launch block."""
     if state.read:
         return True
-    text = f'["P","{LAUNCH_BLOCK}"]'
-    return any(isinstance(entry, (list, tuple)) and entry and text in str(entry[0])
+    from .dependencies import encode_path    # the variant's own encoding of the path
+    wanted = encode_path(LAUNCH_BLOCK_PATH)
+    return any(isinstance(entry, (list, tuple)) and entry and entry[0] == wanted
                for entry in getattr(compiled, "variant", None) or ())
 
 
