@@ -786,11 +786,11 @@ def nextafter(x, y):
     return fx.select(fx.isnan(x) | fx.isnan(y), x + y, out)
 
 
-_FOLD = {"sum": lambda a, b: a + b, "max": fx.max, "min": fx.min}
+_FOLD = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": fx.max, "min": fx.min}
 
 
 def fold(ref, n: int, how: str):
-    """``how`` ("sum", "max" or "min") of ``ref[0]`` ... ``ref[n - 1]`` (a shared
+    """``how`` ("sum", "prod", "max" or "min") of ``ref[0]`` ... ``ref[n - 1]`` (a shared
     array), combined as a balanced tree written out at trace time: every thread
     reads the same elements, so on the CPU it is one block value, computed once."""
     values = [ref[k] for k in range(n)]

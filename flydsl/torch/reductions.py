@@ -213,20 +213,20 @@ def expand_row_op(node: Node, b: RowBuilder, operand: Callable[[Any], str],
     x_dtype = node.args[0].meta["val"].dtype
     out = node.meta["val"]
     x = operand(node.args[0])
-    if t in (aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
-             aten.all.default):
+    if t in _ANY_DTYPE:           # any, all
         cond = f"({x} != 0)" if x_dtype is not torch.bool else x
         v = b.full(f"fx.cast({cond}, fx.Int32)", torch.int32)
         r = b.reduce("max" if t.overloadpacket is aten.any else "min", v, torch.int32)
         return [b.row(f"({r} != 0)", torch.bool)]
     if t in (aten.argmax.default, aten.argmin.default):
         return [b.reduce(t.overloadpacket.__name__, x, register_dtype(x_dtype))]
-    # The accumulation dtype: the result's (int64 for integer sums), float32 for halves.
-    acc = register_dtype(out[0].dtype if isinstance(out, (tuple, list)) else out.dtype)
-    if t in (aten.mean.dim, aten.mean.default, aten.var.correction, aten.std.correction,
-             aten.native_layer_norm.default, aten.logsumexp.default):
-        acc = register_dtype(x_dtype) if t is not aten.mean.dim and t is not \
-            aten.mean.default else acc
+    # The accumulation dtype: the input's for these four, else the result's (int64 for
+    # integer sums); float32 for halves.
+    if t in (aten.var.correction, aten.std.correction, aten.native_layer_norm.default,
+             aten.logsumexp.default):
+        acc = register_dtype(x_dtype)
+    else:
+        acc = register_dtype(out[0].dtype if isinstance(out, (tuple, list)) else out.dtype)
     x = _cast(b, x, x_dtype, acc)
     n = f"fx.cast({ncols}, {fx_dtype(acc)})"
 

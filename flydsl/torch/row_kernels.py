@@ -34,6 +34,7 @@ import torch
 from .kernels import (_MAX_ELEMENTS, FusedModule, KernelPattern, LaunchPlan,
                       broadcast_shape, broadcast_strides, coalesce, module_header,
                       out_specs, view_specs)
+from .partition import keepdim_shape, squeezed_shape
 from .pointwise import fx_dtype, register_dtype
 
 _MAX_BLOCK = 256
@@ -222,13 +223,6 @@ def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
     if how in ("argmax", "argmin"):
         return _arg_reduction(red, acc, how, dtype, var, compute, src)
     combine = _COMBINE[how]
-    if how in ("sum", "max", "min"):
-        fold = f"fm.fold({red}, min(BLOCK, {_FOLDED}), {how!r})"
-    else:                       # BLOCK >= 32: always _FOLDED partials
-        terms = [f"{red}[{q}]" for q in range(_FOLDED)]
-        while len(terms) > 1:
-            terms = [combine.format(a=terms[q], b=terms[q + 1]) for q in range(0, len(terms), 2)]
-        fold = terms[0]
     return ([f"{red} = fx.shared_array((BLOCK,), {fx_dtype(dtype)})",
              f"{acc} = {_init(how, dtype)}",
              "for j in range(tid, ncols, BLOCK):"]
@@ -242,7 +236,7 @@ def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
                f"        {red}[tid] = {combine.format(a=f'{red}[tid]', b=f'{red}[tid + s]')}",
                "    fx.barrier()",
                "    s //= 2",
-               f"{var} = {fold}"])
+               f"{var} = fm.fold({red}, min(BLOCK, {_FOLDED}), {how!r})"])
 
 
 def _better(how: str, dtype: torch.dtype, v: str, u: str) -> str:
@@ -334,8 +328,8 @@ class RowModule(FusedModule):
                 outs.append(torch.empty(shape, dtype=dtype, device=device) if like is None
                             else torch.empty_like(args[like], dtype=dtype))
             else:
-                lead = [1 if d in rdims else n for d, n in enumerate(shape)
-                        if where == "row" or d not in rdims]
+                lead = keepdim_shape(shape, rdims) if where == "row" \
+                    else squeezed_shape(shape, rdims)
                 outs.append(torch.empty(lead, dtype=dtype, device=device))
         strides = [broadcast_strides(t, shape) for t in tensors]
         for o, (_, _, where) in zip(outs, self.pattern.outputs):
