@@ -97,6 +97,18 @@ def gpu_available(backend: str) -> bool:
     return lookup_backend_class(backend).device_present()
 
 
+def gpu_asm_or_skip(kernel, args, backend: str, arch: str) -> str:
+    """``kernel`` compiled for ``backend``/``arch``: its PTX or AMDGCN text; skips the
+    test where that backend's toolchain is missing."""
+    import flydsl
+    from flydsl.errors import ToolchainError
+    try:
+        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
+    except ToolchainError as e:
+        pytest.skip(f"no {backend} toolchain: {e}")
+    return prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+
+
 requires_cuda = pytest.mark.skipif(not gpu_available("cuda"),
                                    reason="needs an NVIDIA GPU with a CUDA driver")
 requires_rocm = pytest.mark.skipif(not gpu_available("rocm"),

@@ -14,6 +14,7 @@ from flydsl.torch import _math as fm  # noqa: E402
 from flydsl.torch import dynamo_backend as db  # noqa: E402
 from flydsl.torch import kernels, row_kernels  # noqa: E402
 from flydsl.torch.fusion_cost import worth_fusing  # noqa: E402
+from conftest import gpu_asm_or_skip  # noqa: E402
 
 F = torch.nn.functional
 aten = torch.ops.aten
@@ -498,7 +499,6 @@ def test_training_graph_is_compiled_only_when_its_fusions_beat_aotautograd():
 def test_row_kernels_compile_for_gpus(backend, arch):
     """A row kernel (shared memory, barriers) is plain flydsl: it compiles for GPUs."""
     import inspect
-    from flydsl.errors import ToolchainError
     from flydsl.expr.dtypes import TensorAnnotation
 
     def fn(x, mask, w):
@@ -512,11 +512,7 @@ def test_row_kernels_compile_for_gpus(backend, arch):
         ann = p.annotation
         args.append(torch.zeros((4, 8)) if isinstance(ann, TensorAnnotation)
                     else 64 if p.name == "BLOCK" else 8)
-    try:
-        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
-    except ToolchainError as e:
-        pytest.skip(f"no {backend} toolchain: {e}")
-    text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    text = gpu_asm_or_skip(kernel, args, backend, arch)
     assert ("bar.sync" in text or "barrier" in text) if backend == "cuda" else "s_barrier" in text
 
 

@@ -14,6 +14,7 @@ from flydsl.torch import coverage  # noqa: E402
 from flydsl.torch.dynamo_backend import fuse_pointwise  # noqa: E402
 from flydsl.torch.kernels import FusedModule  # noqa: E402
 from flydsl.torch.pointwise import decompositions  # noqa: E402
+from conftest import gpu_asm_or_skip  # noqa: E402
 
 #: Share of the functional pointwise overloads that must fuse (232 of 239 today, 97.1%;
 #: issue 33's target is 95%).
@@ -160,8 +161,6 @@ def test_loop_kernels_compile_for_gpus(backend, arch):
     ``scf.while`` built by flydsl.torch._math) is plain flydsl: it compiles for GPUs."""
     import inspect
 
-    import flydsl
-    from flydsl.errors import ToolchainError
     from flydsl.expr.dtypes import TensorAnnotation
     from flydsl.torch.kernels import load_kernel
 
@@ -175,11 +174,7 @@ def test_loop_kernels_compile_for_gpus(backend, arch):
     args = [torch.zeros(8, dtype=torch.int32 if "Int32" in str(p.annotation) else
                         torch.float32) if isinstance(p.annotation, TensorAnnotation) else 8
             for p in inspect.signature(kernel.fn).parameters.values()]
-    try:
-        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
-    except ToolchainError as e:
-        pytest.skip(f"no {backend} toolchain: {e}")
-    text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    text = gpu_asm_or_skip(kernel, args, backend, arch)
     assert module.pattern.key in text        # the kernel's name
 
 

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from flydsl.torch import dynamo_backend as db  # noqa: E402
 from flydsl.torch.partition import partition  # noqa: E402
 from flydsl.torch.row_kernels import RowModule  # noqa: E402
+from conftest import gpu_asm_or_skip  # noqa: E402
 
 aten = torch.ops.aten
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
@@ -222,8 +223,6 @@ def test_torch_compile_fuses_a_reduction_over_dim_0():
 @pytest.mark.parametrize("backend,arch", [("cuda", "sm_90"), ("rocm", "gfx942")])
 def test_argmax_and_scan_kernels_compile_for_gpus(backend, arch):
     """(value, index) trees in shared memory and thread 0's scan are plain flydsl."""
-    import flydsl
-    from flydsl.errors import ToolchainError
     from flydsl.torch import kernels
 
     def fn(x):
@@ -235,11 +234,7 @@ def test_argmax_and_scan_kernels_compile_for_gpus(backend, arch):
     p = fused.pattern
     args = [torch.zeros((4, 8), dtype=d) for _, d, _ in p.inputs] \
         + [torch.zeros((4, 8), dtype=d) for _, d, _ in p.outputs] + [8, 64]
-    try:
-        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
-    except ToolchainError as e:
-        pytest.skip(f"no {backend} toolchain: {e}")
-    text = prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    text = gpu_asm_or_skip(kernel, args, backend, arch)
     assert ("bar.sync" in text or "barrier" in text) if backend == "cuda" else "s_barrier" in text
 
 
