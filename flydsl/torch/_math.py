@@ -511,8 +511,9 @@ def _nan_through(x, value):
 
 
 def _horner(coefs, z, t):
-    acc = _const(0.0, t)
-    for c in coefs:
+    """Cephes' polevl: coefs[0] z**k + ... + coefs[k], as Horner's rule."""
+    acc = _const(coefs[0], t)
+    for c in coefs[1:]:
         acc = acc * z + c
     return acc
 
