@@ -482,15 +482,7 @@ class Codegen(ControlFlow):
         target, args, kwargs = unwrap_callable(fn, args, kwargs, dynamic, self.deps,
                                                self.where(node))
         if is_user_function(target) and target.__name__ != "<lambda>":  # lambdas: called
-            path = self.deps.path_of(target)
-            if path is None:
-                self.deps.problem(f"the helper {target.__qualname__} (called at "
-                                  f"{self.where(node)}) was computed while tracing, so a "
-                                  "later process cannot find it; call it through a global "
-                                  "or closure name")
-            else:
-                self.deps.traced(path)
-            return inline_call(target, args, kwargs, self.kernel_name, path)
+            return trace_call(target, args, kwargs, self.kernel_name, self.where(node))
         self.deps.consume(fn, *args, *kwargs.values())
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, _CONTAINERS) and getattr(fn, "__name__", "") in _MUTATORS:
@@ -669,6 +661,20 @@ def _load(target: ast.AST) -> ast.AST:
 
 
 
+
+
+def trace_call(fn, args: list, kwargs: dict, kernel_name: str, where: str) -> Any:
+    """A call of the user helper ``fn`` (reached at ``where``) traced inline, its reads
+    recorded under the path the trace read ``fn`` through."""
+    deps = current().deps
+    path = deps.path_of(fn)
+    if path is None:
+        deps.problem(f"the helper {fn.__qualname__} (called at {where}) was computed while "
+                     "tracing, so a later process cannot find it; call it through a global "
+                     "or closure name")
+    else:
+        deps.traced(path)
+    return inline_call(fn, args, kwargs, kernel_name, path)
 
 
 def inline_call(fn, args: list, kwargs: dict, kernel_name: str,

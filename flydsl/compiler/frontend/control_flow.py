@@ -149,10 +149,8 @@ class ControlFlow:
     def _trace_region(self, block: ir.Block, stmts: list, scope: dict) -> dict:
         saved = self.scope
         self.scope = scope
-        self.trace.runtime_depth += 1
-        self.trace.region_containers.append({})
         try:
-            with ir.InsertionPoint(block):
+            with runtime_region(self.trace, block):
                 try:
                     self.visit_block(stmts)
                 except LoopControl as lc:
@@ -162,8 +160,6 @@ class ControlFlow:
                                      CompileTimeValueRequired)
         finally:
             self.scope = saved
-            self.trace.runtime_depth -= 1
-            self.trace.region_containers.pop()
         return scope
 
     def _dynamic_if(self, node: ast.AST, cond: Value, body: list, orelse: list) -> None:
@@ -173,51 +169,24 @@ class ControlFlow:
             raise self.error(node, "`return` under a runtime condition inside a compile-time "
                                    "(unrolled) loop is not supported; use fx.range(...) or "
                                    "restructure with a flag", UnsupportedConstructError)
-        cond = V.cast(cond, dt.Bool)
         before = self.scope
-        probe = scf.IfOp(cond.v, [], has_else=True)
-        then_scope = self._trace_region(probe.then_block, body, dict(before))
-        else_scope = self._trace_region(probe.else_block, orelse, dict(before))
 
-        joined: dict = {}      # name -> (shape, [(then leaf, else leaf)])
-        for name in sorted(assigned_names(body) | assigned_names(orelse)):
-            pair = self._branch_values(node, name, then_scope, else_scope)
-            if pair is None:
+        def branch(stmts):
+            return lambda block: self._trace_region(block, stmts, dict(before))
+
+        def pair_of(name, then_scope, else_scope):
+            return self._branch_values(node, name, then_scope, else_scope)
+
+        def mismatch(name, a, b):
+            return self.error(node, shape_mismatch(name, a, b, "a runtime `if`"), DSLTypeError)
+
+        names = sorted(assigned_names(body) | assigned_names(orelse))
+        after = structured_if(cond, branch(body), branch(orelse), names, pair_of, mismatch)
+        for name in names:
+            if name in after:
+                self.scope[name] = after[name]
+            else:
                 self.scope.pop(name, None)  # defined on one path only, never read after
-                continue
-            a, b = pair
-            if a is b:
-                self.scope[name] = a
-                continue
-            (shape_a, leaves_a), (shape_b, leaves_b) = C.flatten(a), C.flatten(b)
-            if shape_a != shape_b:
-                raise self.error(node, f"variable {name!r} is {C.describe_shape(a)} in one "
-                                       f"branch of a runtime `if` and {C.describe_shape(b)} "
-                                       "in the other; both branches must give it the same "
-                                       "structure (numbers, or tuples, lists, dicts and "
-                                       "fragments of numbers)", DSLTypeError)
-            joined[name] = (shape_a, list(zip(leaves_a, leaves_b)))
-
-        results = [(n, i) for n, (_, pairs) in joined.items()
-                   for i, (x, y) in enumerate(pairs) if not _same_constant(x, y)]
-        types = [_join_dtype(*joined[n][1][i]) for n, i in results]
-        if not results:
-            for blk in (probe.then_block, probe.else_block):
-                with ir.InsertionPoint(blk):
-                    scf.yield_([])
-            final_results: list = []
-        else:
-            final = scf.IfOp(cond.v, [t.mlir_type() for t in types], has_else=True)
-            for side, (old, new) in enumerate(((probe.then_block, final.then_block),
-                                               (probe.else_block, final.else_block))):
-                _move_ops_and_yield(old, new, lambda side=side: [
-                    _coerce(joined[n][1][i][side], t).v for (n, i), t in zip(results, types)])
-            probe.operation.erase()
-            final_results = list(final.results)
-        merged = {key: Value(r, t) for key, r, t in zip(results, final_results, types)}
-        for name, (shape, pairs) in joined.items():
-            leaves = [merged.get((name, i), x) for i, (x, _) in enumerate(pairs)]
-            self.scope[name] = C.rebuild(shape, leaves)
 
     def _branch_values(self, node, name: str, then_scope: dict, else_scope: dict):
         """The values ``name`` has after each branch of a runtime ``if``, as a pair of
@@ -743,6 +712,82 @@ class ControlFlow:
             _move_ops_and_yield(old, new, lambda val=val: [_coerce(val, t).v])
         probe.operation.erase()
         return Value(final.results[0], t)
+
+
+@contextlib.contextmanager
+def runtime_region(trace, block: ir.Block) -> Iterator[None]:
+    """Trace into ``block``, a runtime region (an ``scf.if`` branch or a loop body):
+    the trace counts it, and the containers made inside it are tracked there."""
+    trace.runtime_depth += 1
+    trace.region_containers.append({})
+    try:
+        with ir.InsertionPoint(block):
+            yield
+    finally:
+        trace.runtime_depth -= 1
+        trace.region_containers.pop()
+
+
+def shape_mismatch(name: str, a, b, construct: str) -> str:
+    """The message for a variable two branches give different structures."""
+    return (f"variable {name!r} is {C.describe_shape(a)} in one branch of {construct} and "
+            f"{C.describe_shape(b)} in the other; both branches must give it the same "
+            "structure (numbers, or tuples, lists, dicts and fragments of numbers)")
+
+
+def structured_if(cond, then_branch, else_branch, names, pair_of, mismatch) -> dict:
+    """Build the ``scf.if`` of a runtime ``if`` with results: the variables ``names``
+    as both branches leave them.
+
+    ``then_branch(block)``/``else_branch(block)`` trace a branch into ``block`` and
+    return its variables (name -> value); ``pair_of(name, then_vars, else_vars)`` gives
+    ``name``'s pair of values after the branches (None: not a result);
+    ``mismatch(name, a, b)`` is the error for two structures that differ. The branches
+    are traced once into a probe ``scf.if``; the leaves that differ between them
+    become results of the final one (numbers are joined to a common dtype). Returns
+    name -> value after the ``if`` for every name ``pair_of`` kept.
+    """
+    cond = V.cast(cond, dt.Bool)
+    probe = scf.IfOp(cond.v, [], has_else=True)
+    then_vars = then_branch(probe.then_block)
+    else_vars = else_branch(probe.else_block)
+
+    after: dict = {}
+    joined: dict = {}      # name -> (shape, [(then leaf, else leaf)])
+    for name in names:
+        pair = pair_of(name, then_vars, else_vars)
+        if pair is None:
+            continue
+        a, b = pair
+        if a is b:
+            after[name] = a
+            continue
+        (shape_a, leaves_a), (shape_b, leaves_b) = C.flatten(a), C.flatten(b)
+        if shape_a != shape_b:
+            raise mismatch(name, a, b)
+        joined[name] = (shape_a, list(zip(leaves_a, leaves_b)))
+
+    results = [(n, i) for n, (_, pairs) in joined.items()
+               for i, (x, y) in enumerate(pairs) if not _same_constant(x, y)]
+    types = [_join_dtype(*joined[n][1][i]) for n, i in results]
+    if not results:
+        for blk in (probe.then_block, probe.else_block):
+            with ir.InsertionPoint(blk):
+                scf.yield_([])
+        final_results: list = []
+    else:
+        final = scf.IfOp(cond.v, [t.mlir_type() for t in types], has_else=True)
+        for side, (old, new) in enumerate(((probe.then_block, final.then_block),
+                                           (probe.else_block, final.else_block))):
+            _move_ops_and_yield(old, new, lambda side=side: [
+                _coerce(joined[n][1][i][side], t).v for (n, i), t in zip(results, types)])
+        probe.operation.erase()
+        final_results = list(final.results)
+    merged = {key: Value(r, t) for key, r, t in zip(results, final_results, types)}
+    for name, (shape, pairs) in joined.items():
+        leaves = [merged.get((name, i), x) for i, (x, _) in enumerate(pairs)]
+        after[name] = C.rebuild(shape, leaves)
+    return after
 
 
 class _Carry:

@@ -28,6 +28,7 @@ class NestedFunction:
         self.outer, self.node, self._make_codegen = outer, node, make_codegen
         self.__name__ = self.__qualname__ = node.name
         self.signature = _signature(node, defaults, kw_defaults)
+        self.__signature__ = self.signature     # inspect.signature() answers the def's
 
     def __repr__(self) -> str:
         return f"<kernel-local function {self.__name__}>"
