@@ -1,0 +1,219 @@
+"""Hopper (sm_90a) GEMM: C = A @ B.T for bf16/fp16 A (M x K) and B (N x K), C (M x N)
+float32 or bf16, any M, N, K, with TMA loads into 128-byte-swizzled shared memory, a
+4-stage mbarrier pipeline over K, ``wgmma.mma_async`` and warp specialization.
+
+* **Tile:** a block computes 128 x 256 of C (``BM x BN``) over K tiles of 64 (``BK``:
+  64 bf16 = 128 bytes, one swizzle row). 384 threads: warpgroup 0 is the *producer*,
+  warpgroups 1 and 2 the *consumers*, each owning 64 rows of the tile and issuing
+  ``wgmma.m64n256k16`` (4 per K tile; 128 f32 accumulators per thread).
+* **Shared memory:** ``STAGES`` = 4 stages of A (128 x 64) and B (256 x 64), 48 KiB
+  each, 192 KiB of dynamic shared memory (``smem=``), each box written by TMA with the
+  128-byte swizzle, which is the layout a K-major ``wgmma`` operand descriptor reads:
+  the boxes feed the tensor cores unchanged, no bank conflicts.
+* **Barriers:** per stage a *full* mbarrier (1 arrival: the producer's
+  ``arrive.expect_tx`` of the stage's 48 KiB, completed by the two TMA copies) and an
+  *empty* mbarrier (256 arrivals: every consumer thread, once the ``wgmma``s reading
+  the stage have retired). Tile ``kt`` lives in stage ``s = kt % STAGES``, the
+  ``u = kt // STAGES``-th use of that stage: consumers wait on ``full[s]`` with parity
+  ``u % 2``, the producer on ``empty[s]`` with parity ``(u % 2) ^ 1`` (the first use of
+  a stage passes at once: the phase "before" phase 0 counts as complete).
+* **Producer step** (:func:`produce`): wait for the stage to be empty; one thread
+  announces the bytes and issues the two ``cp.async.bulk.tensor.2d`` loads. **Consumer
+  step** (:func:`consume`): wait for the stage to be full; ``wgmma.fence``, 4 wgmmas,
+  ``commit_group``, ``wait_group(1)`` (one K tile of wgmmas stays in flight), then
+  release the *previous* stage, whose wgmmas have now retired.
+* **Ragged edges:** TMA zero-fills the parts of a box outside A or B (any M, N, and K
+  up to the box), so the main loop has no edge code; the epilogue writes C from the
+  accumulators (PTX's wgmma D-fragment layout, ``op.acc_coord``) with a predicate per
+  row/column pair: rows ``>= M`` and columns ``>= N`` are not written. TMA needs the
+  row stride of A and B to be a multiple of 16 bytes (K % 8 == 0): :func:`gemm` pads K
+  with zeros on the host otherwise (a copy of A and B).
+
+**Warp specialization, and what the CPU backend checks.** On sm_90a
+(``fx.target().backend == "cuda"``) the producer warpgroup gives registers back
+(``setmaxnreg.dec 40``) and one warp of it runs ``produce(kt)`` for every K tile,
+while the consumer warpgroups take them (``setmaxnreg.inc 232``) and run
+``consume(kt)`` for every K tile, then the epilogue: each side waits on its own
+barriers in its own branch, and they run STAGES - 1 tiles apart at most. The CPU
+backend runs a block's threads in lock-step phases cut at barriers, where an
+``mbarrier_wait`` is a block barrier that every thread must reach (a wait in a
+warpgroup-dependent branch is a located error there), so with ``specialize=False``
+(the default on the CPU) the kernel runs the *same* two steps, the same stages,
+barriers, arrival counts and parities, in one schedule every thread follows: step
+``j`` does ``consume(j - (STAGES - 1))`` then ``produce(j)``, the producer
+``STAGES - 1`` tiles ahead, the furthest the specialized kernel can get; the waits
+are block-wide and the actions (TMA issue, wgmma, arrivals) are predicated on the
+thread's role. On the CPU, with ``FLYDSL_DEBUG=1``, each wait checks that its phase has
+completed when the schedule reaches it (a producer waiting for a stage nobody released,
+a consumer for a load nobody issued, a wrong parity or arrival count raise), TMA's
+zero fill and swizzle and wgmma's fragment layout are exact, and C is compared with
+torch. What it cannot check: the timing of the specialized kernel (the two sides'
+waits interleaving in any order), which on the GPU the phase arithmetic above (shared
+by both schedules) guarantees; ``setmaxnreg`` and the wgmma/TMA asynchrony are no-ops
+there.
+
+``python examples/gemm_sm90.py`` runs it on the CPU backend against torch.
+"""
+import flydsl.compiler as flyc
+import flydsl.expr as fx
+
+BM, BN, BK = 128, 256, 64
+STAGES = 4
+CONSUMERS = 2                         # consumer warpgroups, 64 rows of the tile each
+THREADS = 128 * (1 + CONSUMERS)       # warpgroup 0 produces
+SWIZZLE = 128                         # bytes: BK bf16/fp16 elements per row
+PRODUCER_REGS, CONSUMER_REGS = 40, 232   # 128 * 40 + 256 * 232 <= 64K registers
+
+
+@flyc.kernel(known_block_size=[THREADS, 1, 1])   # ptxas: registers at entry for setmaxnreg
+def gemm_kernel(DA: fx.Tensor, DB: fx.Tensor, C: fx.Tensor, KT: fx.Int32,
+                dtype: fx.Constexpr[object], specialize: fx.Constexpr[object],
+                BN: fx.Constexpr[int]):
+    """One BM x BN tile of C from the TMA descriptors ``DA`` and ``DB`` of A and B
+    (boxes BM x BK and BN x BK, 128-byte swizzle) over ``KT`` K tiles."""
+    t = fx.thread_idx.x
+    wg = fx.shuffle_idx(t // 128, 0, 32)     # warpgroup, provably warp-uniform for ptxas
+    bm, bn = fx.block_idx.x, fx.block_idx.y
+    M, N = C.shape.unpack()
+    op = fx.nvvm.WGMMA(BN, dtype, swizzle=SWIZZLE)
+    stage_bytes = (BM + BN) * BK * 2
+    if specialize is None:
+        specialize = fx.target().backend == "cuda"
+
+    full = fx.get_iter(fx.shared_array((STAGES,), fx.Int64))
+    empty = fx.get_iter(fx.shared_array((STAGES,), fx.Int64))
+    sA = fx.get_iter(fx.dynamic_shared_array(dtype))          # STAGES x (BM x BK)
+    sB = sA + STAGES * BM * BK                                 # STAGES x (BN x BK)
+    if t == 0:
+        for s in fx.range_constexpr(STAGES):
+            fx.nvvm.mbarrier_init(full + s, 1)
+            fx.nvvm.mbarrier_init(empty + s, 128 * CONSUMERS)
+    fx.nvvm.mbarrier_init_fence()
+    fx.barrier()
+
+    def produce(kt):
+        """Load K tile ``kt`` into its stage once the consumers have released it."""
+        s = kt % STAGES
+        fx.nvvm.mbarrier_wait(empty + s, ((kt // STAGES) % 2) ^ 1)
+        if t == 0:
+            fx.nvvm.mbarrier_arrive_expect_tx(full + s, stage_bytes)
+            fx.nvvm.tma_load(DA, sA + s * (BM * BK), full + s, (bm * BM, kt * BK))
+            fx.nvvm.tma_load(DB, sB + s * (BN * BK), full + s, (bn * BN, kt * BK))
+
+    cw = wg - 1                                          # consumer warpgroup (rows 64 cw)
+
+    def consume(kt, acc):
+        """Multiply K tile ``kt`` into ``acc``; release tile ``kt - 1``."""
+        s = kt % STAGES
+        fx.nvvm.mbarrier_wait(full + s, (kt // STAGES) % 2)
+        if fx.const_expr(specialize):     # only consumer warpgroups get here
+            multiply(s, kt, acc)
+        else:
+            if wg > 0:
+                multiply(s, kt, acc)
+
+    def multiply(s, kt, acc):
+        fx.nvvm.wgmma_fence()
+        a = sA + s * (BM * BK) + cw * (64 * BK)
+        b = sB + s * (BN * BK)
+        for kk in fx.range_constexpr(BK // op.k):
+            fx.nvvm.wgmma(op, acc, a + op.k * kk, b + op.k * kk)
+        fx.nvvm.wgmma_commit_group()
+        fx.nvvm.wgmma_wait_group(1)
+        if kt > 0:
+            fx.nvvm.mbarrier_arrive(empty + (kt - 1) % STAGES)
+
+    def zeros():
+        acc = fx.make_rmem_tensor((op.n // 2,), fx.Float32)
+        for i in fx.range_constexpr(op.n // 2):
+            acc[i] = 0.0
+        return acc
+
+    def store(acc):
+        """The consumer's 64 x BN accumulators to C, rows < M and columns < N only:
+        value i of lane l in warp w is row 16 w + l // 4 + 8 ((i % 4) // 2), column
+        8 (i // 4) + 2 (l % 4) + i % 2 (PTX's wgmma D fragment)."""
+        fx.nvvm.wgmma_wait_group(0)
+        lane, w = t % 32, (t // 32) % 4
+        row = bm * BM + cw * 64 + 16 * w + lane // 4
+        col = bn * BN + 2 * (lane % 4)
+        for h in fx.range_constexpr(2):
+            if row + 8 * h < M:
+                for q in fx.range_constexpr(BN // 8):
+                    for e in fx.range_constexpr(2):
+                        if col + (8 * q + e) < N:
+                            C[row + 8 * h, col + (8 * q + e)] = acc[4 * q + 2 * h + e]
+
+    if fx.const_expr(specialize):
+        if wg == 0:
+            fx.nvvm.setmaxnreg(PRODUCER_REGS, increase=False)
+            if t < 32:
+                for kt in range(KT):
+                    produce(kt)
+        else:
+            fx.nvvm.setmaxnreg(CONSUMER_REGS, increase=True)
+            acc = zeros()                 # after setmaxnreg: the producer never holds it
+            for kt in range(KT):
+                consume(kt, acc)
+            store(acc)
+    else:
+        acc = zeros()
+        for j in range(KT + STAGES - 1):      # block-uniform conditions around the waits
+            if j >= STAGES - 1:
+                consume(j - (STAGES - 1), acc)
+            if j < KT:
+                produce(j)
+        if wg > 0:
+            store(acc)
+
+
+def descriptors(A, B, bn: int = BN):
+    """The TMA descriptors of A (boxes BM x BK) and B (bn x BK), 128-byte swizzle."""
+    return (fx.nvvm.make_tma_descriptor(A, (BM, BK), swizzle=SWIZZLE),
+            fx.nvvm.make_tma_descriptor(B, (bn, BK), swizzle=SWIZZLE))
+
+
+def smem_bytes(bn: int = BN) -> int:
+    """Dynamic shared memory of the stages (192 KiB for the default tile)."""
+    return STAGES * (BM + bn) * BK * 2
+
+
+DTYPES = {"torch.bfloat16": fx.BFloat16, "torch.float16": fx.Float16}
+
+
+@flyc.jit
+def gemm(A, B, C, specialize=None, bn: int = BN, stream: fx.Stream = fx.Stream(None)):
+    """C = A @ B.T; A (M, K) and B (N, K) bf16 or fp16 torch tensors, C (M, N) float32
+    or bf16, row-major. ``specialize``: warp-specialized (True), one schedule for every
+    thread (False), or by the target (None: specialized on CUDA, not on the CPU).
+    ``bn``: the tile's N (a multiple of 8 up to 256; the tests use 64 on the CPU, where
+    compiling 128 accumulators per thread takes minutes)."""
+    M, K = A.shape
+    N = B.shape[0]
+    dtype = DTYPES.get(str(A.dtype))
+    if dtype is None or str(B.dtype) != str(A.dtype):
+        raise TypeError(f"gemm_sm90: A and B must both be bf16 or fp16, got {A.dtype} "
+                        f"and {B.dtype}")
+    if K % 8:                         # TMA: row strides a multiple of 16 bytes
+        import torch.nn.functional as F
+        A, B = F.pad(A, (0, 8 - K % 8)), F.pad(B, (0, 8 - K % 8))
+    DA, DB = descriptors(A, B, bn)
+    gemm_kernel(DA, DB, C, (K + BK - 1) // BK, dtype, specialize, bn).launch(
+        grid=((M + BM - 1) // BM, (N + bn - 1) // bn, 1), block=(THREADS, 1, 1),
+        smem=smem_bytes(bn), stream=stream)
+
+
+def main() -> None:
+    import torch
+    torch.manual_seed(0)
+    for (M, N, K) in [(128, 256, 64), (100, 72, 200)]:
+        A = torch.randn(M, K, dtype=torch.bfloat16)
+        B = torch.randn(N, K, dtype=torch.bfloat16)
+        C = torch.zeros(M, N, dtype=torch.float32)
+        gemm(A, B, C)
+        torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()

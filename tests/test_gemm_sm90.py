@@ -1,0 +1,120 @@
+"""The warp-specialized TMA + mbarrier + wgmma GEMM of examples/gemm_sm90.py: its
+pipeline run on the CPU backend against torch (FLYDSL_DEBUG=1: a wait on a phase that
+has not completed raises), and the sm_90a PTX (instruction counts, ptxas -v clean)."""
+import importlib.util
+import pathlib
+import re
+
+import pytest
+import torch
+
+import flydsl
+from flydsl.compiler.toolchain import find_ptxas
+from flydsl.errors import DivergentBarrierError
+
+from conftest import requires_cuda
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
+CPU_BN = 32          # the CPU tests' tile N: compiling 128 accumulators a thread takes minutes
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("gemm_sm90",
+                                                  ROOT / "examples" / "gemm_sm90.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _operands(M, N, K, dtype, seed=0):
+    """Small integers: every product and sum is exact in f32, so C must equal torch's."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(-3, 4, (M, K), generator=g).to(dtype),
+            torch.randint(-3, 4, (N, K), generator=g).to(dtype))
+
+
+# M, N, K: one tile; ragged M, N and K with KT == STAGES; several row blocks with
+# KT = 9 (every stage's barriers go round three phases); K % 8 != 0 (padded on the host)
+SHAPES = [(128, 32, 64), (100, 30, 200), (300, 40, 520), (70, 33, 13)]
+
+
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_sm90_gemm_pipeline_matches_torch_on_the_cpu(monkeypatch, M, N, K):
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")     # stuck phases and races would raise
+    gemm = _example().gemm
+    A, B = _operands(M, N, K, torch.bfloat16)
+    C = torch.full((M, N), -1.0)
+    gemm(A, B, C, bn=CPU_BN)
+    assert torch.equal(C, A.float() @ B.float().T)
+
+
+def test_sm90_gemm_fp16_in_bf16_out_on_the_cpu(monkeypatch):
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    gemm = _example().gemm
+    A, B = _operands(90, 48, 136, torch.float16, seed=1)
+    C = torch.zeros(90, 48, dtype=torch.bfloat16)
+    gemm(A, B, C, bn=CPU_BN)
+    assert torch.equal(C, (A.float() @ B.float().T).to(torch.bfloat16))
+    with pytest.raises(TypeError, match="bf16 or fp16"):
+        gemm(A.float(), B.float(), C, bn=CPU_BN)
+
+
+def test_the_warp_specialized_schedule_is_a_located_error_on_the_cpu():
+    """What the CPU cannot run: each side waiting on its own barriers in its own branch
+    (the CPU's waits are block barriers); the default there is the one-schedule form."""
+    A, B = _operands(64, 32, 64, torch.bfloat16)
+    with pytest.raises(DivergentBarrierError, match="mbarrier_wait is a block barrier"):
+        _example().gemm(A, B, torch.zeros(64, 32), specialize=True, bn=CPU_BN)
+
+
+@needs_ptxas
+def test_sm90_gemm_ptx_is_warp_specialized_and_ptxas_clean():
+    ex = _example()
+    a = torch.zeros(4096, 4096, dtype=torch.bfloat16)
+    prog = flydsl.compile(ex.gemm, a, a, torch.zeros(4096, 4096), backend="cuda",
+                          arch="sm_90a")
+    ptx = prog.asm["ptx"]
+    # 4 wgmmas per K tile; LLVM peels the consumer loop's first tile (its release of
+    # tile kt - 1 is skipped) and unrolls the producer loop by two
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 ") == 8
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier"
+                     "::complete_tx::bytes") == 4
+    assert ptx.count("mbarrier.try_wait.parity.shared::cta.b64") == 5
+    assert ptx.count("setmaxnreg.dec.sync.aligned.u32 40;") == 1
+    assert ptx.count("setmaxnreg.inc.sync.aligned.u32 232;") == 1
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") >= 1
+    assert re.search(r"\.maxntid 384, 1, 1", ptx)      # registers at entry: setmaxnreg applies
+    meta = prog.kernels[0].metadata
+    assert meta.spill_bytes == 0 and meta.local_bytes == 0
+    assert meta.registers == 168                       # 65536 / 384, rounded down to 8
+    assert meta.dynamic_shared_bytes == ex.smem_bytes() == 4 * (128 + 256) * 64 * 2
+
+
+@needs_ptxas
+def test_sm90_gemm_ptxas_does_not_serialize_the_wgmmas(tmp_path):
+    """ptxas serializes wgmmas it cannot prove warpgroup-uniform (C7518) and ignores a
+    setmaxnreg without a register count at entry (C7508): neither happens here."""
+    import subprocess
+    ex = _example()
+    a = torch.zeros(512, 512, dtype=torch.float16)
+    ptx = flydsl.compile(ex.gemm, a, a, torch.zeros(512, 512, dtype=torch.bfloat16),
+                         backend="cuda", arch="sm_90a").asm["ptx"]
+    (tmp_path / "k.ptx").write_text(ptx)
+    out = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"),
+                          "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "C7518" not in out.stderr and "C7508" not in out.stderr, out.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in out.stderr
+
+
+@requires_cuda
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 520, 776)])
+def test_sm90_gemm_matches_torch_on_the_gpu(M, N, K):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (H100/H200)")
+    A = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+    B = torch.randn(N, K, dtype=torch.bfloat16, device="cuda")
+    C = torch.zeros(M, N, device="cuda")
+    _example().gemm(A, B, C)
+    torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-2 * K ** 0.5)
