@@ -7,7 +7,8 @@ float32 or bf16, any M, N, K, with TMA loads into 128-byte-swizzled shared memor
   warpgroups 1 and 2 the *consumers*, each owning 64 rows of the tile and issuing
   ``wgmma.m64n256k16`` (4 per K tile; 128 f32 accumulators per thread).
 * **Shared memory:** ``STAGES`` = 4 stages of A (128 x 64) and B (256 x 64), 48 KiB
-  each, 192 KiB of dynamic shared memory (``smem=``), each box written by TMA with the
+  each, in 192 KiB of dynamic shared memory (``smem=``; the 8 mbarriers after them, no
+  static shared arrays, so the stages are 1024-byte aligned), each box written by TMA with the
   128-byte swizzle, which is the layout a K-major ``wgmma`` operand descriptor reads:
   the boxes feed the tensor cores unchanged, no bank conflicts.
 * **Barriers:** per stage a *full* mbarrier (1 arrival: the producer's
@@ -80,10 +81,12 @@ def gemm_kernel(DA: fx.Tensor, DB: fx.Tensor, C: fx.Tensor, KT: fx.Int32,
     if specialize is None:
         specialize = fx.target().backend == "cuda"
 
-    full = fx.get_iter(fx.shared_array((STAGES,), fx.Int64))
-    empty = fx.get_iter(fx.shared_array((STAGES,), fx.Int64))
+    # all of it dynamic shared memory, no static arrays before it: the stages start at
+    # the block's shared base, aligned to the 1024 bytes of the 128-byte swizzle's repeat
     sA = fx.get_iter(fx.dynamic_shared_array(dtype))          # STAGES x (BM x BK)
     sB = sA + STAGES * BM * BK                                 # STAGES x (BN x BK)
+    full = fx.get_iter(fx.dynamic_shared_array(fx.Int64, STAGES * stage_bytes))
+    empty = full + STAGES
     if t == 0:
         for s in fx.range_constexpr(STAGES):
             fx.nvvm.mbarrier_init(full + s, 1)
@@ -174,8 +177,9 @@ def descriptors(A, B, bn: int = BN):
 
 
 def smem_bytes(bn: int = BN) -> int:
-    """Dynamic shared memory of the stages (192 KiB for the default tile)."""
-    return STAGES * (BM + bn) * BK * 2
+    """Dynamic shared memory: the stages (192 KiB for the default tile), then the
+    full and empty mbarriers."""
+    return STAGES * (BM + bn) * BK * 2 + 2 * STAGES * 8
 
 
 DTYPES = {"torch.bfloat16": fx.BFloat16, "torch.float16": fx.Float16}

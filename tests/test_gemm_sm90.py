@@ -88,7 +88,9 @@ def test_sm90_gemm_ptx_is_warp_specialized_and_ptxas_clean():
     meta = prog.kernels[0].metadata
     assert meta.spill_bytes == 0 and meta.local_bytes == 0
     assert meta.registers == 168                       # 65536 / 384, rounded down to 8
-    assert meta.dynamic_shared_bytes == ex.smem_bytes() == 4 * (128 + 256) * 64 * 2
+    # no static shared memory: the dynamic stages start at the block's (aligned) base
+    assert meta.shared_bytes == 0
+    assert meta.dynamic_shared_bytes == ex.smem_bytes() == 4 * (128 + 256) * 64 * 2 + 64
 
 
 @needs_ptxas
@@ -118,3 +120,13 @@ def test_sm90_gemm_matches_torch_on_the_gpu(M, N, K):
     C = torch.zeros(M, N, device="cuda")
     _example().gemm(A, B, C)
     torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-2 * K ** 0.5)
+
+
+def test_sm90a_has_the_mma_sync_atoms_of_sm90():
+    """An sm_90a kit compiles every case, the mma.sync GEMMs too: sm_90a is sm_90 plus
+    its arch-specific instructions."""
+    from flydsl.expr import mma_layouts
+    spec = mma_layouts.find_spec("mma_sync", 16, 8, 16, "f16", arch="sm_90a")
+    assert spec is mma_layouts.find_spec("mma_sync", 16, 8, 16, "f16", arch="sm_90")
+    with pytest.raises(LookupError, match="on sm_75"):
+        mma_layouts.find_spec("mma_sync", 16, 8, 16, "f16", arch="sm_75")

@@ -369,6 +369,8 @@ def find_spec(family: str, m: int, n: int, k: int, ab_dtype: str, acc_dtype: str
     the available shapes of the family when nothing matches.
     """
     fam = str(family).strip().lower()
+    if arch is not None and arch.startswith("sm_") and arch.endswith("a"):
+        arch = arch[:-1]       # sm_90a: sm_90 and its arch-specific features (wgmma)
     if fam not in _FAMILIES:
         raise LookupError(f"unknown matrix-instruction family {family!r}; "
                           f"known families: {', '.join(_FAMILIES)}")
