@@ -149,6 +149,29 @@ def test_first_calls_time_the_kernel_against_eager_and_keep_the_faster(monkeypat
     assert kernels.stats["launches"] - launches == int(won)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_trials_time_the_work_not_the_wait_where_one_thread_does_it(monkeypatch, threads):
+    """With torch and flydsl's launches on one host thread each, a trial times a call
+    by that thread's CPU time: a side that waits 20 ms for nothing (as a call
+    preempted on a loaded machine does) beats one that works 2 ms. With more
+    threads, CPU time is not a call's duration: the wall clock, and the waiting side
+    loses."""
+    from flydsl.torch import trials
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", str(threads))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+
+    def work():
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.002:
+            pass
+        return ("work",)
+
+    trial = trials.Trial()
+    while trial.verdict is None:
+        trial.run(work, lambda: time.sleep(0.02) or ("wait",))
+    assert trial.verdict is (threads == 1), trial.summary()
+
+
 def test_graph_trial_settles_its_groups_then_keeps_the_faster_graph():
     from flydsl.torch.trials import TRIALS, GraphTrial
     calls, verdicts, ready = [], [], [False]

@@ -8,6 +8,14 @@ timed calls each after an untimed first launch (which compiles and prepares),
 and the faster by its best call runs from then on: a kernel that loses to eager
 on this machine, with these shapes and threads, is not kept. Then the fused graph
 as a whole is timed against the ATen graph it came from (:class:`GraphTrial`).
+
+Where all of a call's work runs on the calling thread (``torch.get_num_threads()``
+and flydsl's CPU launches, ``cpu_workers()``, both 1) a call is timed by that
+thread's CPU time: on a machine shared with other work the wall clock also counts
+the time the thread waited for a core, which decided trials by the load rather
+than by the code (a fused FFN that won each of its groups' trials by 2-10x lost its
+graph's trial to one preempted call). Where launches or ATen ops use several
+threads, their CPU time is not their duration: the wall clock.
 """
 from __future__ import annotations
 
@@ -16,30 +24,48 @@ from typing import Callable, Optional
 
 #: Timed calls per side before the choice.
 TRIALS = 3
-#: The clock a trial times calls with (seconds); read at each call, so a test can make
-#: one side provably slower than the other instead of depending on real timings.
-clock: Callable[[], float] = time.perf_counter
+#: The clock every trial times calls with (seconds), read at each call, so that a test
+#: can make one side provably slower than the other instead of depending on real
+#: timings; None: each trial takes :func:`work_clock`'s at its first call.
+clock: Optional[Callable[[], float]] = None
+
+
+def work_clock() -> Callable[[], float]:
+    """The clock that measures a call's work here: the calling thread's CPU time
+    (``time.thread_time``) when torch and flydsl's CPU launches each use one host
+    thread, so all the work is on this thread and waiting for a core is not counted;
+    the wall clock (``time.perf_counter``) otherwise."""
+    import torch
+
+    from ..runtime.drivers.cpu import cpu_workers
+    if torch.get_num_threads() == 1 and cpu_workers() == 1:
+        return time.thread_time
+    return time.perf_counter
 
 
 class Trial:
     """The timed calls of one launch plan: ``run`` alternates the two sides until
     both have :data:`TRIALS`; then :attr:`verdict` says whether the kernel won."""
 
-    __slots__ = ("eager", "fused", "verdict")
+    __slots__ = ("eager", "fused", "verdict", "tick")
 
     def __init__(self) -> None:
         self.eager: list = []
         self.fused: list = []
         self.verdict: Optional[bool] = None    # None until decided; True: the kernel won
+        self.tick: Optional[Callable[[], float]] = None   # work_clock() of the first call
 
     def run(self, eager: Callable[[], tuple], fused: Callable[[], tuple]) -> tuple:
         """Run and time the side with fewer timed calls (eager first); decide once
         both have :data:`TRIALS`."""
         side, call = (self.eager, eager) if len(self.eager) <= len(self.fused) \
             else (self.fused, fused)
-        t0 = clock()
+        tick = clock
+        if tick is None:     # one clock for all of this trial's calls
+            tick = self.tick = self.tick or work_clock()
+        t0 = tick()
         out = call()
-        side.append(clock() - t0)
+        side.append(tick() - t0)
         if len(self.fused) >= TRIALS:
             self.verdict = min(self.fused) < min(self.eager)
         return out
@@ -93,4 +119,4 @@ def _shapes(args: tuple) -> tuple:
     return tuple(getattr(a, "shape", None) for a in args)
 
 
-__all__ = ["GraphTrial", "TRIALS", "Trial"]
+__all__ = ["GraphTrial", "TRIALS", "Trial", "work_clock"]
