@@ -46,25 +46,27 @@ def interleaved_per_call_us(fns: dict, n: int = 20000, rounds: int = 7) -> dict:
     return {name: best * 1e6 for name, (best, _) in stats.items()}
 
 
-def calls_per_run(fn: Callable[[], object], run_s: float) -> int:
-    """How many back-to-back calls of ``fn()`` last about ``run_s`` seconds (at least
-    one), from the fastest of a few timed calls (which also warm it up)."""
+def calls_per_run(fn: Callable[[], object], run_s: float,
+                  clock: Callable[[], float] = time.perf_counter) -> int:
+    """How many back-to-back calls of ``fn()`` last about ``run_s`` seconds of ``clock``
+    (at least one), from the fastest of a few timed calls (which also warm it up)."""
     one = float("inf")
     for _ in range(3):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        one = min(one, time.perf_counter() - t0)
+        one = min(one, clock() - t0)
         if one > run_s:
             break
     return max(1, int(run_s / max(one, 1e-9)))
 
 
 def interleaved_min_median(fns: dict, runs: int = 7, calls=1,
-                           warmup_calls: int = 1) -> dict:
+                           warmup_calls: int = 1,
+                           clock: Callable[[], float] = time.perf_counter) -> dict:
     """``{name: (min, median)}`` seconds per call of each ``fns[name]()`` over ``runs``
     timed runs of ``calls`` back-to-back calls (an int, or a dict by name), after
-    ``warmup_calls`` untimed calls. The runs of the variants alternate, so that a
-    phase of load on a shared machine hits all of them alike."""
+    ``warmup_calls`` untimed calls, timed with ``clock``. The runs of the variants
+    alternate, so that a phase of load on a shared machine hits all of them alike."""
     counts = calls if isinstance(calls, dict) else dict.fromkeys(fns, calls)
     for fn in fns.values():
         for _ in range(warmup_calls):
@@ -73,10 +75,10 @@ def interleaved_min_median(fns: dict, runs: int = 7, calls=1,
     for _ in range(runs):
         for name, fn in fns.items():
             n = counts[name]
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 fn()
-            times[name].append((time.perf_counter() - t0) / n)
+            times[name].append((clock() - t0) / n)
     return {name: (min(t), statistics.median(t)) for name, t in times.items()}
 
 

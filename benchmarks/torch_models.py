@@ -1,6 +1,7 @@
 """torch.compile(backend="flydsl") on small real models, against eager and inductor (CPU).
 
-    python benchmarks/torch_models.py [--quick] [--runs N] [--threads N] [--rows NAME,...]
+    python benchmarks/torch_models.py [--quick] [--runs N] [--run-s S] [--threads N]
+                                      [--clock wall|cpu] [--rows NAME,...]
 
 Rows (``--rows`` takes names, comma separated):
 
@@ -21,7 +22,11 @@ the steadiest comparison on a shared machine). Each model is checked
 against eager, then the three variants are timed with their runs interleaved
 (min and median of 7 runs, ``--runs``, or 3 with ``--quick``: on a noisy shared
 machine more runs steady the ratios; a run is as many back-to-back
-calls as last about 50 ms). ratio = flydsl time / other time: lower is better.
+calls as last about 50 ms, ``--run-s``). ratio = flydsl time / other time: lower
+is better. ``--clock cpu`` times the process's CPU time (``time.process_time``)
+instead of the wall clock: on a machine shared with other work it leaves out the
+time spent waiting for a core; with one thread it is the time the work took, with
+more it is the CPU time of all threads (busy-waiting included), not a duration.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import argparse
 import math
 import os
 import sys
+import time
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -230,7 +236,7 @@ def _check(got, want, what: str) -> None:
         torch.testing.assert_close(g, w, rtol=2e-4, atol=2e-5, msg=lambda m: f"{what}: {m}")
 
 
-def bench_row(name: str, runs: int, run_s: float) -> list:
+def bench_row(name: str, runs: int, run_s: float, clock=time.perf_counter) -> list:
     title, build = ROWS[name]
     run, (target, *inputs) = build()
     variants = {"eager": target}
@@ -241,8 +247,8 @@ def bench_row(name: str, runs: int, run_s: float) -> list:
     for backend in ("flydsl", "inductor"):
         _check(run(variants[backend], *inputs), want, f"{name} {backend}")
     fns = {k: (lambda f=f: run(f, *inputs)) for k, f in variants.items()}
-    calls = {k: calls_per_run(fn, run_s) for k, fn in fns.items()}
-    stats = interleaved_min_median(fns, runs=runs, calls=calls)
+    calls = {k: calls_per_run(fn, run_s, clock) for k, fn in fns.items()}
+    stats = interleaved_min_median(fns, runs=runs, calls=calls, clock=clock)
     (e, e_med), (f, f_med), (i, i_med) = stats["eager"], stats["flydsl"], stats["inductor"]
     ms = lambda s: f"{s * 1e3:.3f}"
     return [title, ms(e), ms(f), ms(i), ms(e_med), ms(f_med), ms(i_med),
@@ -253,7 +259,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 runs of ~10 ms (a smoke run)")
     ap.add_argument("--runs", type=int, default=7, help="interleaved runs per variant (default 7)")
+    ap.add_argument("--run-s", type=float, default=0.05,
+                    help="seconds per timed run (default 0.05)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall: time.perf_counter (default); cpu: time.process_time")
     ap.add_argument("--rows", default=",".join(ROWS), help="rows, comma separated")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -265,14 +275,18 @@ def main() -> None:
         sys.exit(f"--rows: unknown {', '.join(unknown)} (rows: {', '.join(ROWS)})")
     if args.runs < 1:
         sys.exit("--runs must be at least 1")
-    runs, run_s = (3, 0.01) if args.quick else (args.runs, 0.05)
+    if args.run_s <= 0:
+        sys.exit("--run-s must be positive")
+    runs, run_s = (3, 0.01) if args.quick else (args.runs, args.run_s)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     rows = []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(bench_row(name, runs, run_s))
+        rows.append(bench_row(name, runs, run_s, clock))
     print_table(
         f"torch.compile on CPU, ms per call ({torch.get_num_threads()} torch thread(s), "
-        f"min and median of {runs} interleaved runs{', quick' if args.quick else ''})",
+        f"{args.clock} clock, min and median of {runs} interleaved runs"
+        f"{', quick' if args.quick else ''})",
         ["model", "eager", "flydsl", "inductor", "eager med", "flydsl med", "inductor med",
          "fly/eager", "fly/eager med", "fly/ind", "fly/ind med"],
         rows, left=1,
