@@ -18,11 +18,11 @@ initial value is and the value yielded back is, assuming all uniform iter_args
 stay uniform (optimistic fixpoint).
 
 A load from shared memory at a uniform index is uniform too when no thread writes
-that buffer in the load's segment (between the barriers around it): every thread
-reads what the previous segments left. Kept at the block level, it runs once per
-block before the segment's thread loop, and what is computed from it (a row's mean,
-``rsqrt`` of its variance) stays a block value instead of being recomputed for
-every thread, or for every element of a block-level strided loop.
+that buffer in the load's segment before it (between the barrier before it and the
+load): every thread reads what the previous segments left. Kept at the block level,
+it runs once per block before the segment's thread loop, and what is computed from
+it (a row's mean, ``rsqrt`` of its variance) stays a block value instead of being
+recomputed for every thread, or for every element of a block-level strided loop.
 
 A synchronising ``scf.if`` with a per-thread condition (only legal when its
 synchronisation comes from warp collectives: shuffles, votes, warp barriers) is
@@ -45,6 +45,9 @@ _WRITE_TARGET = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0,
 _NO_WRITE = frozenset({"memref.load", "vector.load", "vector.maskedload", "vector.gather",
                        "vector.transfer_read", "memref.alloca", "scf.for", "scf.if",
                        "scf.while", "scf.yield", "scf.condition", "gpu.thread_id"})
+#: Marks a load of thread 0's element of a per-thread slot, made by simt-to-cpu for a
+#: loop bound or condition that depends on loaded values: a block-level value.
+BROADCAST_ATTR = "flydsl.block_broadcast"
 #: Ops whose result is a buffer of its own (what a view chain ends at).
 _BUFFER_OPS = frozenset({"memref.alloca", "memref.alloc", "memref.get_global"})
 
@@ -80,13 +83,15 @@ class Uniformity:
             if op in self.sync:
                 self._sync_op(op, U, H, spec)
             elif _hoistable(op, U, spec) or (
-                    not spec and self._uniform_shared_load(op, U, writes.get(op))):
+                    not spec and self._uniform_shared_load(op, U, writes.get(op))) or (
+                    BROADCAST_ATTR in op.attributes and all(v in U for v in op.operands)):
                 H.add(op)
                 U.update(op.results)
 
     def _uniform_shared_load(self, op, U, segment_writes) -> bool:
         """``op`` loads a shared buffer at a uniform index, and its segment does not
-        write that buffer (``segment_writes``: the buffers it writes, None: unknown)."""
+        write that buffer before it (``segment_writes``: the buffers written before it,
+        None: unknown)."""
         if op.name != "memref.load" or segment_writes is None:
             return False
         if not all(v in U for v in op.operands):
@@ -199,16 +204,19 @@ def _written_buffers(op):
 
 
 def _segment_writes(ops, sync) -> dict:
-    """Per op of a block level (not a sync op): the buffers written in its segment,
-    the ops between the sync ops around it (None when unknown)."""
-    result, members, written = {}, [], set()
-    for op in ops + [None]:
-        if op is None or op in sync or op.name in SYNC_OPS:
-            for m in members:
-                result[m] = written
-            members, written = [], set()
+    """Per op of a block level (not a sync op): the buffers written before it in its
+    segment (the ops between the sync op before it and itself; None when unknown).
+
+    A load no earlier op of its segment may write to reads, in every thread, what
+    the previous segments left: a write after it in program order is one the
+    thread's own load precedes, and another thread's write racing with it may land
+    after it (as a GPU's waves, which load before their stores, see it)."""
+    result, written = {}, set()
+    for op in ops:
+        if op in sync or op.name in SYNC_OPS:
+            written = set()
             continue
-        members.append(op)
+        result[op] = written
         if written is not None:
             w = _written_buffers(op)
             written = None if w is None else written | w

@@ -15,9 +15,9 @@ each block ``gpu.barrier`` of a kernel:
   thread-dependent*: a :class:`~flydsl.errors.DivergentBarrierError` at the
   barrier's line, on every backend;
 * one computed from loaded values may differ between threads or not: a
-  :class:`~flydsl.errors.DivergentBarrierWarning` on GPU backends. (The CPU
-  backend, which runs a block's threads as loops between barriers, rejects it
-  with the same explanation.)
+  :class:`~flydsl.errors.DivergentBarrierWarning`. (The CPU backend, which runs a
+  block's threads as loops between barriers, warns the same way for a ``for`` or an
+  ``if`` and runs it with thread 0's bounds or condition; a ``while`` it rejects.)
 """
 from __future__ import annotations
 

@@ -28,7 +28,10 @@ How a kernel body (a single block of structured ops) is lowered:
 3. Uniformity analysis (:mod:`._simt_uniformity`); a barrier under divergent
    control flow is a :class:`~flydsl.errors.DivergentBarrierError` (see
    :mod:`.barrier_divergence`), a warp collective there an
-   :class:`~flydsl.errors.UnsupportedConstructError`.
+   :class:`~flydsl.errors.UnsupportedConstructError`. Before that, the bounds of a
+   synchronising ``for`` (the condition of an ``if``) computed from loaded values
+   become thread 0's, read at the block level, with a
+   :class:`~flydsl.errors.DivergentBarrierWarning` as on GPUs.
    Per-thread strided loops (``for j in range(tid, n, BLOCK)``) become block-level
    loops with the thread loop inside, so it vectorizes (:mod:`._simt_lanes`).
 4. Per-thread iter_args / results of barrier-containing ``scf.for``/``scf.if``
@@ -54,13 +57,15 @@ How a kernel body (a single block of structured ops) is lowered:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
 import mlir.ir as ir
 from mlir.dialects import arith, func, memref, scf
 
-from flydsl.errors import DivergentBarrierError, UnsupportedConstructError
+from flydsl.errors import (DivergentBarrierError, DivergentBarrierWarning,
+                           UnsupportedConstructError)
 
 from ._simt_bounds import BoundsChecks
 from .barrier_divergence import DATA, THREAD, ThreadDependence, divergence, hazard_message
@@ -73,7 +78,7 @@ from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, la
 from ._simt_split import split_thread_loops
 from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
                        strip_memory_space)
-from ._simt_uniformity import Uniformity
+from ._simt_uniformity import BROADCAST_ATTR, Uniformity
 from .ir import ancestor_in_block, block_ops, defining_op, gpu_modules, op_of, terminator, walk
 
 _DIMS = ("x", "y", "z")
@@ -467,6 +472,7 @@ class _KernelLowering:
     # -- driver ----------------------------------------------------------
     def run(self) -> None:
         self._lower_id_ops()
+        self._broadcast_loaded_controls()
         self._check_divergence()
         self._rewrite_shuffles()
         SubgroupReduceLowering(self, _unsupported).run()   # votes, warp reductions, scans
@@ -499,6 +505,8 @@ class _KernelLowering:
         self._strip_memory_spaces()
         for op in walk(self.func, lambda o: LEVEL_ATTR in o.attributes):
             del op.attributes[LEVEL_ATTR]
+        for op in walk(self.func, lambda o: BROADCAST_ATTR in o.attributes):
+            del op.attributes[BROADCAST_ATTR]
 
     def _start_race_checks(self) -> None:
         """Shadows of the shared buffers and the epoch counter (:mod:`._simt_racecheck`)."""
@@ -603,6 +611,78 @@ class _KernelLowering:
             op.erase()
 
     # -- 3. divergence -----------------------------------------------------
+    def _broadcast_loaded_controls(self) -> None:
+        """Loops and ifs holding a barrier or warp collective whose bounds or condition
+        depend on loaded values (not on the thread id) follow thread 0's value.
+
+        On a GPU such control flow is correct only when every thread of the block
+        loads the same value (a row length, an expert's token count): the GPU
+        backends warn (:mod:`.barrier_divergence`) and so does this one. Here the
+        block's threads run as loops between barriers, so the value must be one
+        per block: each thread stores its value to a slot, a barrier ends the
+        segment, and the control op reads thread 0's element at the block level.
+        Outermost first, so an inner loop's bounds are broadcast inside an outer
+        loop that is already block-level.
+        """
+        deps = ThreadDependence()
+        done: set = set()
+        while True:
+            uni = self._analyze()
+            target = None
+            for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS):
+                chain, p = [], s.parent
+                while p != self.block_loop:
+                    chain.append(p)
+                    p = p.parent
+                for p in reversed(chain):           # outermost first
+                    if uni.uniform_control(p):
+                        continue
+                    if (p.name == "scf.if" and is_warp_collective(s)) or p in done \
+                            or p.name not in ("scf.for", "scf.if"):
+                        break       # predicated, or left to _check_divergence
+                    controls = list(p.operands)[:3] if p.name == "scf.for" else \
+                        [p.operands[0]]
+                    if max(deps.of(v) for v in controls) == DATA:
+                        target = (p, s)
+                    break
+                if target is not None:
+                    break
+            if target is None:
+                return
+            p, s = target
+            done.add(p)
+            self._warn_loaded_control(p, s, deps)
+            n = 3 if p.name == "scf.for" else 1
+            broadcast: dict = {}
+            for k in range(n):
+                v = p.operands[k]
+                if uni.is_uniform(v):
+                    continue
+                if v not in broadcast:
+                    broadcast[v] = self._block_value_of_thread0(v, p)
+                p.operands[k] = broadcast[v]
+
+    def _block_value_of_thread0(self, value, before) -> ir.Value:
+        """Thread 0's ``value``, read at the block level right before ``before``."""
+        slot = self.slot(value.type)
+        with ir.InsertionPoint(before), before.location:
+            self.store_slot(value, slot)
+            ir.Operation.create("gpu.barrier")
+            load = memref.LoadOp(slot, [self.const(0)])
+            load.attributes[BROADCAST_ATTR] = ir.UnitAttr.get()
+            if slot in self.byte_bools:
+                return arith.trunci(ir.IntegerType.get_signless(1), load.result)
+            return load.result
+
+    def _warn_loaded_control(self, control, sync, deps) -> None:
+        where = "a 'for' loop whose range" if control.name == "scf.for" else \
+            "an 'if' whose condition"
+        filename, lineno, _ = source_location(sync)
+        message = hazard_message(where, False)
+        warnings.warn_explicit(
+            f"in kernel {self.name!r}: {message}. On the CPU backend every thread follows "
+            "thread 0's value", DivergentBarrierWarning, filename or "<kernel>", lineno or 0)
+
     def _check_divergence(self) -> None:
         uni = self._analyze()
         deps = ThreadDependence()

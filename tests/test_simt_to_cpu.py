@@ -17,7 +17,7 @@ import mlir.ir as ir
 
 import gpu_modules
 from flydsl.compiler.mlir_compiler import MlirCompiler
-from flydsl.errors import UnsupportedConstructError
+from flydsl.errors import DivergentBarrierWarning, UnsupportedConstructError
 from flydsl.passes import simt_to_cpu
 
 
@@ -946,8 +946,6 @@ def test_divergent_barrier_line_through_compile():
 @pytest.mark.parametrize("src, kernel, where, words", [
     (WHILE_BARRIER, "spin", ("spin.py", 7), "barrier under a 'while' loop whose condition "
                                              "depends on loaded values"),
-    (LOADED_BOUND, "lb", ("lb.py", 5), "barrier under a 'for' loop whose range depends on "
-                                       "loaded values"),
     (DIVERGENT_SHUFFLE, "bad_shfl", ("shfl.py", 4),
      "divergent control flow is not supported on the CPU backend"),
 ])
@@ -959,6 +957,18 @@ def test_other_divergent_synchronisation_errors(src, kernel, where, words):
     assert info.value.kernel == kernel
     assert (info.value.filename, info.value.lineno) == where
     assert words in str(info.value)
+
+
+def test_a_barrier_loop_with_a_loaded_range_takes_thread_0s_range_with_a_warning():
+    with ir.Context():
+        m = ir.Module.parse(LOADED_BOUND)
+        with pytest.warns(DivergentBarrierWarning, match="thread 0's value") as record:
+            simt_to_cpu.run(m, None, None)
+        text = str(m)
+    assert (record[0].filename, record[0].lineno) == ("lb.py", 5)
+    assert "barrier under a 'for' loop whose range depends on loaded values" in \
+        str(record[0].message)
+    assert "gpu." not in text and "scf.for" in text
 
 
 # ---------------------------------------------------------------------------
