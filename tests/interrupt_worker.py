@@ -1,8 +1,9 @@
 """Child process for test_cpu_runtime.py: launch a kernel that never ends on its own,
 print "ready" first; the test sends SIGINT. Prints what happened after the interrupt.
 
-Usage: interrupt_worker.py BLOCKS [torch]   (torch: import it first, which loads
-libgomp, so that a parallel launch runs as an OpenMP team)
+Usage: interrupt_worker.py BLOCKS [torch|native]   (torch: import it first, which loads
+libgomp, so that a parallel launch runs as an OpenMP team; native: launch on a torch
+tensor, the interrupted launch taking the native warm launch of runtime.native_launch)
 """
 import signal
 import sys
@@ -35,22 +36,30 @@ def inc(x: fx.Tensor):
 
 def main() -> None:
     blocks = int(sys.argv[1])
-    if sys.argv[2:] == ["torch"]:
-        import torch  # noqa: F401
+    native = sys.argv[2:] == ["native"]
+    if sys.argv[2:] in (["torch"], ["native"]):
+        import torch
     from flydsl.runtime.drivers.openmp import TEAMS
     x = np.zeros(blocks * 64, np.float32)
+    n = 2**30
+    if native:
+        x = torch.zeros(blocks * 64)
+        n = 2**30 + 1                       # the facts of 3 (not divisible by 16): warm
     spin[1, 64](x, 3)                       # compiled, and ends at once
+    spin[1, 64](x, 3)
+    took = type(spin._last).__name__
     print("ready", flush=True)
     try:
-        spin[blocks, 64](x, 2**30)
+        spin[blocks, 64](x, n)
     except KeyboardInterrupt:
-        snapshot = x.copy()
+        snapshot = x.copy() if not native else x.clone()
         time.sleep(0.5)
-        still_writing = not np.array_equal(snapshot, x)
+        still_writing = not np.array_equal(np.asarray(snapshot), np.asarray(x))
         y = np.zeros(64, np.float32)
         inc[1, 64](y)                       # the next launch runs normally
         print(f"interrupted still_writing={still_writing} next_launch_ok={bool(y.all())} "
-              f"team={TEAMS.parallel is not None}", flush=True)
+              f"team={TEAMS.parallel is not None}"
+              + (f" native={took == 'NativeFastLaunch'}" if native else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ generated launch of another specialization seen before.
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import numpy as np
 
@@ -32,9 +33,13 @@ if _ENV_DATA is not None and os.environ.encodekey("X") == b"X":
     def env_token(_get=_ENV_DATA.get, _k=_ENV_BYTES) -> tuple:
         return (_get(_k[0]), _get(_k[1]), _get(_k[2]), _get(_k[3]), _get(_k[4]), _get(_k[5]),
                 _get(_k[6]), _get(_k[7]), _get(_k[8]))
+    #: ``(dict, keys)`` env_token reads (``dict.get`` of each key, in order), for the
+    #: native warm launch (runtime.native_launch); None where env_token reads otherwise.
+    ENV_SOURCE: Optional[tuple] = (_ENV_DATA, _ENV_BYTES)
 else:  # pragma: no cover - other platforms
     def env_token() -> tuple:
         return tuple(map(os.environ.get, ENV_KEYS))
+    ENV_SOURCE = None
 
 # the unrolled fast form must read every key (a key it skipped would let a warm launch
 # reuse code compiled for another setting)

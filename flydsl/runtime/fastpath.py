@@ -24,6 +24,11 @@ does the same work inline:
   guards read; none where at most one tensor is checked or none is written;
 * the launcher's ``submit``.
 
+Where :mod:`flydsl.runtime.native_launch` applies (the CPU driver's plain submit; torch
+CPU tensors, ints, floats, bools), the same guards, packing and submit run in C and
+the kernel's entry is called directly for a one-block grid; the generated Python
+function is then kept as the native launch's ``flydsl_python``.
+
 The generated source is kept on the function (``__flydsl_source__``) for debugging.
 """
 from __future__ import annotations
@@ -35,6 +40,7 @@ import numpy as np
 
 from ..errors import FlydslRuntimeError
 from .drivers import get_driver
+from .native_launch import native_fast_launch
 from .dispatch import arg_key, constexpr_token, env_token
 from .packing import BoundLaunch, numpy_data
 from .specialization import ALIGNMENT, DIVISIBILITY, WIDE_ELEMENTS, byte_range, overlap
@@ -287,6 +293,7 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     overlap the specialization depends on, and whether they overlapped.
     Which launch context it serves is decided by who looks it up (a kernel keys its
     warm launches by context, :mod:`flydsl.launch_context`), not by the launch.
+    The native twin of the function (runtime.native_launch) is returned where it applies.
     """
     w = _Writer()
     w.names.update(_ndarray=np.ndarray, _numpy_data=numpy_data, _env_token=env_token,
@@ -346,7 +353,13 @@ def build_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
     exec(compile(source, f"<flydsl fast launch of {name}>", "exec"), scope)  # noqa: S102
     fast = scope["fast"]
     fast.__flydsl_source__ = source
-    return fast
+    native = native_fast_launch(bound, nargs, env, constexprs, runtime, name, pairs)
+    if native is None:
+        return fast
+    native.__flydsl_source__ = ("# native (runtime/native_launch.c): the same guards and "
+                                "packing as this Python\n" + source)
+    native.flydsl_python = fast     # the Python twin (tests, benchmarks)
+    return native
 
 
 __all__ = ["build_fast_launch"]

@@ -155,7 +155,7 @@ class BoundLaunch:
     """
 
     __slots__ = ("layout", "offsets", "packers", "local", "new_buffer", "submit", "written",
-                 "fresh_buffer")
+                 "fresh_buffer", "native")
 
     def __init__(self, layout: Sequence, offsets: Sequence, packers: Sequence[Packer], local,
                  new_buffer: Callable[[], SlotTable], submit: Callable,
@@ -168,6 +168,10 @@ class BoundLaunch:
         #: Indices of the runtime parameters the kernel writes (their arguments must be
         #: writable; the warm path guards that).
         self.written: frozenset = frozenset()
+        #: ``(library, dims_at)`` where ``submit`` is the CPU driver's plain one: a
+        #: one-block launch is then a call of the library's packed entry with the
+        #: launch dims at slot ``dims_at`` (:mod:`flydsl.runtime.native_launch`).
+        self.native = None
 
     def __call__(self, args: Sequence, grid: tuple, block: tuple, smem: int, stream) -> None:
         try:

@@ -173,6 +173,13 @@ class ReloadableLibrary:
             self.call = state[1]
         return state
 
+    def entry(self) -> tuple:
+        """``(entry function, its address)``, loaded and counted as a launch: a caller
+        that calls the address itself keeps the function while it does (it keeps the
+        library mapped) and calls this again once ``call`` is no longer it."""
+        lib, fn, _ = self.acquire(used=True)
+        return fn, symbol_address(lib, self._entry)
+
     def _load(self) -> tuple:
         lib = load_shared_object(self._data, self.tag)
         fn = self._prototype(symbol_address(lib, self._entry))

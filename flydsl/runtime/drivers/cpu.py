@@ -492,8 +492,11 @@ class CpuLauncher:
             submit = flushing_stdout(submit)
         make_slots, nslots = self._slots, self.nslots
         if not self.debug_sites:
-            return BoundLaunch(self.layout, self.offsets, packers, self._local,
-                               lambda: make_slots(1)[0], submit, lambda: _Slots(nslots))
+            bound = BoundLaunch(self.layout, self.offsets, packers, self._local,
+                                lambda: make_slots(1)[0], submit, lambda: _Slots(nslots))
+            if not (self.profile_sites or printing):   # the plain submit: see BoundLaunch
+                bound.native = (library, d)
+            return bound
         sites, kernel, names = self.debug_sites, self.kernel_name, self.arg_names
 
         def submit_checked(slots, grid, block, smem, stream) -> None:

@@ -1,0 +1,208 @@
+"""The native warm launch (flydsl.runtime.native_launch): every guard of the generated
+Python warm launch still fires, in C, for torch CPU tensors and Python scalars; its
+packing launches what the Python one would; its fallbacks (no shim, multi-block
+grids, dynamic shared memory, an unloaded library, Ctrl-C) keep behaviour."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import LaunchError
+from flydsl.runtime import native_launch
+
+torch = pytest.importorskip("torch")
+HERE = os.path.dirname(os.path.abspath(__file__))
+G1, B4 = (1, 1, 1), (4, 1, 1)
+
+
+@flydsl.kernel
+def add(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+@flydsl.kernel
+def axpb(x: fx.Tensor, y: fx.Tensor, alpha: fx.Float32, beta, K: fx.Constexpr[int] = 0):
+    i = fx.thread_idx.x
+    if i < x.shape[0]:
+        y[i] = x[i] * alpha + beta + K
+
+
+def _native_or_skip():
+    if native_launch.load() is None:
+        pytest.skip(f"no native launch module here: {native_launch.problem()}")
+
+
+@pytest.fixture(params=["shim", "python-api"])
+def reader(request, monkeypatch):
+    """Tensors read through torch's C shim, or through its Python API from C."""
+    _native_or_skip()
+    if request.param == "shim":
+        if not native_launch.torch_shim(native_launch.load()):
+            pytest.skip("torch's C shim is not usable here")
+    else:
+        monkeypatch.setattr(native_launch, "_dtype_code", lambda module, sample: -1)
+    add.cache_clear()
+    axpb.cache_clear()
+    return request.param
+
+
+def primed():
+    a, b, c = torch.arange(4.0), torch.ones(4), torch.zeros(4)
+    add[1, 4](a, b, c, 4)
+    add[1, 4](a, b, c, 4)
+    fast = add._last
+    assert type(fast).__name__ == "NativeFastLaunch"
+    return fast, (a, b, c, 4)
+
+
+def both(fast, args, grid=G1, block=B4, smem=0):
+    """The native answer, checked against its Python twin's."""
+    native = fast(args, grid, block, smem, None)
+    assert fast.flydsl_python(args, grid, block, smem, None) is native
+    return native
+
+
+def test_native_launch_is_used_for_torch_cpu_tensors_and_writes_the_result(reader):
+    fast, (a, b, c, n) = primed()
+    assert add.warm_launch_source().startswith("# native")
+    a2, b2, c2 = torch.full((4,), 5.0), torch.full((4,), 2.0), torch.zeros(4)
+    assert fast((a2, b2, c2, 3), G1, B4, 0, None) is True
+    assert c2.tolist() == [7.0, 7.0, 7.0, 0.0]
+    add[1, 4](a, b, c2, 4)
+    assert c2.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_each_tensor_guard_fires_on_the_native_path(reader):
+    fast, (a, b, c, n) = primed()
+    x = torch.arange(8.0)
+    refused = {
+        "dtype": (a.double(), b, c, n),
+        "device": (torch.empty(4, device="meta"), b, c, n),
+        "rank": (a.reshape(2, 2), b, c, n),
+        "inner stride": (x[::2], b, c, n),
+        "alignment": (x[1:5], b, c, n),
+        "type (numpy)": (a.numpy(), b, c, n),
+        "type (subclass)": (torch.nn.Parameter(a), b, c, n),
+        "overlap (c is a)": (a, b, a, n),
+        "argument count": (a, b, c),
+    }
+    for what, args in refused.items():
+        assert both(fast, args) is False, what
+    with torch.inference_mode():
+        frozen = torch.zeros(4)
+    assert both(fast, (a, b, frozen, n)) is False            # not writable here
+    with torch.inference_mode():
+        assert both(fast, (a, b, frozen, n)) is True         # writable in inference mode
+    assert frozen.tolist() == [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(LaunchError, match="inference"):       # the cold path says why
+        add[1, 4](a, b, frozen, n)
+
+
+def test_each_scalar_and_env_guard_fires_on_the_native_path(reader, monkeypatch):
+    fast, (a, b, c, n) = primed()
+    for what, value in {"out of int32": 2 ** 31, "divisible by 16": 16,
+                        "numpy int": np.int32(4), "float": 4.0, "bool": True}.items():
+        assert both(fast, (a, b, c, value)) is False, what
+    assert both(fast, (a, b, c, -3)) is True                  # same facts: accepted
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "1")               # compiles differently
+    assert both(fast, (a, b, c, n)) is False
+    monkeypatch.delenv("FLYDSL_OPT_LEVEL")
+    assert both(fast, (a, b, c, n)) is True
+
+
+def test_a_tensor_that_is_not_strided_is_read_as_the_python_path_reads_it(reader):
+    """The shim answers for strided tensors only: a sparse one (torch.Tensor, float32,
+    on the CPU) is read through torch's Python API, with the Python path's answer."""
+    fast, (a, b, c, n) = primed()
+    assert both(fast, (a.to_sparse(), b, c, n)) is False
+
+
+def test_floats_constexprs_and_defaults_are_guarded_and_packed(reader):
+    x, y = torch.arange(4.0), torch.zeros(4)
+    axpb[1, 4](x, y, 2.0, 1)
+    axpb[1, 4](x, y, 2.0, 1)
+    fast = axpb._last
+    assert type(fast).__name__ == "NativeFastLaunch"
+    assert fast((x, y, 0.5, 3), G1, B4, 0, None) is True      # K omitted: its default
+    assert y.tolist() == [3.0, 3.5, 4.0, 4.5]
+    assert both(fast, (x, y, 0.5, 3, 0)) is False             # K given: 5 arguments
+    assert both(fast, (x, y, 1, 3)) is False                  # int for the float
+    with pytest.raises(OverflowError):                        # as struct.pack("<f") says
+        fast((x, y, 1e40, 3), G1, B4, 0, None)
+    with pytest.raises(OverflowError):
+        fast.flydsl_python((x, y, 1e40, 3), G1, B4, 0, None)
+    axpb[1, 4](x, y, 2.0, 1, 7)
+    axpb[1, 4](x, y, 2.0, 1, 7)
+    fast7 = axpb._last
+    assert both(fast7, (x, y, 2.0, 1, 7)) is True and y.tolist() == [8.0, 10.0, 12.0, 14.0]
+    assert both(fast7, (x, y, 2.0, 1, 6)) is False            # another constexpr value
+    assert both(fast7, (x, y, 2.0, 1, True)) is False         # True == 1, not the same type
+
+
+def test_multi_block_grids_and_dynamic_shared_memory_go_through_the_python_submit(reader):
+    fast, (a, b, c, n) = primed()
+    big_a, big_b, big_c = torch.arange(600.0), torch.ones(600), torch.zeros(600)
+    assert fast((big_a, big_b, big_c, 600), (3, 1, 1), (256, 1, 1), 0, None) is True
+    assert torch.equal(big_c, big_a + 1)
+    c.zero_()
+    assert fast((a, b, c, n), G1, B4, 64, None) is True
+    assert c.tolist() == [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(LaunchError):                          # more than the CPU's limit
+        fast((a, b, c, n), G1, B4, 1 << 30, None)
+
+
+def test_an_unloaded_or_idle_library_is_loaded_again_before_the_call(reader):
+    fast, (a, b, c, n) = primed()
+    library = next(iter(add._compiled.values())).launcher.library
+    loads = library.loads
+    library._unload()                                          # as the sweep would
+    c.zero_()
+    assert fast((a, b, c, n), G1, B4, 0, None) is True
+    assert c.tolist() == [1.0, 2.0, 3.0, 4.0] and library.loads == loads + 1
+    library.call = library._probe                              # the sweep's second chance
+    assert fast((a, b, c, n), G1, B4, 0, None) is True
+    assert library.call is library.acquire()[1]                # counted as used again
+
+
+def test_disabled_native_launches_generate_the_python_one(monkeypatch):
+    monkeypatch.setenv("FLYDSL_NATIVE_LAUNCH", "0")
+    add.cache_clear()
+    a, b, c = torch.arange(4.0), torch.ones(4), torch.zeros(4)
+    add[1, 4](a, b, c, 4)
+    assert type(add._last).__name__ == "function" and c.tolist() == [1.0, 2.0, 3.0, 4.0]
+    add.cache_clear()
+
+
+def test_numpy_arguments_keep_the_python_warm_launch():
+    add.cache_clear()
+    a, b, c = np.arange(4, dtype=np.float32), np.ones(4, np.float32), np.zeros(4, np.float32)
+    add[1, 4](a, b, c, 4)
+    assert type(add._last).__name__ == "function"
+
+
+def test_ctrl_c_stops_a_native_one_block_launch(tmp_path):
+    """The kernel's entry is called from C: its interrupt flag still raises
+    KeyboardInterrupt, and the next launch runs."""
+    _native_or_skip()
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "interrupt_worker.py"), "1",
+                             "native"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out.strip() == ("interrupted still_writing=False next_launch_ok=True "
+                           "team=True native=True")   # torch loaded libgomp
