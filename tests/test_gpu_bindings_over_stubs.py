@@ -54,7 +54,7 @@ def test_real_cuda_python_over_a_stub_driver(tmp_path, ndev):
     out = run_over_stub(tmp_path, cuda.bindings, build_stub_libcuda, "cuda_child.py", "cuda",
                         str(ndev))
     pa, pb, pc = out["ptrs"]
-    assert out["count"] == ndev and out["arch"] == "sm_90" and out["current"] == 0
+    assert out["count"] == ndev and out["arch"] == "sm_90a" and out["current"] == 0
     assert out["params"][:15] == [pa, pa, 0, 50, 1, pb, pb, 0, 50, 1, pc, pc, 0, 50, 1]
     assert out["params"][15] & 0xFFFFFFFF == u64(-9) & 0xFFFFFFFF   # the i32 the driver reads
     assert out["dims"] == [2, 1, 1, 32, 1, 1, 64 * 1024]

@@ -27,7 +27,7 @@ def build(arch: str, out: str) -> dict:
     started = time.perf_counter()
     rows = []
     with flydsl.capture(os.path.join(out, BUNDLE_NAME), overwrite=True) as captured:
-        for case in all_cases():
+        for case in all_cases(arch):
             prog = flydsl.compile(case.function(), *case.make(HostArrays()), backend="cuda",
                                   arch=arch)
             rows.append({"case": case.name, "kernels": [k.kernel_name for k in prog.kernels],

@@ -1,7 +1,8 @@
 """The kernels the kit carries: the examples the GPU benchmarks and GPU tests run
 (vector add, row softmax, layernorm, the tiled matmul in fp32 and fp16, the
-layout-model GEMM, the 3-stage cp.async GEMM and 128-bit vector add, the atomic block
-sum and warp-shuffle sums), each with its inputs, its torch reference and its work.
+layout-model GEMM, the 3-stage cp.async GEMM, the warp-specialized TMA + wgmma GEMM
+(sm_90a kits only) and 128-bit vector add, the atomic block sum and warp-shuffle sums),
+each with its inputs, its torch reference and its work.
 
 ``build`` and ``run`` read the same list, so the kernels compiled are those launched.
 Inputs come from an *arrays* object (:class:`HostArrays` at build time, torch on the
@@ -17,9 +18,13 @@ import numpy as np
 
 
 class HostArrays:
-    """Host stand-ins (build side): uninitialized numpy arrays of the real shapes."""
+    """Host stand-ins (build side): uninitialized numpy arrays of the real shapes
+    (torch CPU tensors for bfloat16, which numpy lacks)."""
 
     def randn(self, shape, dtype="float32"):
+        if dtype == "bfloat16":
+            import torch
+            return torch.empty(shape, dtype=torch.bfloat16)
         return np.empty(shape, dtype)
 
     empty = randn
@@ -42,6 +47,8 @@ class Case:
     rtol: float = 1e-5
     atol: float = 1e-5
     triton: Optional[str] = None      # name in .triton_kernels, if any
+    archs: tuple = ()                 # the kit archs that carry it (empty: every one)
+    gpu_only: bool = False            # its host code needs torch CUDA tensors (no stub run)
 
     def function(self):
         """The flydsl function to launch (examples/ must be on sys.path)."""
@@ -120,14 +127,30 @@ def _warp_sums(rows: int) -> Case:
                 4.0 * rows * 33, "GB/s", 1e-5, 1e-5)
 
 
-def all_cases() -> list:
-    """Every case, in the order the run reports them."""
-    return [_vadd(1 << 24), _vadd(1 << 20), _softmax(4096, 4096), _layernorm(4096, 4096),
-            _matmul(2048, "float32"), _matmul(2048, "float16"), _layout_gemm(4096),
-            _layout_gemm(4096, "gemm_cp_async",
-                         "cp.async GEMM f16->f32 {n}^3 (3 stages, ldmatrix, mma.sync)"),
-            _vadd_2d(8192, 8192), _block_sum(100_000), _block_sum(1 << 24),
-            _warp_sums(1 << 18)]
+def _sm90_gemm(n: int) -> Case:
+    """examples/gemm_sm90.py: TMA + mbarrier 4-stage pipeline + wgmma, warp-specialized
+    (sm_90a only), bf16 in, f32 out, against torch.matmul in bf16."""
+    return Case(f"TMA+wgmma GEMM bf16->f32 {n}^3 (sm_90a, warp-specialized, 4 stages)",
+                "gemm_sm90", "gemm",
+                lambda t: (t.randn((n, n), "bfloat16"), t.randn((n, n), "bfloat16"),
+                           t.empty((n, n), "float32")), 2,
+                lambda torch, a: a[0].float() @ a[1].float().T,
+                lambda torch, a: lambda: torch.matmul(a[0], a[1].T),
+                2.0 * n ** 3, "TFLOP/s", 1e-2, 2e-2 * n ** 0.5, archs=("sm_90a",),
+                gpu_only=True)
+
+
+def all_cases(arch: Optional[str] = None) -> list:
+    """Every case the kit for ``arch`` carries (None: every case), in the order the run
+    reports them."""
+    cases = [_vadd(1 << 24), _vadd(1 << 20), _softmax(4096, 4096), _layernorm(4096, 4096),
+             _matmul(2048, "float32"), _matmul(2048, "float16"), _layout_gemm(4096),
+             _layout_gemm(4096, "gemm_cp_async",
+                          "cp.async GEMM f16->f32 {n}^3 (3 stages, ldmatrix, mma.sync)"),
+             _sm90_gemm(4096),
+             _vadd_2d(8192, 8192), _block_sum(100_000), _block_sum(1 << 24),
+             _warp_sums(1 << 18)]
+    return [c for c in cases if arch is None or not c.archs or arch in c.archs]
 
 
 #: Folders under the kit's examples/ that hold the cases' modules.

@@ -96,7 +96,10 @@ class CudaDriver(GpuDriver):
     def device_arch(self, index: int) -> str:
         major = self._attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", index)
         minor = self._attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR", index)
-        return f"sm_{major}{minor}"
+        # compute capability 9.0 (H100/H200) runs sm_90a code: sm_90 plus the
+        # arch-specific wgmma/setmaxnreg, which Hopper kernels need (Triton compiles
+        # for it too); an sm_90a binary runs on 9.0 devices only, which this one is
+        return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
     def max_shared_per_block(self, index: int) -> int:
         return self._attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", index)
