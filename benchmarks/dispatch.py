@@ -13,6 +13,17 @@
    views ``k(x[1::2], b, x[0::2])``, whose check compares elements, not hulls.
 
     python benchmarks/dispatch.py --overlap-only     # section 3 alone
+
+4. Warm launch against torch: a 1-element ``vadd_kernel[1, 256](a, b, c, n)`` on torch
+   CPU tensors vs ``a + b`` in the same process, interleaved, min and median (about
+   0.5 s per row), with torch's default threads and with one; then where the time of
+   that launch goes, piece by piece: the Python layers of ``k[grid, block](...)``, the
+   native warm launch (runtime/native_launch.c: guards, packing, the entry call), the
+   kernel's entry alone, and what the generated Python warm launch (its twin, the warm
+   path before the native one) spends reading torch tensors.
+
+    python benchmarks/dispatch.py --warm-only        # section 4 alone
+    PYTHONPATH=<old checkout> python benchmarks/dispatch.py --warm-only   # old code
 """
 from __future__ import annotations
 
@@ -22,7 +33,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import statistics
 import textwrap
+import time
 
 import numpy as np
 
@@ -31,7 +44,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 os.environ.setdefault("FLYDSL_COMPILE_BACKEND", "cpu")
 
-from common import interleaved_min_median, per_call_us, print_table  # noqa: E402
+from common import (calls_per_run, interleaved_min_median, per_call_us,  # noqa: E402
+                    print_table)
 
 FIRST_CALL = textwrap.dedent('''
     import json, sys, time
@@ -65,6 +79,9 @@ def main() -> None:
     a = np.ones(1, np.float32)
     b = np.ones(1, np.float32)
     c = np.zeros(1, np.float32)
+    if "--warm-only" in sys.argv[1:]:
+        warm_launch_vs_torch()
+        return
     if "--overlap-only" in sys.argv[1:]:
         add3[1, 1](a, b, c)
         overlap_check_rows(add3, a, b, c)
@@ -153,6 +170,109 @@ def main() -> None:
     print_table("per-launch host overhead, in-memory hit (CPU backend, 1 block x 1 thread)",
                 ["launch", "us/call", "vs packed ctypes", "vs per-call table"], rows)
     overlap_check_rows(add3, a, b, c)
+    warm_launch_vs_torch()
+
+
+def _timed(fns: dict, run_s: float = 0.05, runs: int = 10,
+           clock=time.perf_counter_ns) -> dict:
+    """``{name: (min, median)}`` ns per call by ``clock``, interleaved: ``runs`` runs of
+    about ``run_s`` seconds each per variant (``runs * run_s`` seconds in all per row).
+    ``time.thread_time_ns`` counts this thread's CPU time only: on a loaded machine
+    it leaves out the time other processes took the core (not their cache misses)."""
+    calls = {name: calls_per_run(fn, run_s) for name, fn in fns.items()}
+    for fn in fns.values():
+        for _ in range(200):
+            fn()
+    times: dict = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            count = calls[name]
+            t0 = clock()
+            for _ in range(count):
+                fn()
+            times[name].append((clock() - t0) / count)
+    return {name: (min(t), statistics.median(t)) for name, t in times.items()}
+
+
+def warm_launch_vs_torch() -> None:
+    """Section 4 (see the module docstring)."""
+    try:
+        import torch
+    except ImportError:
+        print("\n(warm launch vs torch: torch is not installed)")
+        return
+    from vector_add import vadd_kernel
+    a, b, c, n = torch.ones(1), torch.ones(1), torch.zeros(1), 1
+    launch = vadd_kernel[1, 256]
+    launch(a, b, c, n)
+    launch(a, b, c, n)
+    threads = torch.get_num_threads()
+    rows = []
+    for count in (threads, 1):
+        torch.set_num_threads(count)
+        for clock in (time.perf_counter_ns, time.thread_time_ns):
+            stats = _timed({"torch a + b": lambda: a + b,
+                            "vadd_kernel[1, 256](a, b, c, n)": lambda: launch(a, b, c, n)},
+                           clock=clock)
+            (t_lo, t_med), (k_lo, k_med) = stats.values()
+            rows.append([f"{count}", "wall" if clock is time.perf_counter_ns else "thread CPU",
+                         f"{t_lo:.0f} / {t_med:.0f}", f"{k_lo:.0f} / {k_med:.0f}",
+                         f"{k_lo / t_lo:.2f} / {k_med / t_med:.2f}"])
+    torch.set_num_threads(threads)
+    print_table("warm launch of a 1-element vadd on torch CPU tensors vs torch's a + b "
+                "(ns per call, min / median, interleaved, ~0.5 s per row)",
+                ["torch threads", "clock", "torch a + b", "vadd_kernel[1, 256]", "ratio"], rows)
+    warm_launch_breakdown(launch, vadd_kernel, (a, b, c, n))
+
+
+def warm_launch_breakdown(launch, kernel, args: tuple) -> None:
+    """Where the time of one warm launch ``launch(*args)`` goes (ns per call)."""
+    fast = kernel._last
+    python = getattr(fast, "flydsl_python", None)
+    grid, block = (1, 1, 1), (256, 1, 1)
+    compiled = next(iter(kernel._compiled.values()))
+    bound = fast.flydsl_bound
+    slots = bound.new_buffer()
+    for pack, arg in zip(bound.packers, args):
+        pack(slots.values, arg)
+    d = compiled.launcher.dims_at
+    slots.values[d:d + 9] = (*grid, *block, 0, 1, 0)
+    call, table = compiled.launcher.library.call, slots.table_ptr
+    t = args[0]
+    pieces = {
+        "k[1, 256](a, b, c, n): the whole warm launch": lambda: launch(*args),
+        "  its warm launch: fast(args, grid, block, 0, None)":
+            lambda: fast(args, grid, block, 0, None),
+        "  the kernel's entry alone (ctypes, prebuilt table)": lambda: call(table),
+        "an empty Python call (the timing loop's own cost)": lambda: None,
+    }
+    if python is not None:
+        pieces["the generated Python warm launch (the old path)"] = \
+            lambda: python(args, grid, block, 0, None)
+    reads = {"t.dtype": lambda: t.dtype, "t.is_cpu": lambda: t.is_cpu,
+             "t.stride()": lambda: t.stride(), "t.shape": lambda: t.shape,
+             "t.data_ptr()": lambda: t.data_ptr()}
+    stats = _timed({**pieces, **reads}, run_s=0.02, clock=time.thread_time_ns)
+    names = list(pieces)
+    empty, whole, alone = stats[names[3]][0], stats[names[0]][0], stats[names[1]][0]
+    rows = [[name, f"{lo:.0f}", f"{med:.0f}"] for name, (lo, med) in stats.items()
+            if name in pieces]
+    rows.insert(2, ["  the Python layers of k[...](...) (whole - warm launch)",
+                    f"{whole - alone:.0f}", ""])
+    per_tensor = sum(stats[name][0] - empty for name in reads)
+    rows.append(["torch reads of one tensor from Python (the old path reads 3)",
+                 f"{per_tensor:.0f}", ""])
+    native = type(fast).__name__ == "NativeFastLaunch"
+    print_table("where a warm launch of vadd_kernel[1, 256] on three 1-element torch tensors "
+                f"goes (thread CPU ns per call; warm launch: "
+                f"{'native' if native else 'generated Python'})",
+                ["piece", "min ns", "median ns"], rows, left=1,
+                footer=["The native warm launch reads each tensor's facts through torch's C "
+                        "shim (no Python objects made),",
+                        "packs them on the C stack and calls the kernel's entry for a "
+                        "one-block grid; the old path read them",
+                        "through torch's Python API (the last row, per tensor) and called "
+                        "the entry through ctypes."])
 
 
 def overlap_check_rows(add3, a, b, c) -> None:
