@@ -113,6 +113,10 @@ class DSLNameError(DSLError, NameError):
     """An undefined name inside a kernel."""
 
 
+class DSLAttributeError(DSLTypeError, AttributeError):
+    """A missing attribute inside a kernel (``except AttributeError`` in a kernel catches it)."""
+
+
 class UnsupportedConstructError(DSLError):
     """A Python construct flydsl cannot trace."""
 

@@ -228,3 +228,95 @@ def test_scf_ifexp_dispatch_carries_a_tuple():
     ifexp[1, 4](x, y)
     np.testing.assert_allclose(y, np.abs(x - 1.0))
     assert ReplaceIfWithDispatch.scf_ifexp_dispatch(0, lambda: "a", lambda: "b") == "b"
+
+
+# -- trace-time statements FlyDSL's helpers use: try/except/finally, raise, obj.attr = v --
+class _Box:
+    pass
+
+
+def _offset_or_zero(t, k):
+    """Probes an API as moe's layout helpers do: the handler sees the trace-time error."""
+    try:
+        base = t.no_such_attribute
+    except AttributeError as e:
+        assert "no_such_attribute" in str(e)
+        base = 0
+    else:
+        base = base + 1000
+    finally:
+        k = k + 1
+    return base + k
+
+
+def _swallowed(v):
+    try:
+        v = v.no_such_attribute
+    finally:
+        return v * 2.0     # noqa: B012 - `return` in `finally` drops the error, as in Python
+
+
+def _checked_width(w):
+    if w not in (1, 2, 4):
+        raise ValueError(f"width {w} is not 1, 2 or 4")
+    return w
+
+
+@flydsl.kernel
+def trace_time_statements(x: fx.Tensor, y: fx.Tensor, w: fx.Constexpr[int]):
+    i = fx.thread_idx.x
+    box = _Box()
+    box.scale = x[i] * float(_checked_width(w))
+    if x[i] > 0.0:
+        box.bias = 1.0          # an object made before the runtime if, set inside it
+    y[i] = _offset_or_zero(x, i) + _swallowed(box.scale)
+
+
+def test_try_except_else_finally_raise_and_attribute_assignment():
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    y = np.zeros_like(x)
+    trace_time_statements[1, 3](x, y, 2)
+    np.testing.assert_allclose(y, np.arange(3) + 1 + 4 * x)
+    with pytest.raises(DSLError, match=r"(?s)width 3 is not 1, 2 or 4.*raise ValueError"):
+        trace_time_statements[1, 3](x, y, 3)
+
+
+@flydsl.kernel
+def raise_at_run_time(x: fx.Tensor):
+    if x[0] > 0.0:
+        raise ValueError("positive")
+
+
+@flydsl.kernel
+def uncaught_in_try(x: fx.Tensor):
+    try:
+        x[0] = x.no_such_attribute
+    except KeyError:
+        pass
+    finally:
+        x[1] = 1.0
+
+
+def test_raise_under_a_runtime_condition_and_uncaught_errors_are_located():
+    x = np.zeros(2, np.float32)
+    with pytest.raises(UnsupportedConstructError, match="`raise` inside a runtime `if`"):
+        raise_at_run_time[1, 1](x)
+    with pytest.raises(DSLError, match=r"(?s)uncaught_in_try.*no_such_attribute.*"
+                                       r"x\[0\] = x.no_such_attribute"):
+        uncaught_in_try[1, 1](x)
+
+
+@flydsl.kernel
+def handled_in_branch(x: fx.Tensor):
+    i = fx.thread_idx.x
+    try:
+        if x[i] > 0.0:
+            x[i] = x.no_such_attribute
+    except AttributeError:
+        x[i] = x[i] - 10.0
+
+
+def test_an_error_handled_inside_a_runtime_if_leaves_no_half_built_op():
+    x = np.array([1.0, -1.0], np.float32)
+    handled_in_branch[1, 2](x)
+    np.testing.assert_allclose(x, [-9.0, -11.0])

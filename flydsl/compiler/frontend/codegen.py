@@ -18,8 +18,8 @@ from typing import Any, Iterator, Optional
 
 import mlir.ir as ir
 
-from ...errors import (CompileTimeValueRequired, DSLError, DSLNameError, DSLTypeError,
-                       UnsupportedConstructError, close_matches)
+from ...errors import (CompileTimeValueRequired, DSLAttributeError, DSLError, DSLNameError,
+                       DSLTypeError, UnsupportedConstructError, close_matches)
 from ...expr import dtypes as dt
 from ..dependencies import (MISSING, NotFound, Path, closure_vars, constant_index, lookup_name,
                             runs_user_code)
@@ -254,6 +254,12 @@ class Codegen(ControlFlow):
             self.deps.consume(base, index, value)
             self.check_mutation(base, "item assignment", target)
             base[index] = value
+        elif isinstance(target, ast.Attribute) and not isinstance(
+                base := self.eval_node(target.value), (Value, TensorValue)):
+            # FlyDSL's kernels set fields of trace-time objects (a shared-storage struct's
+            # `lds.buf = lds.buf.peek()`): done while tracing, as Python does
+            self.deps.consume(base, value)
+            setattr(base, target.attr, value)
         else:
             what = {"Attribute": "an attribute (`obj.name = ...`)",
                     "Starred": "a starred name"}.get(type(target).__name__,
@@ -361,7 +367,7 @@ class Codegen(ControlFlow):
                                  f"{owner}." if owner else "")
             what = owner if owner and isinstance(base, types.ModuleType) else describe(base)
             raise self.error(node, f"{what} has no attribute {name!r}{hint}",
-                             DSLTypeError) from None
+                             DSLAttributeError) from None
         path = self.deps.child(base, ("A" if default is MISSING else "H", name))
         if path is not None:
             if runs_user_code(base, name):

@@ -139,6 +139,106 @@ class ControlFlow:
         self._dynamic_if(node, cond, node.body, node.orelse)
         return None
 
+    def stmt_Try(self, node: ast.Try) -> bool:
+        """``try``/``except``/``else``/``finally`` while tracing, as Python runs it: a
+        kernel has no runtime exceptions, so the handlers see the exceptions tracing
+        raises (FlyDSL's helpers use ``try`` to probe an API, e.g. ``fx.get_iter(p)`` on
+        a pointer). Ops traced before an exception stay emitted, as in FlyDSL. A handler
+        matches an exception or, for one tracing reported at its line (a ``DSLError``),
+        the exception reported."""
+        for part in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+            for stmt in part:
+                nested = [n for n in ast.walk(stmt) if isinstance(n, ast.Return)]
+                if nested and not isinstance(stmt, ast.Return):
+                    raise self.error(nested[0], "`return` nested in an `if` or loop inside "
+                                                "`try` is not supported in flydsl kernels; "
+                                                "return after the `try`",
+                                     UnsupportedConstructError)
+        pending: Optional[BaseException] = None
+        ended = body_ok = False
+        try:
+            ended = self.visit_block(node.body)
+            body_ok = True
+        except LoopControl as lc:
+            pending = lc
+        except Exception as e:  # noqa: BLE001 - the user's handlers decide
+            handler, caught = self._handler_for(node, e)
+            if handler is None:
+                pending = e
+            else:
+                try:
+                    ended = self._run_handler(handler, caught)
+                except Exception as again:  # noqa: BLE001 - re-raised after `finally`
+                    pending = again
+        if body_ok and not ended and node.orelse:
+            try:
+                ended = self.visit_block(node.orelse)
+            except Exception as e:  # noqa: BLE001 - re-raised after `finally`
+                pending = e
+        if node.finalbody and self.visit_block(node.finalbody):
+            return True     # `return` in `finally` wins over an exception, as in Python
+        if pending is not None:
+            raise pending
+        return ended
+
+    def _handler_for(self, node: ast.Try, e: Exception) -> tuple:
+        """The first ``except`` clause of ``node`` matching ``e`` (or the exception a
+        located DSLError reports), and the exception it catches; (None, None) if none."""
+        candidates = [e]
+        if isinstance(e, DSLError) and e.__cause__ is not None:
+            candidates.append(e.__cause__)
+        for handler in node.handlers:
+            if handler.type is None:
+                return handler, e
+            types = self.eval_node(handler.type)
+            try:
+                found = next((c for c in candidates if isinstance(c, types)), None)
+            except TypeError:
+                raise self.error(handler.type, "`except` needs an exception class or a tuple "
+                                               "of them", DSLTypeError) from None
+            if found is not None:
+                return handler, found
+        return None, None
+
+    def _run_handler(self, handler: ast.ExceptHandler, caught: BaseException) -> bool:
+        handling = self.__dict__.setdefault("_handling", [])
+        handling.append(caught)
+        if handler.name is not None:
+            self.scope[handler.name] = caught
+        try:
+            return self.visit_block(handler.body)
+        finally:
+            handling.pop()
+            if handler.name is not None:
+                self.scope.pop(handler.name, None)   # Python unbinds it after the handler
+
+    def stmt_Raise(self, node: ast.Raise) -> None:
+        """``raise`` while tracing: a compile-time error (FlyDSL's helpers raise on
+        unsupported configurations), or, bare in an ``except`` clause, the exception it
+        handles. Under a runtime condition it would raise whatever the condition is at
+        run time, so it is refused there."""
+        if self.trace.runtime_depth:
+            raise self.error(node, "`raise` inside a runtime `if` or loop would raise while "
+                                   "tracing whatever the condition is at run time; raise "
+                                   "under a compile-time condition (fx.const_expr)",
+                             UnsupportedConstructError)
+        if node.exc is None:
+            handling = self.__dict__.get("_handling")
+            if not handling:
+                raise self.error(node, "bare `raise` outside an `except` clause",
+                                 UnsupportedConstructError)
+            raise handling[-1]
+        exc = self.eval_node(node.exc)
+        cause = self.eval_node(node.cause) if node.cause is not None else None
+        if isinstance(exc, type) and issubclass(exc, BaseException):
+            exc = exc()
+        if not isinstance(exc, BaseException):
+            raise self.error(node, f"`raise` needs an exception, got {type(exc).__name__}",
+                             DSLTypeError)
+        if node.cause is not None:
+            raise exc from cause
+        raise exc
+
     def stmt_Break(self, node) -> None:
         raise LoopControl("break", node)
 
@@ -749,8 +849,13 @@ def structured_if(cond, then_branch, else_branch, names, pair_of, mismatch) -> d
     """
     cond = V.cast(cond, dt.Bool)
     probe = scf.IfOp(cond.v, [], has_else=True)
-    then_vars = then_branch(probe.then_block)
-    else_vars = else_branch(probe.else_block)
+    try:
+        then_vars = then_branch(probe.then_block)
+        else_vars = else_branch(probe.else_block)
+    except Exception:
+        # no half-built op is left behind for a trace-time `try` that handles the error
+        probe.operation.erase()
+        raise
 
     after: dict = {}
     joined: dict = {}      # name -> (shape, [(then leaf, else leaf)])
