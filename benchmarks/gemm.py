@@ -1,5 +1,5 @@
-"""The GEMMs of examples/ (layout-model, cp.async, gfx942) and 128-bit vector add,
-against torch.
+"""The GEMMs of examples/ (layout-model, cp.async, gfx942, sm_90a TMA + wgmma) and
+128-bit vector add, against torch.
 
     python benchmarks/gemm.py [--quick]
 
@@ -7,15 +7,18 @@ against torch.
   of each GEMM (fp16 in, fp32 accumulate): the layout GEMM with both atoms (MFMA and
   mma.sync lane layouts), ``examples/gemm_cp_async.py`` (3-stage cp.async, ldmatrix,
   mma.sync) and ``examples/gemm_gfx942.py`` (buffer loads to LDS, swizzled double-buffered
-  LDS, MFMA 32x32x8), next to ``torch.matmul`` on the same inputs converted to fp32,
-  same process. The CPU runs each with its GPU's per-lane semantics (MMA and MFMA
+  LDS, MFMA 32x32x8) and ``examples/gemm_sm90.py`` (TMA, 4-stage mbarrier pipeline,
+  wgmma; on the CPU its one-schedule form with a 128 x 32 tile, see its docstring),
+  next to ``torch.matmul`` on the same inputs converted to fp32, same process. The CPU runs each with its GPU's per-lane semantics (MMA and MFMA
   emulated): these rows check correctness and show the CPU backend's speed, not the GPU's.
 * **Registers** from the compiled code objects: for sm_90 ``ptxas -v`` (registers,
   spills, register-limited occupancy), for gfx942 the code object's ``.vgpr_count``,
   ``.vgpr_spill_count`` and LDS bytes.
 * **GPU** (when torch sees one): TFLOP/s at 4096^3 fp16 against ``torch.matmul``
   (cuBLAS / hipBLASLt): on NVIDIA the layout GEMM and the cp.async GEMM, on AMD the
-  layout GEMM and the gfx942 GEMM; GB/s of the 128-bit vector add against a
+  layout GEMM and the gfx942 GEMM; on sm_90 (H100/H200) also the warp-specialized
+  TMA + wgmma GEMM at 4096^3 bf16 (f32 out, and bf16 out against torch's own bf16
+  matmul; targets >= 700 TFLOP/s and >= 90% of torch); GB/s of the 128-bit vector add against a
   device-to-device copy (targets: >= 70% and >= 90%).
 
 Times are the min and median of ``flydsl.testing.do_bench``'s timed calls (through
@@ -40,6 +43,7 @@ sys.path.insert(0, HERE)
 from common import bench_ms, print_table  # noqa: E402
 
 GEMM_VS_TORCH_TARGET = 0.70
+SM90_VS_TORCH_TARGET = 0.90
 VADD_VS_COPY_TARGET = 0.90
 
 #: name -> (examples module, gemm keyword arguments, threads per block)
@@ -48,6 +52,9 @@ GEMMS = {
     "layout mfma": ("layout_gemm", {"atom": "mfma"}, 256),
     "cp.async (sm_80+)": ("gemm_cp_async", {}, 128),
     "gfx942 (LDS DMA)": ("gemm_gfx942", {}, 256),
+    # the CPU rows' tile N (32): 256 is the GPU's, whose 128 accumulators a thread
+    # take minutes to compile for the CPU
+    "sm_90a TMA+wgmma": ("gemm_sm90", {"bn": 32}, 384),
 }
 
 
@@ -89,14 +96,14 @@ def cpu_rows(quick: bool) -> list:
     return rows
 
 
-def ptxas_row(name: str, prog, threads: int) -> list:
-    """``ptxas -v`` on the PTX of ``prog`` for sm_90: registers, spills, occupancy."""
+def ptxas_row(name: str, prog, threads: int, arch: str = "sm_90") -> list:
+    """``ptxas -v`` on the PTX of ``prog`` for ``arch``: registers, spills, occupancy."""
     ptxas = shutil.which("ptxas")
     if not ptxas:
-        return [name, "sm_90", "ptxas not found", "-", "-"]
+        return [name, arch, "ptxas not found", "-", "-"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(prog.asm["ptx"])
-    out = subprocess.run([ptxas, "-arch=sm_90", "-v", f.name, "-o", os.devnull],
+    out = subprocess.run([ptxas, f"-arch={arch}", "-v", f.name, "-o", os.devnull],
                          capture_output=True, text=True).stderr
     os.unlink(f.name)
     regs = int(re.search(r"Used (\d+) registers", out).group(1))
@@ -105,7 +112,7 @@ def ptxas_row(name: str, prog, threads: int) -> list:
     warps = threads // 32
     per_warp = -(-regs * 32 // 256) * 256
     blocks = min(65536 // (per_warp * warps), 2048 // threads)
-    return [name, "sm_90 (ptxas -v)", regs, f"{spills.group(1)}/{spills.group(2)} B",
+    return [name, f"{arch} (ptxas -v)", regs, f"{spills.group(1)}/{spills.group(2)} B",
             f"{blocks} blocks, {blocks * threads / 2048:.0%} (registers)"]
 
 
@@ -135,6 +142,12 @@ def register_rows() -> list:
             prog = flydsl.compile(fn, a, a, c, *kwargs.values(), backend=backend, arch=arch)
             rows.append(ptxas_row(name, prog, threads) if backend == "cuda"
                         else amdgcn_row(name, prog))
+    # the GPU's tile (128 x 256 x 64), warp-specialized: setmaxnreg moves registers from
+    # the producer warpgroup (40) to the consumers (232); ptxas reports the entry's 168
+    sm90 = importlib.import_module("gemm_sm90")
+    b16 = torch.zeros(4096, 4096, dtype=torch.bfloat16)
+    prog = flydsl.compile(sm90.gemm, b16, b16, c, backend="cuda", arch="sm_90a")
+    rows.append(ptxas_row("sm_90a TMA+wgmma", prog, sm90.THREADS, "sm_90a"))
     return rows
 
 
@@ -161,6 +174,8 @@ def gpu_rows(torch) -> list:
         rows.append([f"gemm {name} 4096^3 fp16 TFLOP/s (max err {err:.1e})",
                      f"{flop / lo / 1e9:.1f}", f"{flop / med / 1e9:.1f}",
                      f"{flop / t_lo / 1e9:.1f}", f"{t_lo / lo:.2f}", GEMM_VS_TORCH_TARGET])
+    if not amd and torch.cuda.get_device_capability() == (9, 0):
+        rows += sm90_rows(torch)
     M, N = 8192, 8192
     X = torch.randn(M, N, device="cuda")
     Y = torch.randn(M, N, device="cuda")
@@ -171,6 +186,28 @@ def gpu_rows(torch) -> list:
     copy_gbs = 2 * X.numel() * 4 / c_lo / 1e6
     rows.append(["vadd 128-bit GB/s", f"{gbs:.0f}", f"{3 * X.numel() * 4 / med / 1e6:.0f}",
                  f"{copy_gbs:.0f} (d2d copy)", f"{gbs / copy_gbs:.2f}", VADD_VS_COPY_TARGET])
+    return rows
+
+
+def sm90_rows(torch, n: int = 4096) -> list:
+    """The warp-specialized TMA + wgmma GEMM at n^3 bf16, f32 and bf16 out, against
+    torch.matmul on the same inputs, same process."""
+    gemm = importlib.import_module("gemm_sm90").gemm
+    A = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    B = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    flop = 2 * n ** 3
+    rows = []
+    for out in (torch.float32, torch.bfloat16):
+        C = torch.empty(n, n, dtype=out, device="cuda")
+        ref = (A.float() @ B.float().T).to(out).float()
+        gemm(A, B, C)
+        err = (C.float() - ref).abs().max().item()
+        lo, med = bench_ms(lambda: gemm(A, B, C))
+        t_lo, _ = bench_ms(lambda: torch.matmul(A, B.T))     # cuBLAS, bf16 out
+        name = "f32" if out == torch.float32 else "bf16"
+        rows.append([f"gemm sm_90a TMA+wgmma {n}^3 bf16->{name} TFLOP/s (max err {err:.1e})",
+                     f"{flop / lo / 1e9:.1f}", f"{flop / med / 1e9:.1f}",
+                     f"{flop / t_lo / 1e9:.1f}", f"{t_lo / lo:.2f}", SM90_VS_TORCH_TARGET])
     return rows
 
 
