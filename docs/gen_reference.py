@@ -148,6 +148,7 @@ SECTION_OF_MODULE = {
     "flydsl.expr.gpu": "Threads and launch",
     "flydsl.expr.enum": "Memory and atomics",
     "flydsl.expr.atoms": "Copies",
+    "flydsl.expr.pipeline": "Copies",
     "flydsl.expr.layout": "Tensors and views",
 }
 

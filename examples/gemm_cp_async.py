@@ -15,12 +15,12 @@ with a 3-stage ``cp.async`` pipeline, ``ldmatrix`` and ``mma.sync.m16n8k16``.
   ``c ^ ((r >> 1) & 3)``. The 8 rows one ``ldmatrix`` matrix reads then fall in 8
   different 16-byte bank groups, and so do the 8 chunks each 8-lane phase of the
   ``cp.async`` writes: no bank conflicts either way, no padding.
-* Pipeline (the idiom of docs/async-copies.md): the prologue issues tiles 0 and 1 (one
-  commit group each); iteration ``kt`` waits until tile ``kt`` has landed
-  (``cp_async_wait_group(STAGES - 2)`` + ``fx.barrier()``), issues tile ``kt + 2`` into
-  the stage iteration ``kt - 1`` read, then feeds the tensor cores from stage
-  ``kt % 3``. Groups past the last tile are empty (all calls predicated off) so the
-  group count stays uniform.
+* Pipeline: ``fx.pipeline(load_tile, stages=3, sync="cp_async")`` (docs/pipelines.md).
+  The prologue issues tiles 0 and 1 (one commit group each); ``pipe.acquire(kt)`` waits
+  until tile ``kt`` has landed (``cp_async_wait_group(STAGES - 2)`` + ``fx.barrier()``)
+  and issues tile ``kt + 2`` into the stage iteration ``kt - 1`` read; the loop then
+  feeds the tensor cores from stage ``kt % 3``. Groups past the last tile are empty so
+  the group count stays uniform.
 * Shared -> registers: ``ldmatrix.x4`` gives one 16 x 16 A atom or two 8 x 16 B atoms
   per call, in exactly the ``mma.sync`` fragment order.
 
@@ -119,16 +119,11 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, vec: fx.Constexpr[int]
     b_row = wn * 8 + lane % 8 + 16 * (lane // 16)           # B: matrices (k lo/hi, n atom 2p/2p+1)
     b_chunk = (lane // 8) % 2
 
-    for s in fx.range_constexpr(STAGES - 1):
-        load_tile(s, s)
-        fx.nvvm.cp_async_commit_group()
-
+    # prologue: tiles 0 .. STAGES-2; acquire(kt): cp.async.wait_group(STAGES-2) + barrier,
+    # then tile kt+STAGES-1 into the stage tile kt-1 used
+    pipe = fx.pipeline(load_tile, stages=STAGES, tiles=k_tiles, sync="cp_async")
     for kt in range(k_tiles):
-        fx.nvvm.cp_async_wait_group(STAGES - 2)
-        fx.barrier()                      # tile kt is in shared memory; stage kt-1 is free
-        load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES)
-        fx.nvvm.cp_async_commit_group()
-        stage = kt % STAGES
+        stage = pipe.acquire(kt)          # tile kt is in shared memory for every thread
         for k in fx.range_constexpr(rk):
             for m in fx.range_constexpr(rm):
                 fx.copy(ldsm, rowsA[None, m * 16 * WARPS_M + a_row, 2 * k + a_chunk, stage],
@@ -140,7 +135,7 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, vec: fx.Constexpr[int]
                     for v in fx.range_constexpr(4):
                         fB[v, 2 * p + h, k] = pairB[v + 4 * h]
         fx.gemm(tiled_mma.atom, fC, fA, fB, fC)
-    fx.nvvm.cp_async_wait_group(0)        # no copy is left in flight at exit
+    pipe.finish()                         # no copy is left in flight at exit
 
     # accumulators -> C: a lane's values 0, 1 are adjacent columns, one 8-byte store
     # when N is even (rows 8-byte aligned), else 4-byte stores

@@ -28,11 +28,12 @@ over K and MFMA (``v_mfma_f32_32x32x8`` by default, ``16x16x16`` with
   the dot products are unchanged. With the swizzle the 8 lanes of every phase of a
   ``ds_read_b128`` hit 8 different 16-byte bank groups: 0 conflicts (the memory
   profiler's gfx9 model, tests/test_gemm_gfx942.py).
-* Pipeline (double buffer): the prologue loads tile 0; iteration ``kt`` reads all its
-  fragments of tile ``kt`` from LDS, issues the DMA of tile ``kt + 1`` into the other
-  stage, runs the MFMAs, then ``s_waitcnt vmcnt(0)`` + barrier (the DMA has landed for
-  every wave, and nobody reads stage ``kt`` any more). docs/gemm-gfx942.md has the
-  idiom.
+* Pipeline (double buffer): ``fx.pipeline(load_tile, stages=2, sync="lds_dma")``
+  (docs/pipelines.md). The prologue loads tile 0; iteration ``kt`` waits for it
+  (``s_waitcnt vmcnt(0)`` + barrier: the DMA has landed for every wave, and nobody reads
+  the other stage any more), reads all its fragments of tile ``kt`` from LDS, issues the
+  DMA of tile ``kt + 1`` into the other stage, then runs the MFMAs. docs/gemm-gfx942.md
+  has the idiom.
 
 ``python examples/gemm_gfx942.py`` runs it on the default backend against torch.
 """
@@ -140,14 +141,13 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int
                             frag[v, m, 2 * j + h] = chunk[4 * h + v]
 
     k_tiles = (K + BK - 1) // BK
-    load_tile(0, 0)
-    fx.rocdl.s_waitcnt(vmcnt=0)
-    fx.barrier()
+    # prologue: tile 0; wait(kt): s_waitcnt vmcnt(0) + barrier (every wave's DMA of tile
+    # kt has landed, nobody reads stage kt - 1 any more)
+    pipe = fx.pipeline(load_tile, stages=STAGES, tiles=k_tiles, sync="lds_dma")
     for kt in range(k_tiles):
-        stage = kt % STAGES
+        stage = pipe.wait(kt)
         read_fragments(stage)
-        if kt + 1 < k_tiles:
-            load_tile(kt + 1, 1 - stage)     # overlaps the MFMAs below
+        pipe.prefetch(kt)                    # tile kt + 1 into the other stage: overlaps
         if fx.target().backend == "cpu":
             # the CPU emulates each MFMA with ~2k operations: runtime loops keep the
             # trace (and the CPU compile) 16x smaller; the same MFMAs in the same order
@@ -158,9 +158,7 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int
                                 fC[None, m, n])
         else:
             fx.gemm(atom, fC, fA, fB, fC)    # rm x rn x steps MFMAs, unrolled
-        fx.rocdl.sched_barrier(0)            # keep the MFMAs above the wait: they hide it
-        fx.rocdl.s_waitcnt(vmcnt=0)          # this wave's DMA has landed ...
-        fx.barrier()                         # ... and every wave's; stage is free
+    pipe.finish()
 
     # accumulators -> C: lanes hold consecutive columns (128-byte rows per 32 lanes)
     c_tv = atom.layout_C_tv

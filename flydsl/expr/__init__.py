@@ -26,6 +26,7 @@ from .dtypes import (
     Stream, Tensor, UInt8, UInt16, UInt32, UInt64,
 )
 from .memory import *     # noqa: F401,F403
+from .pipeline import Pipeline, pipeline  # noqa: F401
 from .numeric import *    # noqa: F401,F403
 from .pointer import *    # noqa: F401,F403
 # fx.struct is the decorator (flydsl.expr.struct the module, as in FlyDSL)
@@ -45,6 +46,7 @@ __all__ = [
     "threadfence_system", "warp_size", "where",
 ]
 __all__ += debug.__all__ + memory.__all__ + numeric.__all__ + warp.__all__
+__all__ += ["Pipeline", "pipeline"]      # fx.pipeline: multistage copy pipelines
 #: FlyDSL's enums, its fx.gpu module and fx.const_expr.
 __all__ += enum.__all__ + ["const_expr", "gpu", "known_block_size", "num_warp_threads",
                            "shuffle_idx"]

@@ -233,5 +233,6 @@ from .vector_ops import *    # noqa: E402,F401,F403  (fx.Vector, raw-MLIR intero
 from .rocdl_ops import *     # noqa: E402,F401,F403
 from .pointer_ops import *   # noqa: E402,F401,F403
 from .warp_ops import *      # noqa: E402,F401,F403
+from .views import when      # noqa: E402,F401  (a runtime `if` for flydsl.expr library code)
 
 implementation.install(sys.modules[__name__], context.active)   # flydsl.expr's functions call into this module
