@@ -320,3 +320,18 @@ def test_an_error_handled_inside_a_runtime_if_leaves_no_half_built_op():
     x = np.array([1.0, -1.0], np.float32)
     handled_in_branch[1, 2](x)
     np.testing.assert_allclose(x, [-9.0, -11.0])
+
+
+# -- launches as FlyDSL's moe launchers write them ------------------------------
+@flydsl.kernel
+def fill_block_ids(y: fx.Tensor):
+    y[fx.block_idx.y * fx.grid_dim.x + fx.block_idx.x] = fx.block_idx.y * 10 + fx.block_idx.x
+
+
+def test_grid_of_host_integer_scalars():
+    y = np.full(6, -1, np.int32)
+    gx = fx.Int64(7) // fx.Int64(3)         # host scalars: FlyDSL's launchers compute grids so
+    fill_block_ids(y).launch(grid=(gx, fx.Int64(3), 1), block=(1, 1, 1))
+    np.testing.assert_array_equal(y, [0, 1, 10, 11, 20, 21])
+    with pytest.raises(flydsl.LaunchError, match="grid must be an int"):
+        fill_block_ids(y).launch(grid=(fx.Float32(2.0), 1, 1), block=(1, 1, 1))

@@ -10,6 +10,7 @@ generated launch of another specialization seen before.
 """
 from __future__ import annotations
 
+import operator
 import os
 from typing import Optional
 
@@ -198,6 +199,18 @@ def holds_bool(value) -> bool:
     return False
 
 
+def _host_int(v) -> bool:
+    """An integer host scalar other than int: FlyDSL's launchers compute grids as
+    ``fx.Int64(n) // fx.Int64(c)`` outside the kernel (it has ``__index__``)."""
+    if isinstance(v, (tuple, list, str, bytes, float)) or not hasattr(v, "__index__"):
+        return False
+    try:
+        operator.index(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _refuse_bool(value, what: str, kernel: str) -> None:
     raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, not bools: got "
                       f"{value!r}", kernel=kernel)
@@ -208,14 +221,14 @@ def _dim3(value, what: str, kernel: str) -> tuple:
     if isinstance(value, _BOOL_TYPES) or (
             isinstance(value, (tuple, list)) and any(isinstance(v, _BOOL_TYPES) for v in value)):
         _refuse_bool(value, what, kernel)
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (int, np.integer)) or _host_int(value):
         value = (value,)
     ok = isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
-        isinstance(v, (int, np.integer)) for v in value)
+        isinstance(v, (int, np.integer)) or _host_int(v) for v in value)
     if not ok:
         raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, got {value!r}",
                           kernel=kernel)
-    dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
+    dims = tuple(operator.index(v) for v in value) + (1,) * (3 - len(value))
     if any(d <= 0 for d in dims):
         raise LaunchError(f"every {what} dimension must be > 0, got {dims}", kernel=kernel)
     limits = MAX_GRID_DIMS if what == "grid" else MAX_BLOCK_DIMS
