@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 import flydsl  # noqa: E402
+from conftest import gpu_asm_or_skip  # noqa: E402
 from flydsl.torch import dynamo_backend as db  # noqa: E402
 from flydsl.torch import kernels  # noqa: E402
 from flydsl.torch.pointwise import (decompositions, inline_decompositions,  # noqa: E402
@@ -329,7 +330,6 @@ def test_generated_kernels_compile_for_gpus(backend, arch):
     """The generated source is plain flydsl: it also compiles for GPUs (no GPU needed)."""
     import inspect
     from torch.fx.experimental.proxy_tensor import make_fx
-    from flydsl.errors import ToolchainError
     from flydsl.expr.dtypes import TensorAnnotation
     gm = db.fuse_pointwise(make_fx(chain, tracing_mode="fake")(_rand(4, 8), _rand(8)), "cpu")
     fused = [m for m in gm.modules() if isinstance(m, kernels.FusedModule)]
@@ -337,11 +337,7 @@ def test_generated_kernels_compile_for_gpus(backend, arch):
     kernel = kernels.load_kernel(fused[0].pattern, 2)
     args = [torch.zeros((4, 4)) if isinstance(p.annotation, TensorAnnotation) else 4
             for p in inspect.signature(kernel.fn).parameters.values()]
-    try:
-        prog = flydsl.compile(kernel, *args, backend=backend, arch=arch)
-    except ToolchainError as e:
-        pytest.skip(f"no {backend} toolchain: {e}")
-    assert prog.asm["ptx" if backend == "cuda" else "amdgcn"]
+    assert gpu_asm_or_skip(kernel, args, backend, arch)
 
 
 # -- guards, recompilation, dynamic shapes ------------------------------------------------------
