@@ -422,6 +422,39 @@ def test_softmax_row_kernel_keeps_its_exp_in_the_output_between_loops(dtype):
     torch.testing.assert_close(gm(x, m)[0], f(x, m)[0], rtol=tol, atol=tol)
 
 
+def _smoothed_loss(logits, target):
+    """Cross entropy with label smoothing, written out (benchmarks/torch_models.py)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    nll = -logp.gather(-1, target[:, None]).squeeze(-1)
+    return (((0.9 * nll - 0.1 * logp.mean(dim=-1))).mean(),)
+
+
+def test_independent_row_reductions_share_one_loop_and_tree():
+    """Cross entropy's row: logsumexp (a max, then a sum of exps that needs it) and the
+    mean of the logits (needs neither). The mean joins the sum's loop and tree: two
+    column loops, not three; results as eager's on edge rows (a masked class, huge
+    and tiny logits, a NaN, all equal)."""
+    x = _rand(8, 100)
+    x[1, 3] = float("-inf")
+    x[2] *= 1e4
+    x[3] *= 1e-30
+    x[4, 7] = float("nan")
+    x[5] = 3.0
+    x[6, :50] = float("-inf")
+    target = torch.arange(8) * 7 % 100
+    gm = db.fuse_pointwise(_fake_graph(_smoothed_loss, x, target), "cpu", cost_rule=False)
+    row = [m for m in _fused_modules(gm, row_kernels.RowModule)
+           if "fm.exp(" in m.pattern.source(2)[1]]
+    assert len(row) == 1
+    source = row[0].pattern.source(2)[1]
+    loops = source.split("for j in range(tid, ncols, BLOCK):")
+    assert len(loops) == 3, source            # max; sum of exps and sum of logits
+    assert source.count("fx.barrier()") == 4  # two trees: one after each loop
+    for rows in (slice(None), slice(0, 4), slice(5, 8)):   # with and without the NaN
+        got, want = gm(x[rows], target[rows])[0], _smoothed_loss(x[rows], target[rows])[0]
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
 @flydsl.kernel
 def _fold_all(x: fx.Tensor, out: fx.Tensor, N: fx.Constexpr[int]):
     tid = fx.thread_idx.x

@@ -124,23 +124,51 @@ def row_kernel_source(p: RowPattern, rank: int) -> tuple[str, str]:
     kept = _kept_in_output(p, full_outs, per_element, lead)
     body = list(top)
     reductions = [i for i, step in enumerate(p.steps) if step[0] == "reduce"]
+    # Reductions that need none of each other's results (nor row values computed
+    # after the first of them) share one column loop and one shared-memory tree:
+    # the max and the mean of cross entropy's row, each with its own accumulator
+    # (the same additions in the same order as apart).
+    batch: list = []        # (k, var, how, dtype, src) of the open batch
+    since: set = set()      # variables defined since the batch's first reduction
+    deferred: list = []     # row steps after the batch's first reduction
+
+    def flush() -> None:
+        if not batch:
+            return
+        compute = per_element([src for *_, src in batch])
+        if kept is not None and batch[-1][0] == len(reductions) - 1:
+            compute.append(f"{kept[1]} = {kept[0]}")   # its loop stores what it computed
+        body.extend(_reduction([(f"red{k}", f"acc{k}", how, dtype, var, src)
+                                for k, var, how, dtype, src in batch], compute))
+        body.extend(deferred)
+        batch.clear()
+        since.clear()
+        deferred.clear()
+
     for i, (kind, var, expr, dtype) in enumerate(p.steps):
         if kind == "row":
-            body.append(f"{var} = {expr}")
+            if batch:
+                deferred.append(f"{var} = {expr}")
+                since.add(var)
+            else:
+                body.append(f"{var} = {expr}")
         elif kind == "reduce":
             how, src = expr
-            compute = per_element([src])
-            k = reductions.index(i)
-            if kept is not None and i == reductions[-1]:
-                compute.append(f"{kept[1]} = {kept[0]}")   # its loop stores what it computed
-            body += _reduction(f"red{k}", f"acc{k}", how, dtype, var, compute, src)
+            arg = how in ("argmax", "argmin")
+            if batch and (arg or batch[0][2] in ("argmax", "argmin")
+                          or since & _row_names(src, full)):
+                flush()
+            batch.append((reductions.index(i), var, how, dtype, src))
+            since.add(var)
         elif kind == "scan":
+            flush()
             outs = [(k, d) for k, (v, d, _) in enumerate(p.outputs) if v == var]
             if not outs:
                 raise AssertionError(f"row pattern {p.key}: scan {var} is not a result")
             body += _scan(f"scan{i}", expr[0], dtype, per_element([expr[1]]), expr[1],
                           [f"o{k}[{lead}, j] = fx.cast(scan{i}, {fx_dtype(d)})"
                            for k, d in outs])
+    flush()
     if full_outs:
         body.append("for j in range(tid, ncols, BLOCK):")
         if kept is not None:   # read back by the thread that wrote it: no barrier needed
@@ -211,32 +239,53 @@ def _init(how: str, dtype: torch.dtype) -> str:
     return _literal(str((info.min if low else info.max) if info else int(not low)), dtype)
 
 
-def _reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
-               compute: list, src: str) -> list:
-    """Lines reducing ``src`` (computed per column by ``compute``) over the row into
-    ``var``: a strided loop of the threads, then a tree in shared memory ``red`` down
-    to :data:`_FOLDED` partials, which every thread combines (``fm.fold``).
+def _row_names(src: str, full: dict) -> set:
+    """The names the per-column value ``src`` is computed from, through the full
+    steps ``full`` (variable -> expression): row values, reductions and inputs."""
+    names, stack, seen = set(), [src], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in full:
+            stack.extend(_deps(full[v]))
+        else:
+            names.add(v)
+    return names
+
+
+def _reduction(items: list, compute: list) -> list:
+    """Lines reducing each ``(red, acc, how, dtype, var, src)`` of ``items`` over the
+    row into ``var``: one strided loop of the threads computing every ``src`` per
+    column (``compute``), then one tree in shared memory (``red`` each) down to
+    :data:`_FOLDED` partials, which every thread combines (``fm.fold``).
 
     The last tree steps would leave most threads idle on a GPU and, on the CPU,
     cost a barrier segment each for a few lanes (through memory: most of a short
-    row's time); the same reads by every thread are one block value there."""
-    if how in ("argmax", "argmin"):
-        return _arg_reduction(red, acc, how, dtype, var, compute, src)
-    combine = _COMBINE[how]
-    return ([f"{red} = fx.shared_array((BLOCK,), {fx_dtype(dtype)})",
-             f"{acc} = {_init(how, dtype)}",
-             "for j in range(tid, ncols, BLOCK):"]
-            + ["    " + s for s in compute]
-            + [f"    {acc} = {combine.format(a=acc, b=src)}",
-               f"{red}[tid] = {acc}",
-               "fx.barrier()",
-               "s = BLOCK // 2",
-               f"while s >= {_FOLDED}:   # unrolled at trace time (BLOCK is a constexpr)",
-               "    if tid < s:",
-               f"        {red}[tid] = {combine.format(a=f'{red}[tid]', b=f'{red}[tid + s]')}",
-               "    fx.barrier()",
-               "    s //= 2",
-               f"{var} = fm.fold({red}, min(BLOCK, {_FOLDED}), {how!r})"])
+    row's time); the same reads by every thread are one block value there. Several
+    reductions in one loop and tree share those segments."""
+    if any(how in ("argmax", "argmin") for _, _, how, *_ in items):
+        (item,) = items
+        return _arg_reduction(*item, compute)
+    lines = [f"{red} = fx.shared_array((BLOCK,), {fx_dtype(dtype)})"
+             for red, _, _, dtype, _, _ in items]
+    lines += [f"{acc} = {_init(how, dtype)}" for _, acc, how, dtype, _, _ in items]
+    lines.append("for j in range(tid, ncols, BLOCK):")
+    lines += ["    " + s for s in compute]
+    lines += [f"    {acc} = {_COMBINE[how].format(a=acc, b=src)}"
+              for _, acc, how, _, _, src in items]
+    lines += [f"{red}[tid] = {acc}" for red, acc, *_ in items]
+    lines += ["fx.barrier()",
+              "s = BLOCK // 2",
+              f"while s >= {_FOLDED}:   # unrolled at trace time (BLOCK is a constexpr)",
+              "    if tid < s:"]
+    lines += [f"        {red}[tid] = {_COMBINE[how].format(a=f'{red}[tid]', b=f'{red}[tid + s]')}"
+              for red, _, how, *_ in items]
+    lines += ["    fx.barrier()", "    s //= 2"]
+    lines += [f"{var} = fm.fold({red}, min(BLOCK, {_FOLDED}), {how!r})"
+              for red, _, how, _, var, _ in items]
+    return lines
 
 
 def _better(how: str, dtype: torch.dtype, v: str, u: str) -> str:
@@ -258,8 +307,8 @@ def _arg_pick(how: str, dtype: torch.dtype, av: str, ai: str, bv: str, bi: str) 
             f"({tie} & ({bi} < {ai})))))")
 
 
-def _arg_reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str,
-                   compute: list, src: str) -> list:
+def _arg_reduction(red: str, acc: str, how: str, dtype: torch.dtype, var: str, src: str,
+                   compute: list) -> list:
     """:func:`_reduction` of ``argmax``/``argmin``: (value, index) pairs, index -1 for
     a thread that saw no column; ``var`` is the index (Int64)."""
     idx, ridx = f"{acc}_i", f"{red}_i"
