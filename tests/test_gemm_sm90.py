@@ -130,3 +130,16 @@ def test_sm90a_has_the_mma_sync_atoms_of_sm90():
     assert spec is mma_layouts.find_spec("mma_sync", 16, 8, 16, "f16", arch="sm_90")
     with pytest.raises(LookupError, match="on sm_75"):
         mma_layouts.find_spec("mma_sync", 16, 8, 16, "f16", arch="sm_75")
+
+
+def test_a_wrong_arrival_count_is_a_wait_that_never_completes_on_the_cpu(monkeypatch):
+    """What the CPU's lock-step schedule checks: an empty barrier expecting one
+    consumer warpgroup too many never completes its phase, so the producer's wait
+    for the stage is reported (on the GPU it would hang)."""
+    from flydsl.runtime.debug_checks import DeviceAssertError
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    ex = _example()
+    ex.CONSUMERS = 3                  # 384 arrivals expected, 256 consumer threads arrive
+    A, B = _operands(128, 32, 520, torch.bfloat16)
+    with pytest.raises(DeviceAssertError, match="never completes"):
+        ex.gemm(A, B, torch.zeros(128, 32), bn=CPU_BN)
