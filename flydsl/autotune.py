@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import autotune_artifacts as artifacts
 from . import autotune_workers, launch_context
 from .compiler import cache as disk_cache
 from .compiler.content_hash import Unhashable, traced_function_hash
@@ -234,17 +235,21 @@ class Autotuner:
     per key value; made by :func:`autotune`. Call it like the function (a kernel:
     ``tuned[grid, block](*args)``).
 
-    ``best_config`` is the config the last call ran with, ``configs`` the candidates,
+    ``best_config`` is the config the last call ran with, ``configs`` the candidates
+    (a list, or FlyDSL's function of the call's arguments that returns one),
+    ``default`` the heuristic (or None) and ``artifact_name`` FlyDSL's offline name,
     ``cache`` the winners known in this process (``(key values, backend, target,
     options) -> Config``) and ``timings`` the last benchmark (``Config -> ms``, inf for
     a failed config).
     """
 
-    def __init__(self, fn: Any, configs: Sequence[Config], key: Sequence[str], *,
+    def __init__(self, fn: Any, configs: Any, key: Sequence[str], *,
                  prune_configs_by: Optional[Mapping[str, Any]] = None, warmup: float = 25,
                  rep: float = 100, restore_value: Sequence[str] = (),
                  reset_to_zero: Sequence[str] = (), do_bench: Optional[Callable] = None,
-                 check: Optional[Callable[..., Any]] = None):
+                 check: Optional[Callable[..., Any]] = None,
+                 default: Optional[Callable[..., Config]] = None,
+                 artifact_name: Optional[str] = None):
         if not isinstance(fn, (JitFunction, KernelFunction)):
             raise TypeError(f"@flydsl.autotune goes on a @flydsl.jit function or a "
                             f"@flydsl.kernel (stacked above it), got {fn!r}")
@@ -256,10 +261,20 @@ class Autotuner:
         self.__doc__ = fn.__doc__
         self._kernel = isinstance(fn, KernelFunction)
         self.signature = fn.signature if self._kernel else inspect.signature(fn.fn)
-        self.configs: list = list(configs)
-        self._check_configs()
-        self._tuned = frozenset(n for cfg in self.configs for n in
-                                (cfg.kwargs if self._kernel else cfg.all_kwargs()))
+        # FlyDSL's configs=f(*args, **kwargs): the candidates depend on the call, so the
+        # names they set are known only then (calls are bound without that check)
+        self._open = callable(configs) and not isinstance(configs, Config)
+        self.configs: Any = configs if self._open else list(configs)
+        if not self._open:
+            self._check_configs(self.configs)
+        self._tuned = frozenset() if self._open else frozenset(
+            n for cfg in self.configs for n in (cfg.kwargs if self._kernel else cfg.all_kwargs()))
+        if default is not None and not callable(default):
+            raise TypeError(f"@flydsl.autotune of {self.__name__!r}: default= takes a function "
+                            f"of the call's arguments returning a Config, got {default!r}")
+        self.default = default
+        self.artifact_name = None if artifact_name is None else \
+            artifacts.check_name(artifact_name)
         self.keys = tuple(self._key_path(k) for k in
                           ([key] if isinstance(key, str) else (key or ())))
         self.restore_value = self._arg_names(restore_value, "restore_value")
@@ -282,7 +297,8 @@ class Autotuner:
         self._precompiled: dict = {}        # argument signatures the pool compiled -> failures
 
     def __repr__(self) -> str:
-        return f"<flydsl.autotune {self.__name__}: {len(self.configs)} configs>"
+        what = "configs per call" if self._open else f"{len(self.configs)} configs"
+        return f"<flydsl.autotune {self.__name__}: {what}>"
 
     def cache_clear(self) -> None:
         """Forget the winners known in this process (the store's records stay)."""
@@ -295,13 +311,13 @@ class Autotuner:
         return [p.name for p in self.signature.parameters.values()
                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
-    def _check_configs(self) -> None:
-        if not self.configs or not all(isinstance(c, Config) for c in self.configs):
+    def _check_configs(self, configs: list) -> None:
+        if not configs or not all(isinstance(c, Config) for c in configs):
             raise TypeError(f"@flydsl.autotune of {self.__name__!r} needs a non-empty list of "
-                            "flydsl.Config")
+                            f"flydsl.Config, got {configs!r}")
         params = self._params()
         takes_any = any(p.kind == p.VAR_KEYWORD for p in self.signature.parameters.values())
-        for cfg in self.configs:
+        for cfg in configs:
             if self._kernel:
                 bad_opts = [n for n in cfg.launch_opts if n not in KERNEL_LAUNCH_OPTS]
                 if bad_opts:
@@ -370,22 +386,29 @@ class Autotuner:
         named = self._bind(args, kwargs)
         key, tensors, devices = self._key(named)
         context = launch_context.current()
+        forced = env_flag("FLYDSL_AUTOTUNE")
         # Warm calls: what the backend, arch and options depend on (as a kernel's warm
         # launches key them), so a changed environment resolves and tunes afresh.
-        warm = (env_token(), context, key, devices)
+        warm = (env_token(), context, key, devices, forced)
         config = self._warm.get(warm)
         if config is None:
             backend, options = context.resolve(tensors)
             slot = (key, backend.name, backend.target, options.key())
-            config = self.cache.get(slot)
+            # FLYDSL_AUTOTUNE=1: one fresh search per slot in this process, past the
+            # store, the offline configs and the default; its winner serves later calls
+            searched = slot + ("searched",)
+            config = self.cache.get(searched if forced else slot)
             if config is None:
                 if context.record is not None:   # flydsl.compile() of a caller: all configs
                     return self._compile_all(args, kwargs, named, launch)
                 with self._lock:
-                    config = self.cache.get(slot)
+                    config = self.cache.get(searched if forced else slot)
                     if config is None:
-                        config = self._tune(args, kwargs, named, launch, key, backend, options)
+                        config = self._tune(args, kwargs, named, launch, key, backend, options,
+                                            forced)
                         self.cache[slot] = config
+                        if forced:
+                            self.cache[searched] = config
             if len(self._warm) > 1024:
                 self._warm.clear()
             self._warm[warm] = config
@@ -410,7 +433,7 @@ class Autotuner:
                             "do not pass it")
         bound.apply_defaults()
         missing = [n for n in self._params() if n not in bound.arguments and n not in self._tuned]
-        if missing:
+        if missing and not self._open:
             raise TypeError(f"{self.__name__}(): missing a required argument: {missing[0]!r}")
         return {k: v for k, v in bound.arguments.items() if k not in self._tuned}
 
@@ -419,7 +442,7 @@ class Autotuner:
         calls bound without ``Signature.bind``: positional arguments only, all required
         ones given, none tuned. (1, 0, ...) when the signature has ``*args``/``**kwargs``."""
         params = list(self.signature.parameters.values())
-        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        if self._open or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
             return 1, 0, (), ()
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
                                                      p.POSITIONAL_OR_KEYWORD)]
@@ -477,24 +500,45 @@ class Autotuner:
 
     def _compile_all(self, args, kwargs, named, launch) -> None:
         """Inside ``flydsl.compile()`` nothing runs: record every config's kernels."""
-        for cfg in self.configs:
+        for cfg in self._configs_for(args, kwargs):
             try:
                 self._call(cfg, args, kwargs, named, launch)
             except CONFIG_ERRORS as e:
                 log.debug("autotune %s: %r does not compile: %s", self.__name__, cfg, e)
 
     # -- tuning ----------------------------------------------------------------------------
-    def _tune(self, args, kwargs, named, launch, key, backend, options) -> Config:
+    def _tune(self, args, kwargs, named, launch, key, backend, options,
+              forced: bool = False) -> Config:
+        """The config of a new slot: FlyDSL's offline config, the store's record, the
+        ``default``, else the winner of a search (the only answer when ``forced``)."""
         start = time.perf_counter()
-        record_key = self._record_key(key, backend, options)
-        if record_key is not None:
-            found = self._load_record(record_key)
+        artifact = self._artifact(named, backend)
+        if artifact is not None and not forced:
+            found = self._load_artifact(artifact, args, kwargs)
             if found is not None:
-                if env_flag("FLYDSL_AUTOTUNE_PRINT"):
-                    print(f"flydsl autotune: {self.__name__} {self._key_text(key)} on "
-                          f"{backend.name}/{backend.target.arch}: {found!r} (from the cache)")
+                self._say(key, backend, f"{found!r} (offline config {artifact[0].name})")
                 return found
-        candidates = self._prune(named)
+        # a configs function is asked only when its answer is needed: for the store's
+        # record key (the configs are part of it) or for a search
+        records = disk_cache.enabled() and self._function_hash() is not None
+        configs = self._configs_for(args, kwargs) \
+            if records or forced or self.default is None else None
+        record_key = None if configs is None else \
+            self._record_key(configs, key, backend, options)
+        if record_key is not None and not forced:
+            found = self._load_record(configs, record_key)
+            if found is not None:
+                self._say(key, backend, f"{found!r} (from the cache)")
+                return found
+        if self.default is not None and not forced:
+            found = self.default(*args, **kwargs)
+            if not isinstance(found, Config):
+                raise TypeError(f"@flydsl.autotune of {self.__name__!r}: default() returned "
+                                f"{found!r}, not a flydsl.Config")
+            self._check_configs([found])
+            self._say(key, backend, f"{found!r} (the default; FLYDSL_AUTOTUNE=1 searches)")
+            return found
+        candidates = self._prune(named, configs)   # (configs is set: no default, or forced)
         failures = self._precompile(candidates, args, kwargs, backend, options)
         timings, errors = self._benchmark(candidates, failures, args, kwargs, named, launch)
         failures.update(errors)
@@ -506,15 +550,63 @@ class Autotuner:
         best = min(timings, key=timings.__getitem__)
         seconds = time.perf_counter() - start
         if record_key is not None:
-            self._store_record(record_key, key, best, seconds)
+            self._store_record(configs, record_key, key, best, seconds)
+        if forced and artifact is not None:
+            if best.pre_hook is not None:
+                raise TypeError(f"@flydsl.autotune of {self.__name__!r}: the offline config "
+                                f"file cannot hold {best!r}'s pre_hook")
+            artifacts.write(*artifact, best.to_dict())
         if env_flag("FLYDSL_AUTOTUNE_PRINT"):
             self._print_table(key, backend, candidates, failures, best, seconds)
         return best
 
-    def _prune(self, named: dict) -> list:
+    def _configs_for(self, args: tuple, kwargs: dict) -> list:
+        """The candidates for this call (FlyDSL's ``configs=f(*args, **kwargs)`` asked)."""
+        if not self._open:
+            return self.configs
+        configs = self.configs(*args, **kwargs)
+        configs = list(configs) if isinstance(configs, (list, tuple)) else configs
+        self._check_configs(configs)
+        return configs
+
+    def _say(self, key: tuple, backend, what: str) -> None:
+        if env_flag("FLYDSL_AUTOTUNE_PRINT"):
+            print(f"flydsl autotune: {self.__name__} {self._key_text(key)} on "
+                  f"{backend.name}/{backend.target.arch}: {what}")
+
+    # -- FlyDSL's offline configs (flydsl.autotune_artifacts) ------------------------------
+    def _artifact(self, named: dict, backend) -> Optional[tuple]:
+        """(path, identity) of this call's offline config file, or None (no
+        ``artifact_name`` or no ``FLYDSL_AUTOTUNE_CONFIG_DIR``)."""
+        if self.artifact_name is None or artifacts.config_dir() is None:
+            return None
+        key = {k.text: artifacts.key_value(k.read(named)) for k in self.keys}
+        return artifacts.locate(self.artifact_name, key, artifacts.device_identity(backend))
+
+    def _load_artifact(self, artifact: tuple, args: tuple, kwargs: dict) -> Optional[Config]:
+        """The stored config if this call can take it (warned and None otherwise)."""
+        body = artifacts.load(*artifact)
+        if body is None:
+            return None
+        try:
+            config = Config.from_dict(body)
+            self._check_configs([config])
+            passed = set(self.signature.bind_partial(*args, **kwargs).arguments)
+            clash = sorted((set(config.all_kwargs()) & passed)
+                           | (set(body) & {k.name for k in self.keys}))
+            if clash:
+                raise ValueError(f"it sets arguments the call passes: {clash}")
+            if any(type(v) is not int for v in config.compiler_opts().values()):
+                raise ValueError("compiler options must be integers")
+        except (TypeError, ValueError) as e:
+            log.warning("Ignoring offline config %s: %s", artifact[0].name, e)
+            return None
+        return config
+
+    def _prune(self, named: dict, configs: list) -> list:
         """``early_config_prune(configs, named_args)`` first, then the ``top_k`` configs
         ``perf_model(**named_args, **config.all_kwargs())`` predicts fastest."""
-        configs = list(self.configs)
+        configs = list(configs)
         early = self.prune_configs_by.get("early_config_prune")
         if early is not None:
             configs = list(early(configs, dict(named)))
@@ -604,21 +696,21 @@ class Autotuner:
                  for v in [scope.get(n)] if isinstance(v, KernelFunction)}
         return sorted(found.values(), key=lambda k: k.name)
 
-    def _record_key(self, key: tuple, backend, options) -> Optional[str]:
+    def _record_key(self, configs: list, key: tuple, backend, options) -> Optional[str]:
         fn_hash = self._function_hash()
         if fn_hash is None or not disk_cache.enabled():
             return None
-        if any(" at 0x" in repr(c) for c in self.configs):   # differs in every process
+        if any(" at 0x" in repr(c) for c in configs):   # differs in every process
             return None
         h = hashlib.sha256()
-        for part in (f"flydsl {__version__}", fn_hash, *map(repr, self.configs),
+        for part in (f"flydsl {__version__}", fn_hash, *map(repr, configs),
                      json.dumps([k.text for k in self.keys]), json.dumps(_json_value(key)),
                      backend.name, backend.target.arch, backend.hash(options)):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
 
-    def _load_record(self, record_key: str) -> Optional[Config]:
+    def _load_record(self, configs: list, record_key: str) -> Optional[Config]:
         """The recorded winner, if it is still one of the configs."""
         from .compiler.store import active_store
         record = active_store().get_record(RECORD_KIND, record_key)
@@ -626,22 +718,23 @@ class Autotuner:
             return None
         chosen = record.get("config")
         index = chosen.get("index") if isinstance(chosen, dict) else None
-        if (isinstance(index, int) and 0 <= index < len(self.configs)
-                and self.configs[index].to_json() == {k: v for k, v in chosen.items()
-                                                      if k != "index"}):
-            return self.configs[index]
+        if (isinstance(index, int) and 0 <= index < len(configs)
+                and configs[index].to_json() == {k: v for k, v in chosen.items()
+                                                 if k != "index"}):
+            return configs[index]
         log.debug("autotune %s: ignoring record %s: its config is not one of the configs",
                   self.__name__, record_key)
         return None
 
-    def _store_record(self, record_key: str, key: tuple, best: Config, seconds: float) -> None:
+    def _store_record(self, configs: list, record_key: str, key: tuple, best: Config,
+                      seconds: float) -> None:
         from .compiler.store import active_store
         record = {"version": RECORD_VERSION, "function": f"{self.__module__}.{self.__qualname__}",
                   "key": _json_value(key),
-                  "config": dict(best.to_json(), index=self.configs.index(best)),
-                  "configs": [repr(c) for c in self.configs],
+                  "config": dict(best.to_json(), index=configs.index(best)),
+                  "configs": [repr(c) for c in configs],
                   "timings_ms": [None if self.timings.get(c, float("inf")) == float("inf")
-                                 else self.timings[c] for c in self.configs],
+                                 else self.timings[c] for c in configs],
                   "tuning_s": round(seconds, 3)}
         active_store().put_record(RECORD_KIND, record_key, record)
 
@@ -699,11 +792,13 @@ class Autotuner:
             print(f"  {name.ljust(width)}  {text}")
 
 
-def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
+def autotune(configs: Any, key: Sequence[str] = (), *,
              prune_configs_by: Optional[Mapping[str, Any]] = None, warmup: float = 25,
              rep: float = 100, restore_value: Sequence[str] = (),
              reset_to_zero: Sequence[str] = (), do_bench: Optional[Callable] = None,
-             check: Optional[Callable[..., Any]] = None) -> Callable[[Any], Autotuner]:
+             check: Optional[Callable[..., Any]] = None,
+             default: Optional[Callable[..., Config]] = None,
+             artifact_name: Optional[str] = None) -> Callable[[Any], Autotuner]:
     """Decorator (above ``@flydsl.jit`` or ``@flydsl.kernel``): benchmark ``configs`` on
     the first call for each value of ``key`` and run the fastest.
 
@@ -721,6 +816,26 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
       (list the outputs in ``restore_value`` or ``reset_to_zero``, so that a config
       cannot pass on an earlier config's results).
 
+    - ``configs``: a list of :class:`Config`, or (FlyDSL) a function called as
+      ``configs(*args, **kwargs)`` with the call's arguments when a search runs, which
+      returns the list.
+    - ``default``: FlyDSL's heuristic, ``default(*args, **kwargs) -> Config``: a new key
+      runs it without benchmarking (after the offline config and the store's record);
+      ``FLYDSL_AUTOTUNE=1`` searches anyway (once per key in a process, past the
+      records, the offline configs and the default) and its winner serves later calls.
+    - ``artifact_name``: FlyDSL's offline configs (:mod:`flydsl.autotune_artifacts`):
+      with ``FLYDSL_AUTOTUNE_CONFIG_DIR`` set, the config for the ``key`` values and the
+      device is read from ``<dir>/<name>-<hash>.json`` first, and a forced search
+      writes its winner there.
+
+    Example::
+
+        @flydsl.autotune(configs=lambda x, out, n: [Config(BLOCK=b) for b in (64, 128)
+                                                   if b <= n],
+                         key=["n"], default=lambda x, out, n: Config(BLOCK=64))
+        @flydsl.jit
+        def scale(x, out, n, BLOCK: fx.Constexpr[int]): ...
+
     The winner is kept per key, backend, arch and options, in memory and in the compile
     cache's store; ``FLYDSL_AUTOTUNE_PRINT=1`` prints each benchmark table,
     ``FLYDSL_AUTOTUNE_WORKERS`` caps the processes that compile candidates (``0``: in
@@ -730,7 +845,8 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
     def decorate(fn: Any) -> Autotuner:
         return Autotuner(fn, configs, key, prune_configs_by=prune_configs_by, warmup=warmup,
                          rep=rep, restore_value=restore_value, reset_to_zero=reset_to_zero,
-                         do_bench=do_bench, check=check)
+                         do_bench=do_bench, check=check, default=default,
+                         artifact_name=artifact_name)
     return decorate
 
 
