@@ -149,10 +149,17 @@ class KernelFunction:
             _block_mismatch(self, block3)
         check_extent(grid3, block3, self.name)
         check_smem_arg(smem, self.name)
-        run = self._launch
+        run, kernel = self._launch, self
 
         def launcher(*args, **kwargs):
             try:
+                # The default context's last warm launch first, without _launch's frame
+                # (most launches repeat it); _launch is told which one failed.
+                if not kwargs and _current_context() is _DEFAULT:
+                    last = kernel._last
+                    if last is not None and last(args, grid3, block3, smem, stream):
+                        return None
+                    return run(args, kwargs, grid3, block3, smem, stream, last)
                 return run(args, kwargs, grid3, block3, smem, stream)
             except FlydslError as e:
                 trim_traceback(e)   # the user's frames and kernel line, not flydsl's
@@ -179,7 +186,9 @@ class KernelFunction:
             check_extent(grid3, block3, self.name)
         return self._launch(args, kwargs, grid3, block3, smem, stream)
 
-    def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream):
+    def _launch(self, args: tuple, kwargs: dict, grid3: tuple, block3: tuple, smem, stream,
+                tried: Optional[Callable] = None):
+        """Launch ``args`` (``tried``: a warm launch whose guards just refused them)."""
         context = _current_context()
         if kwargs:
             positional = self._positional(args, kwargs)
@@ -193,7 +202,7 @@ class KernelFunction:
         else:   # a CompiledProgram call: its own warm launches
             pinned, entry = context, self._pinned_last
             last = entry[1] if entry is not None and entry[0] is context else None
-        if last is not None and last(args, grid3, block3, smem, stream):
+        if last is not None and last is not tried and last(args, grid3, block3, smem, stream):
             return None
         try:
             if self._constexpr_pos:

@@ -206,3 +206,21 @@ def test_ctrl_c_stops_a_native_one_block_launch(tmp_path):
     assert proc.returncode == 0, err
     assert out.strip() == ("interrupted still_writing=False next_launch_ok=True "
                            "team=True native=True")   # torch loaded libgomp
+
+
+def test_the_launcher_tries_the_last_warm_launch_once_before_the_keyed_lookup():
+    """kernel[grid, block](...) calls the last warm launch itself (one Python frame
+    less); a refusal goes on to the keyed lookup without asking it again."""
+    add.cache_clear()
+    a, b, c = torch.arange(4.0), torch.ones(4), torch.zeros(4)
+    add[1, 4](a, b, c, 4)
+    real, calls = add._last, []
+
+    def counting(*args):
+        calls.append(args)
+        return False                       # refuse: the keyed entry launches instead
+    add._last = counting
+    c.zero_()
+    add[1, 4](a, b, c, 4)
+    assert len(calls) == 1 and c.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert add._last is real               # the keyed hit ran, and is tried first again
