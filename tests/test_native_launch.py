@@ -224,3 +224,26 @@ def test_the_launcher_tries_the_last_warm_launch_once_before_the_keyed_lookup():
     add[1, 4](a, b, c, 4)
     assert len(calls) == 1 and c.tolist() == [1.0, 2.0, 3.0, 4.0]
     assert add._last is real               # the keyed hit ran, and is tried first again
+
+
+def test_threads_launching_at_once_each_pack_their_own_arguments(reader):
+    """The native launch packs on the C stack and releases the GIL in the kernel:
+    concurrent launches from several threads never see each other's arguments."""
+    import threading
+    fast, _ = primed()
+    failures = []
+
+    def work(k: int) -> None:
+        a, b = torch.full((4,), float(k)), torch.full((4,), 100.0)
+        for _ in range(300):
+            c = torch.zeros(4)
+            add[1, 4](a, b, c, 4)
+            if c.tolist() != [k + 100.0] * 4:
+                failures.append((k, c.tolist()))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert type(add._last).__name__ == "NativeFastLaunch"

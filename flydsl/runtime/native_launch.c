@@ -20,7 +20,7 @@
 enum { K_TORCH = 1, K_INT = 2, K_F32 = 3, K_F64 = 4, K_BOOL = 5 };
 
 #define MAX_RANK 16
-#define MAX_SLOTS 4096
+#define MAX_SLOTS 512    /* on the stack: 8 KiB with the table */
 
 typedef struct {
     int kind, pos, off, nd, item, dtype_code;

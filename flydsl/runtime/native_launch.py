@@ -44,7 +44,7 @@ _MODULE = "_flydsl_native_launch"
 _K_TORCH, _K_INT, _K_F32, _K_F64, _K_BOOL = 1, 2, 3, 4, 5
 _INT64 = (-(1 << 63), 1 << 63)
 #: The C side's bounds (native_launch.c: MAX_RANK, MAX_SLOTS, the 64 ranges).
-_MAX_RANK, _MAX_SLOTS, _MAX_PARAMS = 16, 4096, 64
+_MAX_RANK, _MAX_SLOTS, _MAX_PARAMS = 16, 512, 64
 
 _lock = threading.Lock()
 _module = None          # the loaded extension, False once it could not be built
