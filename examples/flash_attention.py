@@ -126,6 +126,7 @@ def flash_attention_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: fx.Tenso
     fB = fx.make_rmem_tensor((4, 2), dtype)
     row_max = fx.make_rmem_tensor((2,), fx.Float32)     # rows g and g + 8 of the warp's 16
     row_sum = fx.make_rmem_tensor((2,), fx.Float32)     # this lane's part of the row sum
+    red = fx.make_rmem_tensor((2,), fx.Float32)         # a row's max and sum being reduced
     ldsm = fx.make_copy_atom(fx.nvvm.LdMatrix(4), dtype)
     ldsm_t = fx.make_copy_atom(fx.nvvm.LdMatrix(4, True), dtype)
 
@@ -143,7 +144,8 @@ def flash_attention_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: fx.Tenso
 
     atom = tiled_mma.atom
     # the CPU emulates an mma.sync with ~700 operations: there the K steps and atoms below
-    # are runtime loops (one atom traced, the same mma.sync in the same order); GPUs unroll
+    # (and the softmax's loops over a row's atoms) are runtime loops (one atom traced, the
+    # same mma.sync in the same order); GPUs unroll them
     cpu = fx.target().backend not in ("cuda", "rocm")
 
     def steps(count: int, body) -> None:
@@ -179,6 +181,48 @@ def flash_attention_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: fx.Tenso
                 fx.gemm(atom, fO[None, 2 * p + h], fP, fB[None, h], fO[None, 2 * p + h])
         steps(D // 16, atoms)
 
+    def mask_row(j, r):
+        """-inf for the scores of row ``r`` (of the lane's two) with keys of tile ``j`` at
+        or past Sk, and when causal after the row's query."""
+        limit = Sk
+        if causal:
+            limit = fx.min(Sk, q_row + 8 * r + 1)
+
+        def atom_cols(n):
+            for c in fx.range_constexpr(2):
+                col = j * BN + n * 8 + k_col + c
+                fS[2 * r + c, n] = fx.select(col < limit, fS[2 * r + c, n], -math.inf)
+        steps(BN // 8, atom_cols)
+
+    def softmax_row(r):
+        """Online softmax of row ``r``: the new max (lane, then quad), P = exp2(s c - m c)
+        in place of S, the lane's part of the sum and O rescaled by exp2((m_old - m) c)."""
+        red[0] = row_max[r]
+
+        def atom_max(n):
+            red[0] = fx.max(red[0], fx.max(fS[2 * r, n], fS[2 * r + 1, n]))
+        steps(BN // 8, atom_max)
+        m = red[0]
+        m = fx.max(m, fx.shuffle_xor(m, 1))
+        m = fx.max(m, fx.shuffle_xor(m, 2))
+        corr = fx.exp2((row_max[r] - m) * scale_log2)
+        row_max[r] = m
+        m_scaled = m * scale_log2
+        red[1] = row_sum[r] * corr
+
+        def atom_exp(n):
+            for c in fx.range_constexpr(2):
+                p = fx.exp2(fS[2 * r + c, n] * scale_log2 - m_scaled)
+                red[1] = red[1] + p
+                fS[2 * r + c, n] = p
+        steps(BN // 8, atom_exp)
+        row_sum[r] = red[1]
+
+        def atom_rescale(n):
+            for c in fx.range_constexpr(2):
+                fO[2 * r + c, n] = fO[2 * r + c, n] * corr
+        steps(D // 8, atom_rescale)
+
     n_tiles = (Sk + BN - 1) // BN
     if causal:                           # the last key any row of this block sees
         n_tiles = fx.min(n_tiles, ((bm + 1) * BM + BN - 1) // BN)
@@ -209,34 +253,9 @@ def flash_attention_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: fx.Tenso
 
         if j >= n_full:                  # keys past the end, and after the query if causal
             for r in fx.range_constexpr(2):
-                limit = Sk
-                if causal:
-                    limit = fx.min(Sk, q_row + 8 * r + 1)
-                for n in fx.range_constexpr(BN // 8):
-                    for c in fx.range_constexpr(2):
-                        col = j * BN + n * 8 + k_col + c
-                        fS[2 * r + c, n] = fx.select(col < limit, fS[2 * r + c, n],
-                                                        -math.inf)
+                mask_row(j, r)
         for r in fx.range_constexpr(2):
-            m = row_max[r]
-            for n in fx.range_constexpr(BN // 8):
-                m = fx.max(m, fx.max(fS[2 * r, n], fS[2 * r + 1, n]))
-            m = fx.max(m, fx.shuffle_xor(m, 1))
-            m = fx.max(m, fx.shuffle_xor(m, 2))
-            corr = fx.exp2((row_max[r] - m) * scale_log2)
-            row_max[r] = m
-            m_scaled = m * scale_log2
-            total = row_sum[r] * corr
-            for n in fx.range_constexpr(BN // 8):
-                for c in fx.range_constexpr(2):
-                    p = fx.exp2(fS[2 * r + c, n] * scale_log2 - m_scaled)
-                    total = total + p
-                    fS[2 * r + c, n] = p
-            row_sum[r] = total
-            for n in fx.range_constexpr(D // 8):
-                for c in fx.range_constexpr(2):
-                    fO[2 * r + c, n] = fO[2 * r + c, n] * corr
-
+            softmax_row(r)
         steps(BN // 16, pv_step)
 
     fx.nvvm.cp_async_wait_group(0)       # no copy is left in flight at exit
