@@ -84,6 +84,9 @@ def test_sm90_gemm_ptx_is_warp_specialized_and_ptxas_clean():
     assert ptx.count("setmaxnreg.dec.sync.aligned.u32 40;") == 1
     assert ptx.count("setmaxnreg.inc.sync.aligned.u32 232;") == 1
     assert ptx.count("wgmma.wait_group.sync.aligned 1;") >= 1
+    # the epilogue: one 8-byte store per accumulator pair (64 a thread) where C is
+    # 8-byte aligned (the copy atom's fallback: two 4-byte stores)
+    assert ptx.count("st.global.v2.b32") == 64
     assert re.search(r"\.maxntid 384, 1, 1", ptx)      # registers at entry: setmaxnreg applies
     meta = prog.kernels[0].metadata
     assert meta.spill_bytes == 0 and meta.local_bytes == 0
