@@ -117,3 +117,34 @@ def test_ptx_has_the_pipeline_and_ptxas_reports_no_spills(arch, d, causal):
     assert meta.spill_bytes == 0 and meta.local_bytes == 0
     assert 0 < meta.registers <= 255
     assert meta.shared_bytes == (fa.BM + 2 * fa.BN) * d * 2
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("attention_bench",
+                                                  ROOT / "benchmarks" / "attention.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_flops_and_gpu_kit_cases():
+    """benchmarks/attention.py: FLOP = 4 b h sq sk d (halved when causal); the kit cases
+    build flash_attention's arguments (O at index 3) on the kit's host arrays."""
+    from flydsl.gpu_kit.cases import HostArrays
+    bench = _benchmark()
+    assert bench.flops(4, 16, 1024, 1024, 128, False) == 4 * 4 * 16 * 1024 ** 2 * 128
+    assert bench.flops(4, 16, 1024, 1024, 128, True) == 2 * 4 * 16 * 1024 ** 2 * 128
+    cases = bench.kit_cases()
+    assert len(cases) == 4 and {c.fn for c in cases} == {"flash_attention"}
+    for case in cases:
+        args = case.make(HostArrays())
+        b, h, s, d = args[0].shape
+        assert args[case.out].shape == (b, h, s, d) and tuple(args[4].shape) == (b, h, s)
+        assert args[6] == ("causal" in case.name)
+        assert case.work == bench.flops(b, h, s, s, d, args[6])
+    tri = bench.triton_attention()
+    try:
+        import triton  # noqa: F401
+        assert callable(tri)
+    except ImportError:
+        assert isinstance(tri, str) and "triton not importable" in tri
