@@ -247,3 +247,10 @@ def test_threads_launching_at_once_each_pack_their_own_arguments(reader):
         t.join()
     assert not failures
     assert type(add._last).__name__ == "NativeFastLaunch"
+
+
+def test_dynamic_shared_memory_past_int64_is_refused_as_the_python_submit_refuses_it(reader):
+    fast, (a, b, c, n) = primed()
+    for f in (fast, fast.flydsl_python):
+        with pytest.raises(LaunchError):
+            f((a, b, c, n), G1, B4, 1 << 70, None)

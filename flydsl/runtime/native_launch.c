@@ -329,7 +329,9 @@ static PyObject *Fast_vcall(PyObject *self, PyObject *const *argv, size_t nargsf
         return submit_slow(f, v, grid, block, smem, stream);
     }
     long long nblocks = dims[0] * dims[1] * dims[2];
-    if (nblocks != 1 || !PyLong_CheckExact(smem) || PyLong_AsLongLong(smem) != 0)
+    int over = 0;
+    if (nblocks != 1 || !PyLong_CheckExact(smem) ||
+        PyLong_AsLongLongAndOverflow(smem, &over) != 0 || over)   /* over: sets no error */
         return submit_slow(f, v, grid, block, smem, stream);
     if (current_entry(f) < 0) return NULL;
     int d = f->dims_at;
