@@ -66,8 +66,9 @@ def test_head_dim_64_fp16_matches_sdpa_on_the_cpu():
 
 def test_head_dim_128_bf16_causal_matches_sdpa_on_the_cpu():
     fa = _example()
-    for (b, h, s) in [(1, 2, 1), (2, 1, 37), (1, 2, 130)]:
-        _check(fa, b, h, s, s, 128, torch.bfloat16, causal=True)
+    for (b, h, sq, sk) in [(1, 2, 1, 1), (2, 1, 37, 37), (1, 2, 130, 130), (1, 1, 37, 130),
+                           (1, 1, 130, 37)]:      # Sq != Sk: top-left aligned, as SDPA
+        _check(fa, b, h, sq, sk, 128, torch.bfloat16, causal=True)
 
 
 def test_causal_head_dim_64_under_debug_checks_with_a_custom_scale(monkeypatch):
