@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -61,15 +60,15 @@ def _inputs(torch, b, h, sq, sk, d, dtype, device="cpu"):
 
 # ---- Triton (GPU only) --------------------------------------------------------------
 
-def triton_attention():
-    """``fn(q, k, v, causal) -> o`` running a Triton FlashAttention forward, or the
-    reason (a str) Triton cannot be used."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError as e:
-        return f"triton not importable ({e})"
+try:        # module level: Triton resolves a kernel's names in its module's globals
+    import triton
+    import triton.language as tl
+    _NO_TRITON = ""
+except ImportError as e:
+    triton = None
+    _NO_TRITON = f"triton not importable ({e})"
 
+if triton is not None:
     @triton.jit
     def _fwd(Q, K, V, O, S, H, qk_scale, D: tl.constexpr, BM: tl.constexpr,
              BN: tl.constexpr, CAUSAL: tl.constexpr):
@@ -77,14 +76,18 @@ def triton_attention():
         base = bh.to(tl.int64) * S * D
         rows = pid * BM + tl.arange(0, BM)
         cols = tl.arange(0, D)
-        q = tl.load(Q + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < S)
+        q = tl.load(Q + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < S,
+                    other=0.0)
         m = tl.full([BM], float("-inf"), tl.float32)
         l = tl.zeros([BM], tl.float32)
         acc = tl.zeros([BM, D], tl.float32)
-        end = tl.minimum((pid + 1) * BM, S) if CAUSAL else S
+        end = S
+        if CAUSAL:                           # keys past the block's last row: masked
+            end = tl.minimum((pid + 1) * BM, S)
         for start in range(0, end, BN):
             keys = start + tl.arange(0, BN)
-            kt = tl.load(K + base + keys[None, :] * D + cols[:, None], mask=keys[None, :] < S)
+            kt = tl.load(K + base + keys[None, :] * D + cols[:, None], mask=keys[None, :] < S,
+                         other=0.0)
             s = tl.dot(q, kt) * qk_scale
             ok = keys[None, :] < S
             if CAUSAL:
@@ -94,12 +97,20 @@ def triton_attention():
             p = tl.math.exp2(s - m_new[:, None])
             corr = tl.math.exp2(m - m_new)
             l = l * corr + tl.sum(p, 1)
-            vt = tl.load(V + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < S)
+            vt = tl.load(V + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < S,
+                         other=0.0)
             acc = acc * corr[:, None] + tl.dot(p.to(vt.dtype), vt)
             m = m_new
         acc = acc / l[:, None]
         tl.store(O + base + rows[:, None] * D + cols[None, :], acc.to(O.dtype.element_ty),
                  mask=rows[:, None] < S)
+
+
+def triton_attention():
+    """``fn(q, k, v, o, causal)`` running the Triton FlashAttention forward above into
+    ``o``, or the reason (a str) Triton cannot be used."""
+    if triton is None:
+        return _NO_TRITON
 
     def run(q, k, v, o, causal):
         b, h, s, d = q.shape
