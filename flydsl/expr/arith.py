@@ -131,13 +131,35 @@ def _raw_operand(x, like=None):
     return x
 
 
+def _host_cast(target_type, value):
+    """``value`` (a number, or a host ``fx.Int32(5)``) as a host number of
+    ``target_type`` when no kernel is being traced, else None."""
+    from .dtypes import DType
+    from .host_scalar import HostScalar, host_scalar
+    tracing = _implementation._ops is not None and _implementation._tracing() is not None
+    if tracing or not isinstance(value, (bool, int, float, HostScalar)):
+        return None
+    if not isinstance(target_type, DType):
+        raise TypeError(f"outside a kernel, cast a host number to a dtype (T.index is "
+                        f"fx.Index there), not to {target_type}")
+    return host_scalar(value.value if isinstance(value, HostScalar) else value,
+                       target_type)
+
+
 def index_cast(target_type, value):
     """An integer value as ``target_type`` (``index`` <-> ``iN``).
 
     Returns: an integer value of ``target_type``.
 
     Example: ``j = fx.index_cast(fx.T.index, k)``
+
+    Outside a kernel (a ``@flyc.jit`` function's host code, where ``T.index`` is
+    ``fx.Index``) a host number converts to a host number of that type.
     """
+    host = _host_cast(target_type, value)
+    if host is not None:
+        return host
+    _ops()
     v = _raw_operand(value)
     if v.type == target_type:
         return v
@@ -330,6 +352,7 @@ def _inside_a_kernel(fn):
 
 for _name in __all__:
     _fn = globals()[_name]
-    if isinstance(_fn, _types.FunctionType) and _fn.__module__ == __name__:
+    if isinstance(_fn, _types.FunctionType) and _fn.__module__ == __name__ and \
+            _fn is not index_cast:      # index_cast also converts host numbers
         globals()[_name] = _inside_a_kernel(_fn)
 del _name, _fn

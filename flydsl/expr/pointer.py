@@ -19,7 +19,7 @@ from .implementation import kernel_or_host_ops as _kernel_or_host_ops
 from .implementation import ops as _ops
 
 __all__ = [
-    "AddressSpace", "Pointer", "PointerType", "add_offset", "get_dyn_shared", "get_iter",
+    "AddressSpace", "LayoutType", "MemRefType", "Pointer", "PointerType", "add_offset", "get_dyn_shared", "get_iter",
     "inttoptr", "make_ptr", "memref_alloca", "memref_load", "memref_load_vec",
     "memref_store", "memref_store_vec", "ptr_load", "ptr_store", "ptrtoint", "recast_iter",
     "to_llvm_ptr",
@@ -106,6 +106,83 @@ class PointerType:
             f"{', align ' + str(self.alignment) if self.alignment else ''})" \
             if not isinstance(self.address_space, str) else \
             f"PointerType({self.dtype!r}, {self.address_space})"
+
+
+class LayoutType:
+    """A layout's type, its shape and stride (FlyDSL's ``fx.LayoutType``), for
+    :class:`MemRefType`.
+
+    Example::
+
+        >>> fx.LayoutType.get((4, 2), (1, 4))
+        LayoutType((4, 2), (1, 4))
+    """
+
+    def __init__(self, shape, stride=None):
+        self.shape, self.stride = shape, stride
+
+    @classmethod
+    def get(cls, shape, stride=None) -> "LayoutType":
+        """The type of the layout ``shape : stride`` (compact column-major when no
+        stride is given)."""
+        return cls(shape, stride)
+
+    def layout(self):
+        """The layout of this type: ``fx.make_layout(shape, stride)``."""
+        from .layout import make_layout
+        return make_layout(self.shape, self.stride) if self.stride is not None else \
+            make_layout(self.shape)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, LayoutType) and (self.shape, self.stride) == \
+            (other.shape, other.stride)
+
+    def __hash__(self) -> int:
+        return hash((repr(self.shape), repr(self.stride)))
+
+    def __repr__(self) -> str:
+        return f"LayoutType({self.shape!r}, {self.stride!r})"
+
+
+class MemRefType:
+    """The type of a tensor: element type, :class:`LayoutType` and address space
+    (FlyDSL's ``fx.MemRefType``), what :func:`memref_alloca` takes. ``elem_ty`` is a
+    dtype or an MLIR type (``T.f32``); the address space an :class:`AddressSpace` or
+    its number.
+
+    Example::
+
+        >>> fx.MemRefType.get(fx.Float32, fx.LayoutType.get(4, 1), fx.AddressSpace.Register)
+        MemRefType(fx.Float32, LayoutType(4, 1), Register)
+    """
+
+    def __init__(self, elem_ty, layout: LayoutType, address_space=AddressSpace.Register,
+                 alignment: int = 0):
+        if not isinstance(layout, LayoutType):
+            raise TypeError(f"MemRefType's layout is a fx.LayoutType (fx.LayoutType.get("
+                            f"shape, stride)), not {layout!r}")
+        self.dtype, self.layout = _dtype(elem_ty), layout
+        self.address_space = AddressSpace(int(address_space))
+        self.alignment = alignment
+
+    @classmethod
+    def get(cls, elem_ty, layout: LayoutType, address_space=AddressSpace.Register,
+            alignment: int = 0) -> "MemRefType":
+        """The type of ``elem_ty`` tensors laid out by ``layout`` in ``address_space``."""
+        return cls(elem_ty, layout, address_space, alignment)
+
+    element_type = property(lambda self: self.dtype)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MemRefType) and (self.dtype, self.layout,
+                                                  self.address_space) == \
+            (other.dtype, other.layout, other.address_space)
+
+    def __hash__(self) -> int:
+        return hash((self.dtype, self.layout, self.address_space))
+
+    def __repr__(self) -> str:
+        return f"MemRefType({self.dtype!r}, {self.layout!r}, {self.address_space.name})"
 
 
 class _PointerAnnotation:
@@ -331,10 +408,11 @@ def memref_store_vec(vector, memref) -> None:
     _ops().memref_store_vec(vector, memref)
 
 
-def memref_alloca(memref_type, layout):
-    """Per-thread registers of ``memref_type``'s element type (a dtype, or anything
-    with ``.dtype``/``.element_type``) seen through ``layout``: as
-    ``fx.make_rmem_tensor(layout, dtype)``.
+def memref_alloca(memref_type, layout=None):
+    """Per-thread registers of ``memref_type``'s element type (a
+    :class:`MemRefType` in the ``Register`` space, a dtype, or anything with
+    ``.dtype``/``.element_type``) seen through ``layout`` (by default a
+    ``MemRefType``'s own): as ``fx.make_rmem_tensor(layout, dtype)``.
 
     Returns: a register fragment.
 
@@ -342,9 +420,22 @@ def memref_alloca(memref_type, layout):
 
         acc = fx.memref_alloca(fx.Float32, fx.make_layout(4, 1))
         acc.fill(x[i])
-        y[i] = acc[2]
+        regs = fx.memref_alloca(fx.MemRefType.get(fx.T.f32, fx.LayoutType.get(2, 1),
+                                                  fx.AddressSpace.Register))
+        regs.fill(x[i] * 2.0)
+        y[i] = acc[2] + regs[1]
     """
     from .layout import make_rmem_tensor
+    if isinstance(memref_type, MemRefType):
+        if memref_type.address_space != AddressSpace.Register:
+            raise ValueError(f"fx.memref_alloca allocates registers: {memref_type!r} is in "
+                             f"the {memref_type.address_space.name} address space (use "
+                             "fx.SharedAllocator for shared memory)")
+        if layout is None:
+            layout = memref_type.layout.layout()
+    if layout is None:
+        raise TypeError("fx.memref_alloca(memref_type, layout): give a layout (or a "
+                        "fx.MemRefType, whose layout is used)")
     dtype = memref_type if isinstance(memref_type, DType) else \
         getattr(memref_type, "dtype", None) or getattr(memref_type, "element_type", None)
     return make_rmem_tensor(layout, _dtype(dtype))

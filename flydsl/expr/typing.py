@@ -60,13 +60,24 @@ _SCALARS = {"bool": "Bool", "i1": "Bool", "i8": "Int8", "i16": "Int16", "i32": "
 
 class Types:
     """MLIR types by name: ``T.f32``, ``T.i32``, ``T.index``, ``T.f32x4`` (a vector of 4),
-    ``T.vec(8, T.f16)``. Each read makes the type in the current MLIR context.
+    ``T.vec(8, T.f16)``. Each read makes the type in the current MLIR context; with
+    none (host code of a ``@flyc.jit`` function) a scalar name is its dtype
+    (``T.index`` is ``fx.Index``).
 
     Example: ``c = fx.arith.constant(2, type=fx.T.i64)``
     """
 
+    @staticmethod
+    def _on_host() -> bool:
+        """No MLIR context is current: a ``@flyc.jit`` function's host code, where
+        ``T``'s names are the dtypes (``arith.index_cast(T.index, n)`` converts a
+        host number)."""
+        return _ir().Context.current is None
+
     @property
     def index(self):
+        if self._on_host():
+            return _dt.Index
         return _ir().IndexType.get()
 
     def vec(self, n: int, elem) -> Any:
@@ -85,7 +96,7 @@ class Types:
         if dtype is None:
             raise AttributeError(f"T has no type {name!r} (T.f32, T.i32, T.bf16, T.index, "
                                  "T.f32x4, T.vec(n, T.f16), ...)")
-        return dtype.mlir_type()
+        return dtype if self._on_host() else dtype.mlir_type()
 
 
 T = Types()

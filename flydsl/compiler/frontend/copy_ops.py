@@ -27,7 +27,7 @@ from mlir.dialects import arith, memref, rocdl, scf
 from ...errors import DSLTypeError
 from ...expr import layout_algebra as la
 from . import context
-from .values import Value, as_value, to_index
+from .values import Value, as_value, bitcast, to_index
 from .tensors import storage_type
 from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit, vector_load,
                     vector_store, vector_type, when)
@@ -118,7 +118,7 @@ def _check_views(atom, src: TensorView, dst: TensorView) -> None:
         if v.memory is None:
             raise DSLTypeError(f"fx.copy: the {role} is a coordinate tensor, which has no "
                                "memory")
-    if src.dtype is not dst.dtype:
+    if src.dtype is not dst.dtype and not _bit_copy(atom, src, dst):
         raise DSLTypeError(f"fx.copy: source is {src.dtype.name} but destination is "
                            f"{dst.dtype.name}; convert through a fragment "
                            "(frag.store(other.load().to(dtype)))")
@@ -128,6 +128,24 @@ def _check_views(atom, src: TensorView, dst: TensorView) -> None:
     if atom.dtype is not None and atom.dtype.bits != src.dtype.bits:
         raise DSLTypeError(f"fx.copy: {atom!r} moves {atom.dtype.name} elements but the "
                            f"tensors hold {src.dtype.name}")
+
+
+def _bit_copy(atom, src: TensorView, dst: TensorView) -> bool:
+    """An atom of a bit width (``UniversalCopy32b``, ``BufferCopy32b``, ...) moves
+    bits: elements of two dtypes of its element width copy unchanged (FlyDSL stores
+    int32 results through a 32-bit copy of float32 registers)."""
+    bits = getattr(atom.dtype, "bits", None)
+    return (bits is not None and bits >= 8 and src.dtype.bits == dst.dtype.bits == bits
+            and "bool" not in (src.dtype.kind, dst.dtype.kind))
+
+
+def _as_bits_of(raw: ir.Value, width: int, dtype) -> ir.Value:
+    """``raw`` (a scalar or a vector of ``width``) reinterpreted as ``dtype`` elements."""
+    if isinstance(raw.type, ir.VectorType):
+        t = ir.VectorType.get(list(ir.VectorType(raw.type).shape), storage_type(dtype))
+    else:
+        t = storage_type(dtype)
+    return raw if raw.type == t else arith.bitcast(t, raw)
 
 
 def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,
@@ -158,16 +176,17 @@ def _vector_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     checks = [c for c in (_aligned(sm, so, nbytes), _aligned(dm, do, nbytes)) if c is not None]
     if not checks:
         vec = vector_load(sm, so, width, _static_align(sm, so, nbytes))
-        vector_store(dm, do, vec, _static_align(dm, do, nbytes))
+        vector_store(dm, do, _as_bits_of(vec, width, dm.dtype), _static_align(dm, do, nbytes))
         return
     aligned = checks[0] if len(checks) == 1 else arith.andi(checks[0], checks[1])
     branch = scf.IfOp(aligned, [], has_else=True)
     with ir.InsertionPoint(branch.then_block):
-        vector_store(dm, do, vector_load(sm, so, width, nbytes), nbytes)
+        vec = vector_load(sm, so, width, nbytes)
+        vector_store(dm, do, _as_bits_of(vec, width, dm.dtype), nbytes)
         scf.YieldOp([])
     with ir.InsertionPoint(branch.else_block):
         for t in range(width):
-            dm.store(_plus(do, t), sm.load(_plus(so, t)))
+            dm.store(_plus(do, t), _retyped(sm.load(_plus(so, t)), dm.dtype))
         scf.YieldOp([])
 
 
@@ -192,7 +211,12 @@ def _scalar_copy(src: TensorView, dst: TensorView, first: int, width: int) -> No
     for t in range(first, first + width):
         so, do = src.element_offset(t), dst.element_offset(t)
         value = _guarded_load(src.memory, so)
-        _guarded_store(dst.memory, do, value)
+        _guarded_store(dst.memory, do, _retyped(value, dst.dtype))
+
+
+def _retyped(value: Value, dtype) -> Value:
+    """A loaded element as ``dtype`` (the same bits; see :func:`_bit_copy`)."""
+    return value if value.dtype is dtype else bitcast(value, dtype)
 
 
 def _guarded_store(mem: Memory, offset, value: Value) -> None:
@@ -231,6 +255,7 @@ def _buffer_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     if dm.records is not None:
         rocdl.raw_ptr_buffer_store(vec, _resource(dm), _byte_offset(dm, do), _i32(0), _i32(0))
     elif width == 1:
-        memref.store(vec, dm.mem, [to_index(dm.physical(do))])
+        memref.store(_as_bits_of(vec, 1, dm.dtype), dm.mem, [to_index(dm.physical(do))])
     else:
-        vector_store(dm, do, vec, _static_align(dm, do, width * dm.itemsize))
+        vector_store(dm, do, _as_bits_of(vec, width, dm.dtype),
+                     _static_align(dm, do, width * dm.itemsize))
