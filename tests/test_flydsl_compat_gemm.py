@@ -72,3 +72,19 @@ def test_a_tiled_mfma_gemm_is_one_loop_per_atom_not_an_fma_per_product():
     assert mlir.count("math.fma") == 4 * 4
     assert mlir.count("scf.for") == 4
     assert len(mlir.splitlines()) < 2000
+
+
+def test_compilation_context_get_current_answers_the_hints_in_effect():
+    """FlyDSL's preshuffle GEMM calls CompilationContext.get_current() at the top of its
+    @flyc.jit launcher (26 upstream cases stopped there)."""
+    from flydsl.compiler.kernel_function import CompilationContext
+
+    @flydsl.jit
+    def launcher():
+        return CompilationContext.get_current().hints
+
+    assert launcher() == {}
+    with CompilationContext.compile_hints({"opt_level": 2}):
+        assert launcher() == {"opt_level": 2}
+    with pytest.raises(AttributeError, match="gpu_module_body.*no GPU module|no GPU module"):
+        CompilationContext.get_current().gpu_module_body

@@ -58,6 +58,32 @@ class CompilationContext:
         """The hints in effect on this thread ({} outside any ``compile_hints`` block)."""
         return getattr(cls._local, "hints", None) or {}
 
+    @classmethod
+    def get_current(cls) -> "CompilationContext":
+        """FlyDSL's accessor for the compilation in progress (FlyDSL's kernels call it at
+        the top of a ``@flyc.jit`` body). flydsl compiles each kernel at its launch from
+        the kernel's own trace, with no module a jit body builds into, so the context
+        answered holds what flydsl has: ``hints``, the compile hints in effect on this
+        thread.
+
+        Example::
+
+            >>> with CompilationContext.compile_hints({"opt_level": 2}):
+            ...     CompilationContext.get_current().hints
+            {'opt_level': 2}
+        """
+        ctx = cls()
+        ctx.hints = cls.get_compile_hints()
+        return ctx
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"CompilationContext.{name}: flydsl builds no GPU module "
+                             "outside kernels (FlyDSL's gpu_module_body, link_libs, ...): "
+                             "shared memory comes from fx.shared_array / fx.SharedAllocator "
+                             "inside the kernel")
+
 
 def _flag_names(value) -> set:
     """The flag names of ``fastmath``: a string (``"fast"``, ``"contract,afn"``) or an
