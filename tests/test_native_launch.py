@@ -181,11 +181,13 @@ def test_disabled_native_launches_generate_the_python_one(monkeypatch):
     add.cache_clear()
 
 
-def test_numpy_arguments_keep_the_python_warm_launch():
+def test_numpy_arguments_take_the_native_warm_launch():
     add.cache_clear()
     a, b, c = np.arange(4, dtype=np.float32), np.ones(4, np.float32), np.zeros(4, np.float32)
     add[1, 4](a, b, c, 4)
-    assert type(add._last).__name__ == "function"
+    add[1, 4](a, b, c, 4)
+    assert type(add._last).__name__ == "NativeFastLaunch"
+    assert c.tolist() == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_ctrl_c_stops_a_native_one_block_launch(tmp_path):
@@ -254,3 +256,40 @@ def test_dynamic_shared_memory_past_int64_is_refused_as_the_python_submit_refuse
     for f in (fast, fast.flydsl_python):
         with pytest.raises(LaunchError):
             f((a, b, c, n), G1, B4, 1 << 70, None)
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+def test_each_numpy_guard_fires_on_the_native_path():
+    _native_or_skip()
+    if not native_launch.numpy_layout(native_launch.load()):
+        pytest.skip("numpy's ndarray layout is not the one checked here")
+    add.cache_clear()
+    a, b, c = np.arange(4, dtype=np.float32), np.ones(4, np.float32), np.zeros(4, np.float32)
+    add[1, 4](a, b, c, 4)
+    add[1, 4](a, b, c, 4)
+    fast = add._last
+    assert type(fast).__name__ == "NativeFastLaunch"
+    x = np.arange(8, dtype=np.float32)
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    record = np.zeros(4, np.dtype([("v", np.float32), ("pad", np.int8)]))
+    refused = {
+        "dtype": (a.astype(np.float64), b, c, 4),
+        "byte order": (a.astype(">f4"), b, c, 4),
+        "rank": (a.reshape(2, 2), b, c, 4),
+        "inner stride": (x[::2], b, c, 4),
+        "reversed": (x[3::-1], b, c, 4),
+        "alignment": (x[1:5], b, c, 4),
+        "strides of no whole element": (b, record["v"], c, 4),
+        "read-only output": (a, b, frozen, 4),
+        "type (subclass)": (a.view(_Sub), b, c, 4),
+        "type (torch)": (torch.from_numpy(a), b, c, 4),
+        "overlap (c is a)": (a, b, a, 4),
+    }
+    for what, args in refused.items():
+        assert both(fast, args) is False, what
+    ok = (x[4:8], np.full(4, 2.0, np.float32), np.zeros(4, np.float32), 3)
+    assert both(fast, ok) is True and ok[2].tolist() == [6.0, 7.0, 8.0, 0.0]

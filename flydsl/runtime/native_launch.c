@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { K_TORCH = 1, K_INT = 2, K_F32 = 3, K_F64 = 4, K_BOOL = 5 };
+enum { K_TORCH = 1, K_INT = 2, K_F32 = 3, K_F64 = 4, K_BOOL = 5, K_NUMPY = 6 };
 
 #define MAX_RANK 16
 #define MAX_SLOTS 512    /* on the stack: 8 KiB with the table */
@@ -145,6 +145,45 @@ static int torch_arg_shim(Fast *f, Arg *g, PyObject *a, int64_t *v, long long *l
     if (sh_data_ptr(h, &data)) return 2;
     return tensor_tail(g, (int)dim, (const long long *)sizes, (const long long *)strides,
                        (unsigned long long)(uintptr_t)data, v, lo, hi);
+}
+
+/* numpy's C ABI (PyArrayObject_fields, what PyArray_DATA and friends read), set by
+ * numpy_layout() once checked against numpy's Python API on sample arrays. */
+static Py_ssize_t np_data, np_nd, np_dims, np_strides, np_descr, np_flags;
+static int numpy_ready;
+#define NPY_WRITEABLE 0x0400
+#define FIELD(a, off, T) (*(T *)((char *)(a) + (off)))
+
+/* A numpy array, as the Python warm launch guards and packs it (1/0/-1). */
+static int numpy_arg(Arg *g, PyObject *a, int64_t *v, long long *lo, long long *hi) {
+    if ((PyObject *)Py_TYPE(a) != g->type) return 0;
+    if (g->written && !(FIELD(a, np_flags, int) & NPY_WRITEABLE)) return 0;
+    PyObject *descr = FIELD(a, np_descr, PyObject *);
+    if (descr != g->dtype) {
+        int eq = PyObject_RichCompareBool(descr, g->dtype, Py_EQ);
+        if (eq <= 0) return eq;
+    }
+    int nd = FIELD(a, np_nd, int);
+    if (nd != g->nd) return 0;
+    const Py_ssize_t *sd = FIELD(a, np_strides, Py_ssize_t *);
+    const Py_ssize_t *sh = FIELD(a, np_dims, Py_ssize_t *);
+    if (g->item != 1)
+        for (int k = 0; k < nd; k++)
+            if (sd[k] % g->item) return 0;
+    if (nd && ((sd[nd - 1] == g->item || sh[nd - 1] == 1) != g->inner)) return 0;
+    unsigned long long p = (unsigned long long)(uintptr_t)FIELD(a, np_data, char *);
+    int misaligned = (p % 16) != 0;
+    for (int k = 0; k < nd - 1; k++)
+        misaligned |= (sd[k] % 16) != 0;
+    if (misaligned == g->aligned) return 0;
+    long long numel = 1;
+    for (int k = 0; k < nd; k++) numel *= sh[k];
+    if ((numel >= 2147483648LL) != g->wide) return 0;
+    int64_t *s = v + g->off;
+    s[0] = (int64_t)p; s[1] = (int64_t)p;
+    for (int k = 0; k < nd; k++) { s[3 + k] = sh[k]; s[3 + nd + k] = sd[k] / g->item; }
+    if (g->ranged) { *lo = (long long)p; *hi = (long long)p + sh[0] * g->item; }
+    return 1;
 }
 
 /* 1: the torch tensor passes its guards (and is packed), 0: it does not, -1: error. */
@@ -313,7 +352,9 @@ static PyObject *Fast_vcall(PyObject *self, PyObject *const *argv, size_t nargsf
         Arg *g = &f->argv[i];
         if (!g->kind) continue;   /* a default: prepacked */
         PyObject *a = PyTuple_GET_ITEM(args, g->pos);
-        int ok = g->kind == K_TORCH ? torch_arg(f, g, a, v, &lo[i], &hi[i]) : scalar_arg(g, a, v);
+        int ok = g->kind == K_TORCH ? torch_arg(f, g, a, v, &lo[i], &hi[i])
+                 : g->kind == K_NUMPY ? numpy_arg(g, a, v, &lo[i], &hi[i])
+                 : scalar_arg(g, a, v);
         if (ok < 0) return NULL;
         if (!ok) Py_RETURN_FALSE;
     }
@@ -468,10 +509,12 @@ static PyObject *native_new(PyObject *mod, PyObject *a) {
         g->divisible = AS_INT(GET(t, 14)); g->not_int32 = AS_INT(GET(t, 15));
         g->dtype_code = AS_INT(GET(t, 16));
         if (PyErr_Occurred()) goto error;
-        int slots = g->kind == K_TORCH ? 3 + 2 * g->nd : 1;
+        int tensor = g->kind == K_TORCH || g->kind == K_NUMPY;
+        int slots = tensor ? 3 + 2 * g->nd : 1;
         if (g->kind && (g->pos < 0 || g->pos >= nargs || g->off < 0 ||
                         g->off + slots > nvals || g->nd > MAX_RANK ||
-                        (g->kind == K_TORCH && g->ranged && g->nd != 1)) ) {
+                        (tensor && g->ranged && g->nd != 1) ||
+                        (g->kind == K_NUMPY && (!numpy_ready || g->item <= 0)))) {
             PyErr_SetString(PyExc_ValueError, "argument description out of range"); goto error;
         }
         if (g->kind == K_INT && g->type != (PyObject *)&PyLong_Type) {
@@ -579,10 +622,38 @@ static PyObject *torch_facts(PyObject *mod, PyObject *t) {
                          layout);
 }
 
+/* numpy_layout(data, nd, dimensions, strides, descr, flags): the byte offsets of those
+ * fields of an ndarray object. */
+static PyObject *numpy_layout(PyObject *mod, PyObject *a) {
+    if (!PyArg_ParseTuple(a, "nnnnnn", &np_data, &np_nd, &np_dims, &np_strides, &np_descr,
+                          &np_flags))
+        return NULL;
+    numpy_ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* numpy_facts(a): (data, nd, shape, strides, descr, flags) read at those offsets. */
+static PyObject *numpy_facts(PyObject *mod, PyObject *a) {
+    if (!numpy_ready) Py_RETURN_NONE;
+    int nd = FIELD(a, np_nd, int);
+    if (nd < 0 || nd > 64) Py_RETURN_NONE;
+    PyObject *sh = PyTuple_New(nd), *st = PyTuple_New(nd);
+    if (!sh || !st) { Py_XDECREF(sh); Py_XDECREF(st); return NULL; }
+    for (int k = 0; k < nd; k++) {
+        PyTuple_SET_ITEM(sh, k, PyLong_FromSsize_t(FIELD(a, np_dims, Py_ssize_t *)[k]));
+        PyTuple_SET_ITEM(st, k, PyLong_FromSsize_t(FIELD(a, np_strides, Py_ssize_t *)[k]));
+    }
+    return Py_BuildValue("(KiNNOi)",
+                         (unsigned long long)(uintptr_t)FIELD(a, np_data, char *), nd, sh, st,
+                         FIELD(a, np_descr, PyObject *), FIELD(a, np_flags, int));
+}
+
 static PyMethodDef methods[] = {
     {"new", native_new, METH_VARARGS, "Build a native warm launch (see native_launch.py)."},
     {"torch_shim", set_torch_shim, METH_VARARGS, "Use torch's C shim for tensor facts."},
     {"torch_facts", torch_facts, METH_O, "A tensor's facts through the shim (or None)."},
+    {"numpy_layout", numpy_layout, METH_VARARGS, "Use these ndarray field offsets."},
+    {"numpy_facts", numpy_facts, METH_O, "An ndarray's fields at those offsets."},
     {NULL, NULL, 0, NULL},
 };
 

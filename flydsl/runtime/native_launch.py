@@ -8,11 +8,12 @@ in the same order, with the same guards, and calls the kernel's packed entry
 directly (the GIL released, as ctypes does) for a one-block grid without dynamic
 shared memory; other launches hand the packed values to the Python submit.
 
-Kinds handled natively: torch CPU tensors whose rank is the parameter's; ints of an
+Kinds handled natively: torch CPU tensors and numpy arrays (read at numpy's C ABI
+field offsets, checked on sample arrays first) whose rank is the parameter's; ints of an
 integer parameter (type ``int``, range within int64); floats of an f32/f64 parameter;
 bools of a bool parameter; omitted arguments (their defaults are packed once);
 constexprs of type int, bool, str or None; overlap checks between 1-D contiguous
-tensors. Anything else (numpy arrays, other tensor kinds, GPU drivers, debug or
+tensors. Anything else (other tensor kinds, GPU drivers, debug or
 profiled kernels, kernels that print) keeps the Python warm launch.
 
 The C file is compiled once per interpreter and source version with the C compiler
@@ -34,6 +35,8 @@ import tempfile
 import threading
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from .dispatch import ENV_SOURCE
 from .interrupts import interrupted
 from .packing import BoundLaunch, SlotTable
@@ -41,7 +44,7 @@ from .tensors import is_torch_tensor, torch_writable
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_launch.c")
 _MODULE = "_flydsl_native_launch"
-_K_TORCH, _K_INT, _K_F32, _K_F64, _K_BOOL = 1, 2, 3, 4, 5
+_K_TORCH, _K_INT, _K_F32, _K_F64, _K_BOOL, _K_NUMPY = 1, 2, 3, 4, 5, 6
 _INT64 = (-(1 << 63), 1 << 63)
 #: The C side's bounds (native_launch.c: MAX_RANK, MAX_SLOTS, the 64 ranges).
 _MAX_RANK, _MAX_SLOTS, _MAX_PARAMS = 16, 512, 64
@@ -190,6 +193,44 @@ def _dtype_code(module, sample) -> int:
     return -1 if facts is None else facts[3]
 
 
+_numpy_checked: Optional[bool] = None
+
+
+def numpy_layout(module) -> bool:
+    """Point the module at numpy's ndarray fields (numpy's C ABI: data, nd, dimensions,
+    strides, base, descr, flags, each a pointer apart after the object header), once,
+    if they agree with numpy's Python API on sample arrays; whether it is in use."""
+    global _numpy_checked
+    if _numpy_checked is None:
+        _numpy_checked = False
+        try:
+            _numpy_checked = _check_numpy_layout(module)
+        except Exception:  # noqa: BLE001 - numpy arrays keep the Python warm launch
+            pass
+    return _numpy_checked
+
+
+def _check_numpy_layout(module) -> bool:
+    import ctypes
+    if sys.implementation.name != "cpython":
+        return False
+    word = ctypes.sizeof(ctypes.c_void_p)
+    data = object.__basicsize__
+    module.numpy_layout(data, data + word, data + 2 * word, data + 3 * word, data + 5 * word,
+                        data + 6 * word)
+    x = np.arange(24.0).reshape(4, 6)
+    frozen = np.zeros(3, np.int16)
+    frozen.flags.writeable = False
+    samples = [x, x[1:, ::-2], x.T, np.zeros((), np.int8), np.empty(0), frozen,
+               np.zeros(5, np.dtype(">i4"))[1:]]
+    for a in samples:
+        facts = module.numpy_facts(a)
+        if facts != (a.ctypes.data, a.ndim, a.shape, a.strides, a.dtype, facts[5]) \
+                or facts[4] is not a.dtype or bool(facts[5] & 0x0400) != a.flags.writeable:
+            return False
+    return True
+
+
 def _refresh(library):
     """``(entry function, its address)`` of a library, loaded and counted as used."""
     return library.entry()
@@ -201,6 +242,13 @@ def _arg(module, entry, layout, off: int, written: bool, ranged: bool):
     if entry[0] == "default":
         return None if ranged else (0, 0, off, 0, 0, 0, 0, 0, 0, 0, None, None, 0, 0, 0, 0, -1)
     _, pos, key, param_kind, sample = entry
+    if kind == "tensor" and type(sample) is np.ndarray:
+        t, dtype, nd, inner, aligned, wide = key
+        if (nd != info or nd > _MAX_RANK or (ranged and not (nd == 1 and inner))
+                or not numpy_layout(module)):
+            return None
+        return (_K_NUMPY, pos, off, nd, sample.itemsize, int(inner), int(aligned), int(wide),
+                int(written), int(ranged), t, dtype, 0, 0, 0, 0, -1)
     if kind == "tensor":
         if not (is_torch_tensor(sample) and len(key) == 7):
             return None
