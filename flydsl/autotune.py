@@ -250,17 +250,22 @@ class Autotuner:
                  check: Optional[Callable[..., Any]] = None,
                  default: Optional[Callable[..., Config]] = None,
                  artifact_name: Optional[str] = None):
-        if not isinstance(fn, (JitFunction, KernelFunction)):
-            raise TypeError(f"@flydsl.autotune goes on a @flydsl.jit function or a "
-                            f"@flydsl.kernel (stacked above it), got {fn!r}")
+        # FlyDSL also tunes a plain Python function (one that builds and launches its
+        # kernels itself): called with the config's values as keyword arguments
+        self._plain = not isinstance(fn, (JitFunction, KernelFunction))
+        if self._plain and not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+            raise TypeError(f"@flydsl.autotune goes on a @flydsl.jit function, a "
+                            f"@flydsl.kernel or a Python function (stacked above it), "
+                            f"got {fn!r}")
         self.fn = fn
+        self._py = fn if self._plain else fn.fn      # the Python function (its source)
         self.__wrapped__ = fn
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
         self.__module__ = fn.__module__
         self.__doc__ = fn.__doc__
         self._kernel = isinstance(fn, KernelFunction)
-        self.signature = fn.signature if self._kernel else inspect.signature(fn.fn)
+        self.signature = fn.signature if self._kernel else inspect.signature(self._py)
         # FlyDSL's configs=f(*args, **kwargs): the candidates depend on the call, so the
         # names they set are known only then (calls are bound without that check)
         self._open = callable(configs) and not isinstance(configs, Config)
@@ -676,7 +681,7 @@ class Autotuner:
         none (the winners then stay in memory)."""
         if self._fn_hash is ...:
             try:
-                parts = [traced_function_hash(self.fn.fn)]
+                parts = [traced_function_hash(self._py)]
                 parts += [f"{k.name}:{traced_function_hash(k.fn)}" for k in self._kernels_named()]
                 self._fn_hash = "\0".join(parts)
             except (Unhashable, FlydslError) as e:
@@ -688,7 +693,7 @@ class Autotuner:
         """The kernels a jit function reaches by a global or closure name."""
         if self._kernel:
             return []
-        fn = self.fn.fn
+        fn = self._py
         scope = dict(fn.__globals__)
         scope.update((n, c.cell_contents) for n, c in
                      zip(fn.__code__.co_freevars, fn.__closure__ or ()) if _cell_full(c))
@@ -745,7 +750,8 @@ class Autotuner:
         they can; {config: error text} of those that failed, crashed or hung there
         (never compiled here)."""
         workers = min(len(candidates), worker_count())
-        if workers < 1 or not disk_cache.enabled() or not disk_cache.DiskCache().usable():
+        # (a plain function may do host work that a compile-only worker must not repeat)
+        if self._plain or workers < 1 or not disk_cache.enabled() or not disk_cache.DiskCache().usable():
             return {}
         where = self._import_path()
         if where is None:

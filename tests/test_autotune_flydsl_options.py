@@ -141,3 +141,23 @@ def test_an_offline_config_the_call_cannot_take_is_ignored_with_a_warning(own_di
 def test_an_artifact_name_is_a_short_safe_file_name(name):
     with pytest.raises((TypeError, ValueError), match="artifact_name"):
         make(artifact_name=name)
+
+
+def test_a_plain_python_function_that_launches_kernels_can_be_tuned():
+    """FlyDSL's rdna3 GEMM tunes its plain dispatch function (it builds and launches
+    the kernel itself) with a configs function and a default."""
+    seen = []
+
+    @flydsl.autotune(configs=lambda x, y, n: [SLOW, FAST], key=["n"], warmup=1, rep=3,
+                     do_bench=quick_bench)
+    def dispatch(x, y, n, EXTRA=None):
+        seen.append(EXTRA)
+        ak.double_kernel(x, y, n, EXTRA).launch(grid=((n + 127) // 128,), block=(128,))
+
+    x, y = arrays()
+    dispatch(x, y, x.size)
+    assert dispatch.best_config == FAST and np.array_equal(y, 2 * x)
+    assert set(seen) == {1000, 0} and seen[-1] == 0
+    assert dispatch.__name__ == "dispatch"
+    with pytest.raises(TypeError, match="Python function"):
+        flydsl.autotune(configs=[FAST])(object())
