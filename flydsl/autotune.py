@@ -805,7 +805,8 @@ def autotune(configs: Any, key: Sequence[str] = (), *,
              check: Optional[Callable[..., Any]] = None,
              default: Optional[Callable[..., Config]] = None,
              artifact_name: Optional[str] = None) -> Callable[[Any], Autotuner]:
-    """Decorator (above ``@flydsl.jit`` or ``@flydsl.kernel``): benchmark ``configs`` on
+    """Decorator (above ``@flydsl.jit``, ``@flydsl.kernel`` or, as FlyDSL allows, a Python
+    function that launches kernels itself): benchmark ``configs`` on
     the first call for each value of ``key`` and run the fastest.
 
     - ``key``: argument names, with attributes and indices (``"n"``, ``"x.dtype"``,
