@@ -335,3 +335,9 @@ def test_grid_of_host_integer_scalars():
     np.testing.assert_array_equal(y, [0, 1, 10, 11, 20, 21])
     with pytest.raises(flydsl.LaunchError, match="grid must be an int"):
         fill_block_ids(y).launch(grid=(fx.Float32(2.0), 1, 1), block=(1, 1, 1))
+
+
+def test_int_tuple_rank_and_depth_as_flydsl_names_them():
+    shape = fx.make_layout((8, (4, 2), 3)).shape     # moe's helpers read get_shape(v).rank
+    assert (shape.rank, shape.depth) == (3, 2)
+    assert (shape.rank, shape.depth) == (fx.rank(shape), fx.depth(shape))

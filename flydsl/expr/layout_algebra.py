@@ -99,6 +99,28 @@ class IntTuple(tuple):
         """The top-level entries as a plain tuple (``m, n = shape.unpack()``)."""
         return tuple(self)
 
+    @property
+    def rank(self) -> int:
+        """The number of top-level modes, as :func:`rank` (FlyDSL's ``shape.rank``).
+
+        Example::
+
+            >>> fx.make_layout((8, (4, 2))).shape.rank
+            2
+        """
+        return rank(self)
+
+    @property
+    def depth(self) -> int:
+        """The nesting depth, as :func:`depth` (FlyDSL's ``shape.depth``).
+
+        Example::
+
+            >>> fx.make_layout((8, (4, 2))).shape.depth
+            2
+        """
+        return depth(self)
+
     def __getitem__(self, i):
         r = tuple.__getitem__(self, i)
         return IntTuple(r) if isinstance(i, slice) else r
