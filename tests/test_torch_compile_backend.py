@@ -479,6 +479,32 @@ def test_generated_sources_live_in_the_private_cache_folder(tmp_path, monkeypatc
     assert files and all(stat.S_IMODE(os.stat(folder / f).st_mode) == 0o600 for f in files)
 
 
+def test_one_pattern_written_two_ways_gets_two_source_files(tmp_path, monkeypatch):
+    """Processes of two flydsl versions share the cache folder: a pattern whose kernel
+    text differs between them (same pattern key and kernel name) must not overwrite
+    the other's file, which that process's tracer reads back with ``inspect``."""
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernels, "_KERNELS", {})
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = db.fuse_pointwise(make_fx(lambda a, b: (_fused(a, b),), tracing_mode="fake")(
+        _rand(8), _rand(8)), "cpu", cost_rule=False)
+    (mod,) = [m for m in gm.modules() if isinstance(m, kernels.FusedModule)]
+    pattern = mod.pattern
+    name, text = pattern.source(1)
+    first = kernels.load_kernel(pattern, 1)
+    kernels._KERNELS.clear()      # another process, whose flydsl adds a line to the kernel
+    monkeypatch.setattr(type(pattern), "source",
+                        lambda self, rank: (name, text + "# another flydsl version\n"))
+    second = kernels.load_kernel(pattern, 1)
+    files = sorted((tmp_path / "generated").glob(f"{name}*.py"))
+    assert len(files) == 2
+    assert sorted(f.read_text() for f in files) == sorted(
+        [text, text + "# another flydsl version\n"])
+    assert first is not second
+    x, y = _rand(8, seed=1), _rand(8, seed=2)
+    torch.testing.assert_close(mod(x, y)[0], _fused(x, y))
+
+
 def test_generated_sources_stay_in_memory_when_the_cache_folder_is_untrusted(tmp_path,
                                                                              monkeypatch):
     """Never a shared TMPDIR path another user could plant code in."""

@@ -6,8 +6,9 @@ the DSL statements computing every value and the values it stores. Per
 Python source of a ``@flydsl.kernel``. The flydsl tracer reads a kernel's
 source with ``inspect``, so the text goes to a file in the compile cache's
 private ``generated`` folder (``$FLYDSL_CACHE_DIR/generated``, mode 0700, files
-0600), named by the hash of the text, and is imported from there (readable for
-debugging, shared across the user's processes). When the cache folder cannot be
+0600), named by the kernel and a hash of the text, and is imported from there
+(readable for debugging, shared across the user's processes: two flydsl versions
+that write one pattern's kernel differently each get their own file). When the cache folder cannot be
 used, the source stays in memory (``linecache``): it is never written to a
 shared place such as TMPDIR, where another user could plant code. Kernels are
 cached in-process by (pattern key, rank).
@@ -205,7 +206,8 @@ def load_kernel(pattern, rank: int):
         if hit is not None:
             return hit
         name, text = pattern.source(rank)
-        module = _import_source(f"flydsl_generated.{name}", text, cache_dir())
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        module = _import_source(f"flydsl_generated.{name}_{digest}", text, cache_dir())
         kernel = getattr(module, name)
         _KERNELS[key] = kernel
         stats["kernels_generated"] += 1
