@@ -25,7 +25,7 @@ does the same work inline:
 * the launcher's ``submit``.
 
 Where :mod:`flydsl.runtime.native_launch` applies (the CPU driver's plain submit; torch
-CPU tensors, ints, floats, bools), the same guards, packing and submit run in C and
+CPU tensors, numpy arrays, ints, floats, bools), the same guards, packing and submit run in C and
 the kernel's entry is called directly for a one-block grid; the generated Python
 function is then kept as the native launch's ``flydsl_python``.
 
