@@ -164,25 +164,10 @@ GPU_HEADER = ["shape (bf16)", "mask", "max err", "TFLOP/s best", "median", "SDPA
 
 
 def kit_cases() -> list:
-    """``flydsl.gpu_kit.cases.Case`` objects for the GPU run kit: b=4, s=4096, (h, d) =
-    (32, 64) and (16, 128), causal and not, bf16."""
-    from flydsl.gpu_kit.cases import Case
-    cases = []
-    for (b, h, s, d) in ((4, 32, 4096, 64), (4, 16, 4096, 128)):
-        for causal in (False, True):
-            cases.append(Case(
-                f"flash attention fwd bf16 b{b} h{h} s{s} d{d}{' causal' if causal else ''}",
-                "flash_attention", "flash_attention",
-                (lambda b, h, s, d, c: lambda t: (
-                    t.randn((b, h, s, d), "bfloat16"), t.randn((b, h, s, d), "bfloat16"),
-                    t.randn((b, h, s, d), "bfloat16"), t.empty((b, h, s, d), "bfloat16"),
-                    t.empty((b, h, s)), None, c))(b, h, s, d, causal), 3,
-                (lambda c: lambda torch, a: torch.nn.functional.scaled_dot_product_attention(
-                    a[0], a[1], a[2], is_causal=c))(causal),
-                (lambda c: lambda torch, a: lambda: torch.nn.functional.scaled_dot_product_attention(
-                    a[0], a[1], a[2], is_causal=c))(causal),
-                flops(b, h, s, s, d, causal), "TFLOP/s", 2e-2, 2e-2, gpu_only=True))
-    return cases
+    """The ``flydsl.gpu_kit`` cases of this kernel (b=4, s=4096, (h, d) = (32, 64) and
+    (16, 128), causal and not, bf16): the kit's GPU run measures them."""
+    from flydsl.gpu_kit.cases import all_cases
+    return [c for c in all_cases() if c.fn == "flash_attention"]
 
 
 # ---- CPU ----------------------------------------------------------------------------
