@@ -341,3 +341,25 @@ def test_int_tuple_rank_and_depth_as_flydsl_names_them():
     shape = fx.make_layout((8, (4, 2), 3)).shape     # moe's helpers read get_shape(v).rank
     assert (shape.rank, shape.depth) == (3, 2)
     assert (shape.rank, shape.depth) == (fx.rank(shape), fx.depth(shape))
+
+
+# -- carried structures as FlyDSL's control-flow tests use them ------------------
+@flydsl.kernel
+def structures_through_ifs(x: fx.Tensor, y: fx.Tensor):
+    i = fx.thread_idx.x
+    pair = [x[i], 1.0] if x[i] > 0.0 else [2.0, x[i]]        # a ternary carrying a list
+    d = {"a": x[i], "b": 0.0}
+    if x[i] > 1.0:
+        d = {"a": x[i] * 10.0, "b": 1.0}
+    else:
+        d = {"b": 2.0, "a": x[i] * 100.0}                       # keys listed the other way
+    y[i] = pair[0] + pair[1] * 1000.0 + d["a"] + d["b"] * 0.5
+
+
+def test_ternary_of_lists_and_dicts_whose_branches_order_keys_differently():
+    x = np.array([-1.0, 0.5, 3.0], np.float32)
+    y = np.zeros_like(x)
+    structures_through_ifs[1, 3](x, y)
+    pair = np.where(x > 0, x + 1000.0, 2.0 + x * 1000.0)
+    d = np.where(x > 1, x * 10.0 + 0.5, x * 100.0 + 1.0)
+    np.testing.assert_allclose(y, pair + d, rtol=1e-6)

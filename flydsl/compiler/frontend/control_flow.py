@@ -796,22 +796,21 @@ class ControlFlow:
         self.deps.consume(cond)
         if not is_dynamic(cond):
             return self.eval_node(node.body if cond else node.orelse)
-        c = V.cast(cond, dt.Bool)
-        probe = scf.IfOp(c.v, [], has_else=True)
-        with ir.InsertionPoint(probe.then_block):
-            a = self.eval_node(node.body)
-        with ir.InsertionPoint(probe.else_block):
-            b = self.eval_node(node.orelse)
-        if not (_yieldable(a) and _yieldable(b)):
-            raise self.error(node, "both sides of a dynamic conditional expression must be "
-                                   "numbers", DSLTypeError)
-        t = _join_dtype(a, b)
-        final = scf.IfOp(c.v, [t.mlir_type()], has_else=True)
-        for old, new, val in ((probe.then_block, final.then_block, a),
-                              (probe.else_block, final.else_block, b)):
-            _move_ops_and_yield(old, new, lambda val=val: [_coerce(val, t).v])
-        probe.operation.erase()
-        return Value(final.results[0], t)
+
+        def side(expr: ast.AST):
+            def trace(block: ir.Block) -> dict:
+                with runtime_region(self.trace, block):
+                    return {"value": self.eval_node(expr)}
+            return trace
+
+        def mismatch(_name, a, b):
+            return self.error(node, f"the two sides of a dynamic conditional expression are "
+                                    f"{C.describe_shape(a)} and {C.describe_shape(b)}; they "
+                                    "must have the same structure (numbers, or tuples, lists, "
+                                    "dicts and fragments of numbers)", DSLTypeError)
+
+        return structured_if(cond, side(node.body), side(node.orelse), ["value"],
+                             lambda n, t, e: (t[n], e[n]), mismatch)["value"]
 
 
 @contextlib.contextmanager
@@ -867,6 +866,7 @@ def structured_if(cond, then_branch, else_branch, names, pair_of, mismatch) -> d
         if a is b:
             after[name] = a
             continue
+        b = _keys_in_order_of(a, b)
         (shape_a, leaves_a), (shape_b, leaves_b) = C.flatten(a), C.flatten(b)
         if shape_a != shape_b:
             raise mismatch(name, a, b)
@@ -948,6 +948,18 @@ class _Carry:
 
     def leaves_of(self, scope: dict) -> list:
         return [x for n in self.names for x in C.flatten(self.value_after(n, scope))[1]]
+
+
+def _keys_in_order_of(a, b):
+    """``b`` with its dicts' keys in the order of ``a``'s where both have the same keys
+    (a dict's key order is not part of its value: branches may list them differently)."""
+    if type(a) is dict and type(b) is dict:
+        if list(a) != list(b) and set(a) == set(b):
+            b = {k: b[k] for k in a}
+        return {k: _keys_in_order_of(a[k], v) if k in a else v for k, v in b.items()}
+    if type(a) in (list, tuple) and type(b) is type(a) and len(a) == len(b):
+        return type(b)(_keys_in_order_of(x, y) for x, y in zip(a, b))
+    return b
 
 
 def _row(t: TensorValue, k):
