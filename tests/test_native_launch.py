@@ -293,3 +293,30 @@ def test_each_numpy_guard_fires_on_the_native_path():
         assert both(fast, args) is False, what
     ok = (x[4:8], np.full(4, 2.0, np.float32), np.zeros(4, np.float32), 3)
     assert both(fast, ok) is True and ok[2].tolist() == [6.0, 7.0, 8.0, 0.0]
+
+
+FALLBACK = '''
+import sys, torch
+from flydsl.runtime import native_launch
+sys.path.insert(0, {examples!r})
+from vector_add import vadd_kernel
+a, b, c = torch.arange(4.0), torch.ones(4), torch.zeros(4)
+vadd_kernel[1, 4](a, b, c, 4)
+vadd_kernel[1, 4](a, b, c, 4)
+print(native_launch.load() is None, "group or others" in native_launch.problem(),
+      type(vadd_kernel._last).__name__, c.tolist())
+'''
+
+
+def test_an_untrusted_cache_folder_keeps_the_python_warm_launch(tmp_path):
+    """The module is code loaded from the cache folder: a folder others may write is
+    not used, and launches take the Python warm launch."""
+    bad = tmp_path / "shared"
+    bad.mkdir()
+    os.chmod(bad, 0o777)
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(bad), FLYDSL_COMPILE_BACKEND="cpu")
+    out = subprocess.run([sys.executable, "-c", FALLBACK.format(
+        examples=os.path.join(os.path.dirname(HERE), "examples"))],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[-2] == "True True function [1.0, 2.0, 3.0, 4.0]"
