@@ -1,6 +1,8 @@
 """FlyDSL's flydsl.compiler.ast_rewriter names: ASTRewriter.transform on kernel helpers
 (their if/for on kernel values become scf ops) and ReplaceIfWithDispatch's functional if
 (state carried through an scf.if), run on the CPU against numpy and compiled for gfx942."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -363,3 +365,21 @@ def test_ternary_of_lists_and_dicts_whose_branches_order_keys_differently():
     pair = np.where(x > 0, x + 1000.0, 2.0 + x * 1000.0)
     d = np.where(x > 1, x * 10.0 + 0.5, x * 100.0 + 1.0)
     np.testing.assert_allclose(y, pair + d, rtol=1e-6)
+
+
+@flydsl.kernel
+def namespace_through_loops(y: fx.Tensor, n: fx.Int32):
+    s = SimpleNamespace(cnt=n, acc=fx.Int32(0))
+    while s.cnt > 0:
+        s = SimpleNamespace(cnt=s.cnt - 1, acc=s.acc + 2)
+    if n > 3:
+        s = SimpleNamespace(cnt=s.cnt, acc=s.acc * 10)
+    y[0] = s.cnt
+    y[1] = s.acc
+
+
+def test_simple_namespaces_are_carried_by_while_and_if():
+    y = np.zeros(2, np.int32)
+    for n, acc in ((2, 4), (5, 100)):
+        namespace_through_loops[1, 1](y, n)
+        np.testing.assert_array_equal(y, [0, acc])

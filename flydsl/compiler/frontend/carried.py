@@ -1,5 +1,6 @@
-"""What a runtime ``if`` or loop can carry: numbers, and tuples, lists, dicts, vectors and
-register fragments of them, taken apart into their scalar leaves.
+"""What a runtime ``if`` or loop can carry: numbers, and tuples, lists, dicts,
+SimpleNamespaces, vectors and register fragments of them, taken apart into their
+scalar leaves.
 
 A variable assigned in both branches of a runtime ``if``, or rebound by a runtime
 loop, leaves it as ``scf`` results. Scalars (kernel values and Python numbers) are
@@ -16,6 +17,7 @@ reported (:func:`read_checked`).
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import mlir.ir as ir
@@ -92,6 +94,9 @@ def _shape(x, leaves: list):
         return ("list", tuple(_shape(v, leaves) for v in x))
     if type(x) is dict:
         return ("dict", tuple(x), tuple(_shape(v, leaves) for v in x.values()))
+    if type(x) is SimpleNamespace:     # FlyDSL's kernels carry state in namespaces
+        fields = vars(x)
+        return ("namespace", tuple(fields), tuple(_shape(v, leaves) for v in fields.values()))
     return _Same(x)
 
 
@@ -132,6 +137,8 @@ def _rebuild(shape, it):
         return shape[1]._make(items) if shape[1] is not tuple else tuple(items)
     if kind == "list":
         return [_rebuild(s, it) for s in shape[1]]
+    if kind == "namespace":
+        return SimpleNamespace(**dict(zip(shape[1], (_rebuild(s, it) for s in shape[2]))))
     return dict(zip(shape[1], (_rebuild(s, it) for s in shape[2])))
 
 
@@ -153,6 +160,8 @@ def describe_shape(x) -> str:
         return f"a vector of {x.numel} values"
     if isinstance(x, (tuple, list, dict)):
         return f"a {type(x).__name__} of {len(x)}"
+    if type(x) is SimpleNamespace:
+        return f"a SimpleNamespace of {len(vars(x))} fields"
     return type(x).__name__ if x is not None else "None"
 
 
