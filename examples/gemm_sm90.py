@@ -1,6 +1,8 @@
 """Hopper (sm_90a) GEMM: C = A @ B.T for bf16/fp16 A (M x K) and B (N x K), C (M x N)
 float32 or bf16, any M, N, K, with TMA loads into 128-byte-swizzled shared memory, a
-4-stage mbarrier pipeline over K, ``wgmma.mma_async`` and warp specialization.
+4-stage mbarrier pipeline over K, ``wgmma.mma_async`` and warp specialization; and the
+same for fp8 (e4m3 or e5m2) A and B with a scaled epilogue, C = (A @ B.T) *
+scale_a[row] * scale_b[col] as ``torch._scaled_mm`` computes it.
 
 * **Tile:** a block computes 128 x 256 of C (``BM x BN``) over K tiles of 64 (``BK``:
   64 bf16 = 128 bytes, one swizzle row). 384 threads: warpgroup 0 is the *producer*,
@@ -23,6 +25,14 @@ float32 or bf16, any M, N, K, with TMA loads into 128-byte-swizzled shared memor
   step** (:func:`consume`): wait for the stage to be full; ``wgmma.fence``, 4 wgmmas,
   ``commit_group``, ``wait_group(1)`` (one K tile of wgmmas stays in flight), then
   release the *previous* stage, whose wgmmas have now retired.
+* **FP8:** the dtype picks the atom and the K tile, one 128-byte swizzle row either
+  way (:func:`k_tile`): fp8 K tiles are 128 wide and take 4 ``wgmma.m64n256k32``
+  (``.e4m3.e4m3`` or ``.e5m2.e5m2``), so the stages, barriers and byte counts are the
+  bf16 ones. Scales (f32) are per tensor (a number or one element) or per row of C
+  (``scale_a``, M values) / per column (``scale_b``, N values); their kinds are
+  compile-time, so the bf16 GEMM without scales reads none. The epilogue multiplies
+  ``(acc * scale_a[row]) * scale_b[col]`` (both per-tensor: one product) in f32, then
+  rounds once to C's dtype.
 * **Ragged edges:** TMA zero-fills the parts of a box outside A or B (any M, N, and K
   up to the box), so the main loop has no edge code; the epilogue writes C from the
   accumulators (PTX's wgmma D-fragment layout, ``op.acc_coord``) with a predicate per
@@ -30,8 +40,8 @@ float32 or bf16, any M, N, K, with TMA loads into 128-byte-swizzled shared memor
   values ``2j`` and ``2j + 1`` are adjacent columns: one 8-byte store (4 for bf16 C)
   when N is even (4 lanes fill a 32-byte sector: 100% store efficiency in
   ``flydsl.profile("memory")``, 50% with one store per element), else one per element. TMA needs the
-  row stride of A and B to be a multiple of 16 bytes (K % 8 == 0): :func:`gemm` pads K
-  with zeros on the host otherwise (a copy of A and B).
+  row stride of A and B to be a multiple of 16 bytes (K % 8 == 0, K % 16 == 0 in fp8):
+  :func:`gemm` pads K with zeros on the host otherwise (a copy of A and B).
 
 **Warp specialization, and what the CPU backend checks.** On sm_90a
 (``fx.target().backend == "cuda"``) the producer warpgroup gives registers back
@@ -56,33 +66,43 @@ waits interleaving in any order), which on the GPU the phase arithmetic above (s
 by both schedules) guarantees; ``setmaxnreg`` and the wgmma/TMA asynchrony are no-ops
 there.
 
-``python examples/gemm_sm90.py`` runs it against torch: on an sm_90 GPU when torch
-sees one, else on the CPU backend with a 128 x 32 tile (``bn=32``: the 128 accumulators
-a thread of the 128 x 256 tile take minutes to compile for the CPU).
+``python examples/gemm_sm90.py`` runs it (bf16, and fp8 with row/column scales) against
+torch: on an sm_90 GPU when torch sees one, else on the CPU backend with a 128 x 32
+tile (``bn=32``: the 128 accumulators a thread of the 128 x 256 tile take minutes to
+compile for the CPU).
 """
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 
-BM, BN, BK = 128, 256, 64
+BM, BN, BK = 128, 256, 64              # BK for bf16/fp16; fp8 tiles take 128 (k_tile)
 STAGES = 4
 CONSUMERS = 2                         # consumer warpgroups, 64 rows of the tile each
 THREADS = 128 * (1 + CONSUMERS)       # warpgroup 0 produces
-SWIZZLE = 128                         # bytes: BK bf16/fp16 elements per row
+SWIZZLE = 128                         # bytes: one K tile row (64 bf16 or 128 fp8)
+
+
+def k_tile(element_bits: int) -> int:
+    """The K tile: one 128-byte swizzle row of elements (64 bf16/fp16, 128 fp8)."""
+    return SWIZZLE * 8 // element_bits
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # 128 * 40 + 256 * 232 <= 64K registers
 
 
 @flyc.kernel(known_block_size=[THREADS, 1, 1])   # ptxas: registers at entry for setmaxnreg
-def gemm_kernel(DA: fx.Tensor, DB: fx.Tensor, C: fx.Tensor, KT: fx.Int32,
-                dtype: fx.Constexpr[object], specialize: fx.Constexpr[object],
-                BN: fx.Constexpr[int], pairs: fx.Constexpr[bool]):
+def gemm_kernel(DA: fx.Tensor, DB: fx.Tensor, C: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor,
+                KT: fx.Int32, dtype: fx.Constexpr[object], specialize: fx.Constexpr[object],
+                BN: fx.Constexpr[int], pairs: fx.Constexpr[bool],
+                scales: fx.Constexpr[object]):
     """One BM x BN tile of C from the TMA descriptors ``DA`` and ``DB`` of A and B
-    (boxes BM x BK and BN x BK, 128-byte swizzle) over ``KT`` K tiles."""
+    (boxes BM x BK and BN x BK, 128-byte swizzle) over ``KT`` K tiles, times the scales
+    ``SA`` and ``SB``: ``scales`` is their kinds, each None (not read), "tensor" (one
+    f32) or "row" (one f32 per row of A / of B, i.e. per row / column of C)."""
     t = fx.thread_idx.x
     wg = fx.shuffle_idx(t // 128, 0, 32)     # warpgroup, provably warp-uniform for ptxas
     bm, bn = fx.block_idx.x, fx.block_idx.y
     M, N = C.shape.unpack()
-    op = fx.nvvm.WGMMA(BN, dtype, swizzle=SWIZZLE)
-    stage_bytes = (BM + BN) * BK * 2
+    op = fx.nvvm.WGMMA(BN, dtype, swizzle=SWIZZLE)     # k16 (bf16/fp16) or k32 (fp8)
+    BK = k_tile(dtype.bits)
+    stage_bytes = (BM + BN) * SWIZZLE
     if specialize is None:
         specialize = fx.target().backend == "cuda"
 
@@ -137,31 +157,57 @@ def gemm_kernel(DA: fx.Tensor, DB: fx.Tensor, C: fx.Tensor, KT: fx.Int32,
             acc[i] = 0.0
         return acc
 
+    kind_a, kind_b = scales
+    both = kind_a == "tensor" and kind_b == "tensor"
+
+    def scaled(v, sa, c):
+        """Accumulator ``v`` of column ``c`` times its scales: (v * sa) * sb[c], the
+        order torch's reference multiplies in (one product when both are scalars)."""
+        if fx.const_expr(sa is not None):
+            v = v * sa
+        if fx.const_expr(kind_b == "row"):
+            v = v * SB[c]
+        elif fx.const_expr(kind_b == "tensor" and not both):
+            v = v * SB[0]
+        return v
+
     def store(acc):
-        """The consumer's 64 x BN accumulators to C, rows < M and columns < N only:
-        value i of lane l in warp w is row 16 w + l // 4 + 8 ((i % 4) // 2), column
-        8 (i // 4) + 2 (l % 4) + i % 2 (PTX's wgmma D fragment)."""
+        """The consumer's 64 x BN accumulators, scaled, to C, rows < M and columns < N
+        only: value i of lane l in warp w is row 16 w + l // 4 + 8 ((i % 4) // 2),
+        column 8 (i // 4) + 2 (l % 4) + i % 2 (PTX's wgmma D fragment)."""
         fx.nvvm.wgmma_wait_group(0)
         lane, w = t % 32, (t // 32) % 4
         row = bm * BM + cw * 64 + 16 * w + lane // 4
         col = bn * BN + 2 * (lane % 4)
         pair = fx.make_rmem_tensor((2,), C.dtype)
         atom = fx.make_copy_atom(fx.UniversalCopy(2 * C.dtype.bits), C.dtype)
+        s0 = None                                 # the per-tensor factor, if any
+        if fx.const_expr(both):
+            s0 = SA[0] * SB[0]
+        elif fx.const_expr(kind_a == "tensor"):
+            s0 = SA[0]
+
+        def row_scale(r):
+            return SA[r] if fx.const_expr(kind_a == "row") else s0
+
         for h in fx.range_constexpr(2):
-            if row + 8 * h < M:
+            r = row + 8 * h
+            if r < M:
+                sa = row_scale(r)                 # in bounds: r < M
                 for q in fx.range_constexpr(BN // 8):
                     i = 4 * q + 2 * h
+                    c = col + 8 * q
                     if fx.const_expr(pairs):      # N even: both columns in bounds or neither
-                        if col + 8 * q < N:
-                            pair[0] = acc[i]
-                            pair[1] = acc[i + 1]
-                            dst = fx.make_view(fx.get_iter(C) + ((row + 8 * h) * N + col + 8 * q),
+                        if c < N:
+                            pair[0] = scaled(acc[i], sa, c)
+                            pair[1] = scaled(acc[i + 1], sa, c + 1)
+                            dst = fx.make_view(fx.get_iter(C) + (r * N + c),
                                                fx.make_layout(2, 1))
                             fx.copy(atom, pair, dst)
                     else:
                         for e in fx.range_constexpr(2):
-                            if col + (8 * q + e) < N:
-                                C[row + 8 * h, col + (8 * q + e)] = acc[i + e]
+                            if c + e < N:
+                                C[r, c + e] = scaled(acc[i + e], sa, c + e)
 
     if fx.const_expr(specialize):
         if wg == 0:
@@ -187,40 +233,72 @@ def gemm_kernel(DA: fx.Tensor, DB: fx.Tensor, C: fx.Tensor, KT: fx.Int32,
 
 
 def descriptors(A, B, bn: int = BN):
-    """The TMA descriptors of A (boxes BM x BK) and B (bn x BK), 128-byte swizzle."""
-    return (fx.nvvm.make_tma_descriptor(A, (BM, BK), swizzle=SWIZZLE),
-            fx.nvvm.make_tma_descriptor(B, (bn, BK), swizzle=SWIZZLE))
+    """The TMA descriptors of A (boxes BM x bk) and B (bn x bk), 128-byte swizzle, bk
+    the K tile of their dtype (:func:`k_tile`)."""
+    bk = k_tile(8 * A.element_size())
+    return (fx.nvvm.make_tma_descriptor(A, (BM, bk), swizzle=SWIZZLE),
+            fx.nvvm.make_tma_descriptor(B, (bn, bk), swizzle=SWIZZLE))
 
 
 def smem_bytes(bn: int = BN) -> int:
-    """Dynamic shared memory: the stages (192 KiB for the default tile), then the
-    full and empty mbarriers."""
-    return STAGES * (BM + bn) * BK * 2 + 2 * STAGES * 8
+    """Dynamic shared memory: the stages (192 KiB for the default tile, whatever the
+    dtype: a K tile row is 128 bytes), then the full and empty mbarriers."""
+    return STAGES * (BM + bn) * SWIZZLE + 2 * STAGES * 8
 
 
-DTYPES = {"torch.bfloat16": fx.BFloat16, "torch.float16": fx.Float16}
+DTYPES = {"torch.bfloat16": fx.BFloat16, "torch.float16": fx.Float16,
+          "torch.float8_e4m3fn": fx.Float8E4M3FN, "torch.float8_e5m2": fx.Float8E5M2}
+
+
+def _scale(s, n: int, name: str, like):
+    """``s`` as (a float32 tensor of 1 or ``n`` elements, its kind) for the kernel:
+    None, a Python number or a one-element tensor (per-tensor), or ``n`` values
+    (shape (n,), (n, 1) or (1, n): per row of A / per column of C)."""
+    import torch
+    if s is None:
+        return like, None                 # not read: the kernel's scale kind is None
+    if isinstance(s, (int, float)):
+        s = torch.tensor([float(s)], device=like.device)
+    if s.dtype != torch.float32:
+        raise TypeError(f"gemm_sm90: {name} must be float32, got {s.dtype}")
+    if s.numel() == 1:
+        return s.reshape(1), "tensor"
+    if s.numel() == n and max(s.shape) == n:
+        return s.reshape(n).contiguous(), "row"
+    raise ValueError(f"gemm_sm90: {name} must have 1 or {n} elements, got shape "
+                     f"{tuple(s.shape)}")
 
 
 @flyc.jit
-def gemm(A, B, C, specialize=None, bn: int = BN, stream: fx.Stream = fx.Stream(None)):
-    """C = A @ B.T; A (M, K) and B (N, K) bf16 or fp16 torch tensors, C (M, N) float32
-    or bf16, row-major. ``specialize``: warp-specialized (True), one schedule for every
+def gemm(A, B, C, scale_a=None, scale_b=None, specialize=None, bn: int = BN,
+         stream: fx.Stream = fx.Stream(None)):
+    """C = (A @ B.T) * scale_a[row] * scale_b[col]; A (M, K) and B (N, K) torch tensors,
+    both bf16, fp16, float8_e4m3fn or float8_e5m2, C (M, N) float32 or bf16, row-major.
+    ``scale_a`` / ``scale_b``: None (1), a number or one-element float32 tensor
+    (per-tensor), or M / N float32 values (per row of C / per column; shapes (M, 1) and
+    (1, N) as ``torch._scaled_mm`` takes them work too); the product is rounded to
+    C's dtype once. ``specialize``: warp-specialized (True), one schedule for every
     thread (False), or by the target (None: specialized on CUDA, not on the CPU).
-    ``bn``: the tile's N (a multiple of 8 up to 256; the tests use 64 on the CPU, where
+    ``bn``: the tile's N (a multiple of 8 up to 256; the tests use 32 on the CPU, where
     compiling 128 accumulators per thread takes minutes)."""
     M, K = A.shape
     N = B.shape[0]
     dtype = DTYPES.get(str(A.dtype))
     if dtype is None or str(B.dtype) != str(A.dtype):
-        raise TypeError(f"gemm_sm90: A and B must both be bf16 or fp16, got {A.dtype} "
-                        f"and {B.dtype}")
-    if K % 8:                         # TMA: row strides a multiple of 16 bytes
+        raise TypeError(f"gemm_sm90: A and B must both be bf16, fp16, float8_e4m3fn or "
+                        f"float8_e5m2, got {A.dtype} and {B.dtype}")
+    align = 16 // A.element_size()    # TMA: row strides a multiple of 16 bytes
+    if K % align:
         import torch.nn.functional as F
-        A, B = F.pad(A, (0, 8 - K % 8)), F.pad(B, (0, 8 - K % 8))
+        A, B = F.pad(A, (0, align - K % align)), F.pad(B, (0, align - K % align))
     DA, DB = descriptors(A, B, bn)
     if hasattr(C, "is_contiguous") and not C.is_contiguous():
         raise TypeError("gemm_sm90: C must be contiguous (row-major)")
-    gemm_kernel(DA, DB, C, (K + BK - 1) // BK, dtype, specialize, bn, N % 2 == 0).launch(
+    SA, kind_a = _scale(scale_a, M, "scale_a", C)
+    SB, kind_b = _scale(scale_b, N, "scale_b", C)
+    bk = k_tile(dtype.bits)
+    gemm_kernel(DA, DB, C, SA, SB, (K + bk - 1) // bk, dtype, specialize, bn, N % 2 == 0,
+                (kind_a, kind_b)).launch(
         grid=((M + BM - 1) // BM, (N + bn - 1) // bn, 1), block=(THREADS, 1, 1),
         smem=smem_bytes(bn), stream=stream)
 
@@ -236,6 +314,15 @@ def main() -> None:
         C = torch.zeros(M, N, dtype=torch.float32, device=device)
         gemm(A, B, C, bn=bn)
         torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
+    # fp8 with per-row / per-column scales, bf16 out (torch._scaled_mm's row-wise form)
+    M, N, K = 300, 520, 1000
+    A = torch.randn(M, K, device=device).to(torch.float8_e4m3fn)
+    B = torch.randn(N, K, device=device).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(M, 1, device=device) + 0.5, torch.rand(1, N, device=device) + 0.5
+    C = torch.zeros(M, N, dtype=torch.bfloat16, device=device)
+    gemm(A, B, C, sa, sb, bn=bn)
+    want = ((A.float() @ B.float().T) * sa * sb).to(torch.bfloat16)
+    torch.testing.assert_close(C, want, rtol=1e-2, atol=1e-2)
     print("PASS")
 
 

@@ -1,6 +1,7 @@
-"""The warp-specialized TMA + mbarrier + wgmma GEMM of examples/gemm_sm90.py: its
-pipeline run on the CPU backend against torch (FLYDSL_DEBUG=1: a wait on a phase that
-has not completed raises), and the sm_90a PTX (instruction counts, ptxas -v clean)."""
+"""The warp-specialized TMA + mbarrier + wgmma GEMM of examples/gemm_sm90.py (bf16/fp16,
+and fp8 with per-row/column or per-tensor scales): its pipeline run on the CPU backend
+against torch (FLYDSL_DEBUG=1: a wait on a phase that has not completed raises), and the
+sm_90a PTX (instruction counts, ptxas -v clean)."""
 import importlib.util
 import pathlib
 import re
@@ -56,8 +57,63 @@ def test_sm90_gemm_fp16_in_bf16_out_on_the_cpu(monkeypatch):
     C = torch.zeros(90, 48, dtype=torch.bfloat16)
     gemm(A, B, C, bn=CPU_BN)
     assert torch.equal(C, (A.float() @ B.float().T).to(torch.bfloat16))
-    with pytest.raises(TypeError, match="bf16 or fp16"):
+    with pytest.raises(TypeError, match="must both be bf16, fp16, float8"):
         gemm(A.float(), B.float(), C, bn=CPU_BN)
+
+
+# fp8: K tiles of 128 (one 128-byte swizzle row), wgmma k32. A ragged tile with a row
+# scale and a column scale (f32 out, N even: paired stores); K % 16 != 0 (padded on the
+# host) with per-tensor scales, a Python number for B (bf16 out, N odd); several row
+# blocks over 9 K tiles with a row scale only (the stages' barriers through 3 phases).
+FP8_CASES = [(torch.float8_e4m3fn, 100, 30, 300, "row", "row", torch.float32),
+             (torch.float8_e5m2, 70, 33, 13, "tensor", 0.75, torch.bfloat16),
+             (torch.float8_e4m3fn, 300, 40, 1100, "row", None, torch.float32)]
+
+
+def _scales(kind, n, g):
+    if kind == "row":
+        return torch.rand(n, generator=g) + 0.5
+    return torch.rand(1, generator=g) + 0.5 if kind == "tensor" else kind
+
+
+def _scaled_reference(A, B, sa, sb):
+    """torch._scaled_mm's product in f32: (A @ B.T) * scale_a[row] * scale_b[col], in
+    the kernel's order (both per-tensor: their product is the one factor)."""
+    acc = A.float() @ B.float().T
+    sa, sb = (None if s is None else torch.as_tensor(s, dtype=torch.float32).reshape(-1)
+              for s in (sa, sb))
+    if sa is not None and sb is not None and sa.numel() == sb.numel() == 1:
+        return acc * (sa * sb)
+    if sa is not None:
+        acc = acc * sa.reshape(-1, 1)
+    return acc if sb is None else acc * sb.reshape(1, -1)
+
+
+@pytest.mark.parametrize("dtype,M,N,K,kind_a,kind_b,out", FP8_CASES)
+def test_sm90_gemm_fp8_scaled_matches_torch_on_the_cpu(monkeypatch, dtype, M, N, K,
+                                                        kind_a, kind_b, out):
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    A, B = _operands(M, N, K, dtype, seed=2)           # -3..3: exact in e4m3 and e5m2
+    g = torch.Generator().manual_seed(3)
+    sa, sb = _scales(kind_a, M, g), _scales(kind_b, N, g)
+    C = torch.full((M, N), -1.0, dtype=out)
+    _example().gemm(A, B, C, sa, sb, bn=CPU_BN)
+    want = _scaled_reference(A, B, sa, sb)
+    if out == torch.float32:               # the same f32 products in the same order
+        assert torch.equal(C, want)
+    else:                                  # one rounding to bf16 of the same f32 value
+        assert torch.equal(C, want.to(out))
+
+
+def test_sm90_gemm_scales_are_checked():
+    A, B = _operands(64, 32, 64, torch.float8_e4m3fn)
+    gemm = _example().gemm
+    with pytest.raises(ValueError, match="scale_a must have 1 or 64 elements"):
+        gemm(A, B, torch.zeros(64, 32), torch.ones(3), bn=CPU_BN)
+    with pytest.raises(TypeError, match="scale_b must be float32"):
+        gemm(A, B, torch.zeros(64, 32), None, torch.ones(32, dtype=torch.float64), bn=CPU_BN)
+    with pytest.raises(TypeError, match="float8_e4m3fn or float8_e5m2, got"):
+        gemm(A, B.to(torch.float8_e5m2), torch.zeros(64, 32), bn=CPU_BN)
 
 
 def test_the_warp_specialized_schedule_is_a_located_error_on_the_cpu():
@@ -111,6 +167,49 @@ def test_sm90_gemm_ptxas_does_not_serialize_the_wgmmas(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "C7518" not in out.stderr and "C7508" not in out.stderr, out.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in out.stderr
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype,name", [(torch.float8_e4m3fn, "e4m3.e4m3"),
+                                        (torch.float8_e5m2, "e5m2.e5m2")])
+def test_sm90_gemm_fp8_ptx_is_k32_wgmma_and_ptxas_clean(dtype, name):
+    """fp8 at the GPU's tile, row and column scales, bf16 out (torch._scaled_mm's
+    row-wise form): K tiles of 128, 4 k32 wgmmas each, the scales read once per row and
+    per column pair, no spills, the same registers and shared memory as bf16."""
+    ex = _example()
+    n = 4096
+    a = torch.zeros(n, n, dtype=dtype)
+    prog = flydsl.compile(ex.gemm, a, a, torch.zeros(n, n, dtype=torch.bfloat16),
+                          torch.ones(n), torch.ones(n), backend="cuda", arch="sm_90a")
+    ptx = prog.asm["ptx"]
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{name} ") == 8
+    assert "k16" not in ptx
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier"
+                     "::complete_tx::bytes") == 4
+    assert ptx.count("setmaxnreg.inc.sync.aligned.u32 232;") == 1
+    # scale_b: one 8-byte load per column pair (32 a row, 2 rows); scale_a: 2 loads
+    assert ptx.count("ld.global.nc.v2.b32") == 64 and ptx.count("ld.global.nc.b32") == 2
+    assert ptx.count("st.global.v2.b16") == 64           # bf16 pairs
+    meta = prog.kernels[0].metadata
+    assert meta.spill_bytes == 0 and meta.local_bytes == 0 and meta.registers == 168
+    assert meta.shared_bytes == 0 and meta.dynamic_shared_bytes == ex.smem_bytes()
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype,out", [(torch.float8_e4m3fn, torch.bfloat16),
+                                       (torch.float8_e5m2, torch.float32)])
+def test_sm90_gemm_fp8_matches_scaled_mm_on_the_gpu(dtype, out):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (H100/H200)")
+    M, N, K = 1000, 520, 784
+    A = torch.randn(M, K, device="cuda").to(dtype)
+    B = torch.randn(N, K, device="cuda").to(dtype)
+    sa, sb = torch.rand(M, 1, device="cuda") + 0.5, torch.rand(1, N, device="cuda") + 0.5
+    C = torch.zeros(M, N, dtype=out, device="cuda")
+    _example().gemm(A, B, C, sa, sb)
+    want = (A.float() @ B.float().T) * sa * sb
+    torch.testing.assert_close(C.float(), want.to(out).float(), rtol=1e-2,
+                               atol=1e-2 * K ** 0.5)
 
 
 @requires_cuda
