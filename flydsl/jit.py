@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import inspect
+import os
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
@@ -17,6 +17,7 @@ from .launch_context import DEFAULT as DEFAULT_CONTEXT, LaunchContext, using
 from .launch_context import current as current_context
 from .runtime.host_args import JitArgumentRegistry, PointerArgument, TensorArgument
 from .runtime import host_views as _host_views   # noqa: F401 - fx.get_iter/make_view on the host
+from .runtime.jit_views import ViewPlan, tensor_parameters, view_plan
 
 
 class JitFunction:
@@ -47,7 +48,7 @@ class JitFunction:
         self.__wrapped__ = fn
         #: FlyDSL compile hints (``flyc.compile[{"fast_fp_math": True}](fn)``).
         self.compile_hints: dict = dict(compile_hints or {})
-        self._tensor_params: Optional[tuple] = None   # tensor parameters' (positions, names)
+        self._views: Optional[ViewPlan] = None   # which tensor parameters get host views
 
     def __repr__(self) -> str:
         return f"<flydsl.jit {self.__name__}>"
@@ -59,10 +60,13 @@ class JitFunction:
 
     def __call__(self, *args, **kwargs):
         try:
-            args, kwargs = self._host_arguments(args, kwargs)
-            context = hinted_context(merge_compile_hints(
-                self.compile_hints, CompilationContext.get_compile_hints()))
-            if env_flag("COMPILE_ONLY") and current_context() is DEFAULT_CONTEXT:
+            plan = self._views
+            if plan is None or plan.views or JitArgumentRegistry.registry or not plan.holds():
+                args, kwargs = self._host_arguments(args, kwargs)
+            scoped = _SCOPED.__dict__.get("hints")   # CompilationContext.get_compile_hints()
+            context = (hinted_context(merge_compile_hints(self.compile_hints, scoped))
+                       if self.compile_hints or scoped else None)
+            if _compile_only() and current_context() is DEFAULT_CONTEXT:
                 # FlyDSL's COMPILE_ONLY=1: the kernels compile, none launches
                 context = LaunchContext(None, context.options if context else None, record=[])
             if context is None:
@@ -75,13 +79,15 @@ class JitFunction:
 
     def _host_arguments(self, args: tuple, kwargs: dict) -> tuple:
         """``args``/``kwargs`` as the body sees them: registered types converted,
-        tensors of ``fx.Tensor`` parameters as host tensor views."""
-        if self._tensor_params is None:
-            self._tensor_params = tensor_parameters(self.fn)
-        positions, names = self._tensor_params
+        tensors of ``fx.Tensor`` parameters as host tensor views (except those the
+        body only passes on to kernels, see :func:`view_plan`)."""
+        plan = self._views
+        if plan is None or not plan.holds():
+            plan = self._views = view_plan(self.fn)   # first call, or a kernel name rebound
         if JitArgumentRegistry.registry:
             args = tuple(map(convert_registered, args))
             kwargs = {k: convert_registered(v) for k, v in kwargs.items()}
+        positions, names = plan.positions, plan.names
         if positions:
             n = len(args)
             if any(i < n for i in positions):
@@ -102,27 +108,6 @@ def jit(fn: Optional[Callable] = None) -> Any:
     return JitFunction(fn)
 
 
-def tensor_parameters(fn: Callable) -> tuple:
-    """``(positions, names)`` of ``fn``'s parameters annotated as tensors (positions:
-    of those that can be passed positionally)."""
-    from .expr.dtypes import TensorAnnotation
-    from .kernel import _resolve_string_annotation
-    positions, names = [], []
-    for i, p in enumerate(inspect.signature(fn).parameters.values()):
-        ann = p.annotation
-        if isinstance(ann, str):
-            try:
-                ann = _resolve_string_annotation(fn, ann)
-            except FlydslError:
-                continue
-        if isinstance(ann, TensorAnnotation):
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                positions.append(i)
-            if p.kind != p.POSITIONAL_ONLY:
-                names.append(p.name)
-    return tuple(positions), frozenset(names)
-
-
 def host_tensor_view(value):
     """A tensor argument of a ``@flyc.jit`` function as its body sees it (FlyDSL's
     layout-dynamic default); other values (not tensors) as they are."""
@@ -132,6 +117,21 @@ def host_tensor_view(value):
         return TensorArgument(value, dynamic_layout=True)
     except (TypeError, DSLTypeError):
         return value
+
+
+#: CompilationContext's per-thread state: its ``__dict__`` is this thread's (a read of
+#: a missing attribute of a thread-local raises and catches, about 1.5 us).
+_SCOPED = CompilationContext._local
+
+_ENV = getattr(os.environ, "_data", None)   # CPython's raw dict: a lookup without encoding
+_COMPILE_ONLY_KEY = os.environ.encodekey("COMPILE_ONLY") if _ENV is not None else None
+
+
+def _compile_only() -> bool:
+    """``env_flag("COMPILE_ONLY")``, without its cost when the variable is unset."""
+    if _ENV is not None and _COMPILE_ONLY_KEY not in _ENV:
+        return False
+    return env_flag("COMPILE_ONLY")
 
 
 def convert_registered(value):
