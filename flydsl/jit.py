@@ -17,7 +17,7 @@ from .launch_context import DEFAULT as DEFAULT_CONTEXT, LaunchContext, using
 from .launch_context import current as current_context
 from .runtime.host_args import JitArgumentRegistry, PointerArgument, TensorArgument
 from .runtime import host_views as _host_views   # noqa: F401 - fx.get_iter/make_view on the host
-from .runtime.jit_views import ViewPlan, tensor_parameters, view_plan
+from .jit_views import ViewPlan, view_plan
 
 
 class JitFunction:

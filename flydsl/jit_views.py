@@ -21,7 +21,7 @@ import inspect
 import textwrap
 from typing import Callable, Optional
 
-from ..errors import FlydslError
+from .errors import FlydslError
 
 #: Names whose use lets a body reach its parameters without naming them.
 _INTROSPECTION = frozenset({"locals", "vars", "eval", "exec", "globals", "sys", "inspect"})
@@ -59,8 +59,8 @@ def _lookup(space, name: str):
 def tensor_parameters(fn: Callable) -> tuple:
     """``(positions, names)`` of ``fn``'s parameters annotated as tensors (positions:
     of those that can be passed positionally)."""
-    from ..expr.dtypes import TensorAnnotation
-    from ..kernel import _resolve_string_annotation
+    from .expr.dtypes import TensorAnnotation
+    from .kernel import _resolve_string_annotation
     positions, names = [], []
     for i, p in enumerate(inspect.signature(fn).parameters.values()):
         ann = p.annotation
@@ -171,5 +171,5 @@ def _callee(func: ast.AST, spaces: tuple) -> Optional[tuple]:
 
 
 def _is_kernel(obj) -> bool:
-    from ..kernel import KernelFunction
+    from .kernel import KernelFunction
     return isinstance(obj, KernelFunction)
