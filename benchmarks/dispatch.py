@@ -15,9 +15,11 @@
     python benchmarks/dispatch.py --overlap-only     # section 3 alone
 
 4. Warm launch against torch: a 1-element ``vadd_kernel[1, 256](a, b, c, n)`` on torch
-   CPU tensors vs ``a + b`` in the same process, interleaved, min and median (about
-   0.5 s per row), with torch's default threads and with one; then where the time of
-   that launch goes, piece by piece: the Python layers of ``k[grid, block](...)``, the
+   CPU tensors, and the README's ``vadd(a, b, c, n)`` @flydsl.jit that launches it, vs
+   ``a + b`` in the same process, interleaved, min and median (about 0.5 s per row),
+   with torch's default threads and with one; where the time of the @flydsl.jit call
+   goes (its body, its launch, the wrapper, the host views it no longer builds); then
+   where the time of the direct launch goes, piece by piece: the Python layers of ``k[grid, block](...)``, the
    native warm launch (runtime/native_launch.c: guards, packing, the entry call), the
    kernel's entry alone, and what the generated Python warm launch (its twin, the warm
    path before the native one) spends reading torch tensors.
@@ -201,28 +203,64 @@ def warm_launch_vs_torch() -> None:
     except ImportError:
         print("\n(warm launch vs torch: torch is not installed)")
         return
-    from vector_add import vadd_kernel
+    from vector_add import vadd, vadd_kernel
     a, b, c, n = torch.ones(1), torch.ones(1), torch.zeros(1), 1
     launch = vadd_kernel[1, 256]
-    launch(a, b, c, n)
-    launch(a, b, c, n)
+    for _ in range(2):
+        launch(a, b, c, n)
+        vadd(a, b, c, n)
     threads = torch.get_num_threads()
     rows = []
     for count in (threads, 1):
         torch.set_num_threads(count)
         for clock in (time.perf_counter_ns, time.thread_time_ns):
             stats = _timed({"torch a + b": lambda: a + b,
-                            "vadd_kernel[1, 256](a, b, c, n)": lambda: launch(a, b, c, n)},
+                            "vadd_kernel[1, 256](a, b, c, n)": lambda: launch(a, b, c, n),
+                            "vadd(a, b, c, n) @flydsl.jit": lambda: vadd(a, b, c, n)},
                            clock=clock)
-            (t_lo, t_med), (k_lo, k_med) = stats.values()
+            (t_lo, t_med), (k_lo, k_med), (j_lo, j_med) = stats.values()
             rows.append([f"{count}", "wall" if clock is time.perf_counter_ns else "thread CPU",
                          f"{t_lo:.0f} / {t_med:.0f}", f"{k_lo:.0f} / {k_med:.0f}",
-                         f"{k_lo / t_lo:.2f} / {k_med / t_med:.2f}"])
+                         f"{j_lo:.0f} / {j_med:.0f}",
+                         f"{k_lo / t_lo:.2f} / {k_med / t_med:.2f}",
+                         f"{j_lo / t_lo:.2f} / {j_med / t_med:.2f}"])
     torch.set_num_threads(threads)
     print_table("warm launch of a 1-element vadd on torch CPU tensors vs torch's a + b "
                 "(ns per call, min / median, interleaved, ~0.5 s per row)",
-                ["torch threads", "clock", "torch a + b", "vadd_kernel[1, 256]", "ratio"], rows)
+                ["torch threads", "clock", "torch a + b", "vadd_kernel[1, 256]",
+                 "vadd @flydsl.jit", "kernel / torch", "jit / torch"], rows)
+    jit_call_breakdown(vadd, vadd_kernel, (a, b, c, n))
     warm_launch_breakdown(launch, vadd_kernel, (a, b, c, n))
+
+
+def jit_call_breakdown(jit_fn, kernel, args: tuple) -> None:
+    """Where a warm call of the README's ``vadd`` @flydsl.jit goes (thread CPU ns per
+    call): its body called directly, the launch it makes, and the wrapper's own parts."""
+    import importlib
+    from flydsl.compiler.kernel_function import CompilationContext
+    jit = importlib.import_module("flydsl.jit")
+    body = jit_fn.fn
+    n = args[3]
+    pieces = {
+        "vadd(a, b, c, n): the whole warm @flydsl.jit call": lambda: jit_fn(*args),
+        "  its body called directly (vadd.fn(a, b, c, n))": lambda: body(*args),
+        "    vadd_kernel(a, b, c, n).launch(grid=, block=)":
+            lambda: kernel(*args).launch(grid=((n + 255) // 256, 1, 1), block=(256, 1, 1)),
+        "    vadd_kernel[1, 256](a, b, c, n)": lambda: kernel[1, 256](*args),
+        "  host views of a, b, c (what each call built before)":
+            lambda: tuple(map(jit.host_tensor_view, args[:3])),
+        "  CompilationContext.get_compile_hints() (a thread-local miss)":
+            CompilationContext.get_compile_hints,
+        "an empty Python call (the timing loop's own cost)": lambda: None,
+    }
+    stats = _timed(pieces, run_s=0.05, clock=time.thread_time_ns)
+    names = list(pieces)
+    whole, inner = stats[names[0]][0], stats[names[1]][0]
+    rows = [[name, f"{lo:.0f}", f"{med:.0f}"] for name, (lo, med) in stats.items()]
+    rows.insert(2, ["  the @flydsl.jit wrapper itself (whole - body)", f"{whole - inner:.0f}", ""])
+    print_table("where a warm call of the README's vadd @flydsl.jit on three 1-element torch "
+                "tensors goes (thread CPU ns per call)", ["piece", "min ns", "median ns"], rows,
+                left=1)
 
 
 def warm_launch_breakdown(launch, kernel, args: tuple) -> None:
