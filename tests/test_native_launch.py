@@ -320,3 +320,38 @@ def test_an_untrusted_cache_folder_keeps_the_python_warm_launch(tmp_path):
         capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[-2] == "True True function [1.0, 2.0, 3.0, 4.0]"
+
+
+DEFAULT_TENSOR = '''
+import numpy as np
+import flydsl, flydsl.expr as fx
+OUT = np.zeros(4, np.float32)
+
+@flydsl.kernel
+def fill(v: fx.Float32, out: fx.Tensor = OUT):
+    i = fx.thread_idx.x
+    if i < out.shape[0]:
+        out[i] = v
+
+fill[1, 4](1.0)
+fill[1, 4](2.0)
+OUT.resize(1 << 22, refcheck=False)   # its data moves (the old block is freed)
+OUT[:] = 0
+fill[1, 4](3.0)
+print(type(fill._last).__name__, OUT[:5].tolist())
+'''
+
+
+def test_a_tensor_default_is_packed_at_each_launch_not_once(tmp_path):
+    """A default array may move (resize, in place): the warm launch packs its current
+    pointer, as the Python one does, never the one it had when first launched (which
+    wrote into freed memory)."""
+    _native_or_skip()
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "cache"),
+               FLYDSL_COMPILE_BACKEND="cpu")
+    script = tmp_path / "default_tensor.py"     # kernels need a source file
+    script.write_text(DEFAULT_TENSOR)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "function [3.0, 3.0, 3.0, 3.0, 0.0]"

@@ -11,7 +11,8 @@ shared memory; other launches hand the packed values to the Python submit.
 Kinds handled natively: torch CPU tensors and numpy arrays (read at numpy's C ABI
 field offsets, checked on sample arrays first) whose rank is the parameter's; ints of an
 integer parameter (type ``int``, range within int64); floats of an f32/f64 parameter;
-bools of a bool parameter; omitted arguments (their defaults are packed once);
+bools of a bool parameter; omitted scalar arguments (int, float or bool defaults,
+packed once);
 constexprs of type int, bool, str or None; overlap checks between 1-D contiguous
 tensors. Anything else (other tensor kinds, GPU drivers, debug or
 profiled kernels, kernels that print) keeps the Python warm launch.
@@ -240,7 +241,10 @@ def _arg(module, entry, layout, off: int, written: bool, ranged: bool):
     """The C description of one runtime parameter, or None where it is not handled."""
     kind, info = layout
     if entry[0] == "default":
-        return None if ranged else (0, 0, off, 0, 0, 0, 0, 0, 0, 0, None, None, 0, 0, 0, 0, -1)
+        # prepacked once: only values that cannot change (a default array may move)
+        if ranged or kind == "tensor" or type(entry[1]) not in (int, float, bool):
+            return None
+        return (0, 0, off, 0, 0, 0, 0, 0, 0, 0, None, None, 0, 0, 0, 0, -1)
     _, pos, key, param_kind, sample = entry
     if kind == "tensor" and type(sample) is np.ndarray:
         t, dtype, nd, inner, aligned, wide = key
