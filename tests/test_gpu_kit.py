@@ -59,15 +59,18 @@ def test_the_kit_runs_every_case_from_its_bundle_with_no_compiler(kit, tmp_path)
     assert report["compiled_here"] == [] and report["compiler_modules"] == []
     names = [case["case"] for case in manifest["cases"]]
     assert [row["case"] for row in report["rows"]] == names and len(names) >= 8
-    # the TMA GEMM builds its descriptors from torch CUDA tensors, flash attention takes
-    # bf16 torch tensors: their cubins are in the bundle, and only a GPU launches them
+    # the TMA GEMMs (bf16, scaled fp8) build their descriptors from torch CUDA tensors,
+    # flash attention takes bf16 torch tensors: their cubins are in the bundle, and only
+    # a GPU launches them
     from flydsl.gpu_kit.cases import all_cases
     gpu_only = [c.name for c in all_cases("sm_90a") if c.gpu_only]
-    [tma] = [case for case in manifest["cases"] if case["case"].startswith("TMA+wgmma")]
-    assert tma["kernels"] == ["gemm_kernel"] and tma["binary"] == ["cubin"]
+    tma = [case for case in manifest["cases"] if case["case"].startswith("TMA+wgmma")]
+    assert [case["case"].split()[2] for case in tma] == ["bf16->f32", "fp8"]
+    assert all(case["kernels"] == ["gemm_kernel"] and case["binary"] == ["cubin"]
+               for case in tma)
     flash = [case for case in manifest["cases"] if case["case"].startswith("flash attention")]
     assert len(flash) == 4 and all(case["binary"] == ["cubin"] for case in flash)
-    assert {tma["case"], *(case["case"] for case in flash)} == set(gpu_only)
+    assert {*(case["case"] for case in tma + flash)} == set(gpu_only)
     rows = {row["case"]: row["status"] for row in report["rows"]}
     assert all(rows.pop(name) == "gpu only" for name in gpu_only)
     assert all(status == "launched" for status in rows.values()), report["rows"]

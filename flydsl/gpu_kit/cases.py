@@ -1,7 +1,7 @@
 """The kernels the kit carries: the examples the GPU benchmarks and GPU tests run
 (vector add, row softmax, layernorm, the tiled matmul in fp32 and fp16, the
 layout-model GEMM, the 3-stage cp.async GEMM, the warp-specialized TMA + wgmma GEMM
-(sm_90a kits only), FlashAttention-2 forward (d 64 and 128, causal and not) and 128-bit
+in bf16 and in scaled fp8 (sm_90a kits only), FlashAttention-2 forward (d 64 and 128, causal and not) and 128-bit
 vector add, the atomic block sum and warp-shuffle sums),
 each with its inputs, its torch reference and its work.
 
@@ -141,6 +141,31 @@ def _sm90_gemm(n: int) -> Case:
                 gpu_only=True)
 
 
+def _fp8_operands(t, n: int) -> tuple:
+    """e4m3 A and B (n x n), per-row / per-column f32 scales ((n, 1) and (1, n), as
+    torch._scaled_mm takes them) and a bf16 C, as torch tensors on both sides (made
+    from bf16 ones: torch has no randn in fp8, numpy no fp8)."""
+    import torch
+    a, b = (t.randn((n, n), "bfloat16").to(torch.float8_e4m3fn) for _ in range(2))
+    sa, sb = (t.randn(shape, "bfloat16").float().abs() + 0.5 for shape in ((n, 1), (1, n)))
+    return a, b, t.empty((n, n), "bfloat16"), sa, sb
+
+
+def _sm90_gemm_fp8(n: int) -> Case:
+    """examples/gemm_sm90.py in fp8: e4m3 A and B, C = (A @ B.T) * scale_a[row] *
+    scale_b[col] in bf16, against torch._scaled_mm with the same scales and use_fast_accum (the
+    kernel's accumulation: in the wgmma accumulators throughout; sm_90a only)."""
+    return Case(f"TMA+wgmma GEMM fp8 e4m3 row/col-scaled->bf16 {n}^3 (sm_90a, "
+                "warp-specialized, 4 stages)",
+                "gemm_sm90", "gemm", lambda t: _fp8_operands(t, n), 2,
+                lambda torch, a: (a[0].float() @ a[1].float().T) * a[3] * a[4],
+                lambda torch, a: lambda: torch._scaled_mm(a[0], a[1].T, a[3], a[4],
+                                                          out_dtype=torch.bfloat16,
+                                                          use_fast_accum=True),
+                2.0 * n ** 3, "TFLOP/s", 1e-2, 2e-2 * n ** 0.5, archs=("sm_90a",),
+                gpu_only=True)
+
+
 def _flash_attention(b: int, h: int, s: int, d: int, causal: bool) -> Case:
     """examples/flash_attention.py (FlashAttention-2 forward: cp.async, ldmatrix,
     mma.sync; sm_80+), bf16, against torch's SDPA; O is checked (LSE is written too)."""
@@ -163,7 +188,7 @@ def all_cases(arch: Optional[str] = None) -> list:
              _matmul(2048, "float32"), _matmul(2048, "float16"), _layout_gemm(4096),
              _layout_gemm(4096, "gemm_cp_async",
                           "cp.async GEMM f16->f32 {n}^3 (3 stages, ldmatrix, mma.sync)"),
-             _sm90_gemm(4096),
+             _sm90_gemm(4096), _sm90_gemm_fp8(4096),
              *(_flash_attention(4, h, 4096, d, causal)
                for (h, d) in ((32, 64), (16, 128)) for causal in (False, True)),
              _vadd_2d(8192, 8192), _block_sum(100_000), _block_sum(1 << 24),
