@@ -88,3 +88,103 @@ def test_compilation_context_get_current_answers_the_hints_in_effect():
         assert launcher() == {"opt_level": 2}
     with pytest.raises(AttributeError, match="gpu_module_body.*no GPU module|no GPU module"):
         CompilationContext.get_current().gpu_module_body
+
+
+# -- integer MFMA (FlyDSL's int8 preshuffle GEMM: MFMA(16, 16, 32, Int8, Int32)) --------------
+
+IM, IN, IK = 32, 32, 64     # 2 x 2 atoms of 16x16x32, 2 K steps; 1 x 1 x 4 of 32x32x16
+
+
+def _int8_mfma_kernel(mn: int, k: int):
+    @flydsl.kernel
+    def tiled_i8_mfma(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor):
+        """C = A @ B.T (int8 in, int32 out) by one wave of a tiled integer MFMA."""
+        tid = fx.thread_idx.x
+        mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(mn, mn, k, fx.Int8, fx.Int32)),
+                                fx.make_layout((1, 1, 1), (0, 0, 0)))
+        thr = mma.thr_slice(tid)
+        A = fx.make_view(A, fx.make_layout((IM, IK), (IK, 1)))
+        B = fx.make_view(B, fx.make_layout((IN, IK), (IK, 1)))
+        C = fx.make_view(C, fx.make_layout((IM, IN), (IN, 1)))
+        fa, fb, fc = thr.make_fragment_A(A), thr.make_fragment_B(B), thr.make_fragment_C(C)
+        fx.copy(fx.make_copy_atom(fx.UniversalCopy64b(), fx.Int8), thr.partition_A(A), fa)
+        fx.copy(fx.make_copy_atom(fx.UniversalCopy64b(), fx.Int8), thr.partition_B(B), fb)
+        fc.fill(0)
+        fx.gemm(mma, fc, fa, fb, fc)
+        fx.copy(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Int32), fc, thr.partition_C(C))
+    return tiled_i8_mfma
+
+
+I8_SHAPES = {"16x16x32": (16, 32), "32x32x16": (32, 16)}
+
+
+@pytest.mark.parametrize("shape", sorted(I8_SHAPES))
+def test_tiled_int8_mfma_matches_torch_int32_matmul_on_the_cpu(shape):
+    torch = pytest.importorskip("torch")
+    kern = _int8_mfma_kernel(*I8_SHAPES[shape])
+    rng = np.random.default_rng(1)
+    A = rng.integers(-128, 128, (IM, IK)).astype(np.int8)
+    B = rng.integers(-128, 128, (IN, IK)).astype(np.int8)
+    A[0, :] = -128                    # -128 * -128 summed over all of K: 64 * 16384
+    B[0, :] = -128
+    A[1, :] = 127
+    B[1, ::2], B[1, 1::2] = -128, 127
+    C = np.zeros((IM, IN), np.int32)
+    kern[1, 64](A, B, C)
+    ref = (torch.from_numpy(A).int() @ torch.from_numpy(B).int().T).numpy()
+    assert C[0, 0] == IK * 16384 and C[1, 1] == 127 * (-128 + 127) * (IK // 2)
+    np.testing.assert_array_equal(C, ref)
+
+
+def test_an_int8_mfma_atom_accumulates_in_int32_and_is_its_table_entry():
+    atom = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 32, fx.Int8))
+    assert atom.acc_dtype is fx.Int32 and atom.spec.name == "mfma_i32_16x16x32_i8"
+    assert fx.make_mma_atom(fx.rocdl.MFMA(32, 32, 16, fx.Int8, fx.Int32)).spec.name \
+        == "mfma_i32_32x32x16_i8"
+
+
+@pytest.mark.parametrize("shape", sorted(I8_SHAPES))
+def test_tiled_int8_mfma_is_the_gfx942_instruction(shape):
+    mn, k = I8_SHAPES[shape]
+    A = np.zeros((IM, IK), np.int8)
+    prog = flydsl.compile(_int8_mfma_kernel(mn, k), A, A, np.zeros((IM, IN), np.int32),
+                          backend="rocm", arch="gfx942")
+    text = prog.asm["amdgcn"]
+    assert f"v_mfma_i32_{mn}x{mn}x{k}_i8" in text
+    assert text.count(f"v_mfma_i32_{mn}x{mn}x{k}_i8") == (IM // mn) * (IN // mn) * (IK // k)
+    assert "v_mfma_f32" not in text
+
+
+@flydsl.kernel
+def raw_i8_mfma(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor):
+    """FlyDSL's raw call: rocdl.mfma_i32_16x16x32_i8(res, [a_i64, b_i64, acc, 0, 0, 0])."""
+    import mlir.ir as ir
+    from mlir.dialects import arith, vector
+    lane = fx.thread_idx.x
+    i8, i64 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(64)
+
+    def packed(M):   # lane's 8 K values of its row, value 0 in the lowest byte
+        word = arith.constant(i64, 0)
+        for j in fx.range_constexpr(8):
+            byte = arith.extui(i64, fx.Int8(M[lane % 16, (lane // 16) * 8 + j]).v)
+            word = arith.ori(word, arith.shli(byte, arith.constant(i64, 8 * j)))
+        return word
+
+    i32 = ir.IntegerType.get_signless(32)
+    acc = vector.from_elements(ir.VectorType.get([4], i32), [arith.constant(i32, 7)] * 4)
+    out = fx.rocdl.mfma_i32_16x16x32_i8(None, [packed(A), packed(B), acc, 0, 0, 0])
+    for v in fx.range_constexpr(4):
+        C[4 * (lane // 16) + v, lane % 16] = fx.Int32(vector.extract(out, [], [v]))
+
+
+@pytest.mark.filterwarnings("ignore:flydsl. kernel .raw_i8_mfma. is cached in memory only")
+def test_raw_int8_mfma_call_runs_on_the_cpu_and_is_the_gfx942_instruction():
+    rng = np.random.default_rng(3)
+    A = rng.integers(-128, 128, (16, 32)).astype(np.int8)
+    B = rng.integers(-128, 128, (16, 32)).astype(np.int8)
+    A[0], B[0] = -128, -128
+    C = np.zeros((16, 16), np.int32)
+    raw_i8_mfma[1, 64](A, B, C)
+    np.testing.assert_array_equal(C, A.astype(np.int32) @ B.astype(np.int32).T + 7)
+    prog = flydsl.compile(raw_i8_mfma, A, B, C, backend="rocm", arch="gfx942")
+    assert "v_mfma_i32_16x16x32_i8" in prog.asm["amdgcn"]

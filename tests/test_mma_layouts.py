@@ -160,6 +160,9 @@ DOC_FORMULAS = {
        for t in ("fp8", "bf8") for s in ("", "_ocp")},
     **{f"mfma_f32_32x32x16_{t}_{t}{s}": (_mfma_ab(32, 16), _mfma_ab(32, 16), _mfma_c32)
        for t in ("fp8", "bf8") for s in ("", "_ocp")},
+    # int8 (CDNA3 ISA 7.1: the 8-bit-input rows as fp8, int32 accumulators as f32 ones)
+    "mfma_i32_16x16x32_i8": (_mfma_ab(16, 32), _mfma_ab(16, 32), _mfma_c16),
+    "mfma_i32_32x32x16_i8": (_mfma_ab(32, 16), _mfma_ab(32, 16), _mfma_c32),
     "mfma_f32_16x16x4f32": (_mfma_ab(16, 4), _mfma_ab(16, 4), _mfma_c16),
     "mfma_f32_32x32x2f32": (_mfma_ab(32, 2), _mfma_ab(32, 2), _mfma_c32),
     "mfma_f32_32x32x8f16": (_mfma_ab(32, 8), _mfma_ab(32, 8), _mfma_c32),
@@ -220,8 +223,9 @@ def test_spec_fields(name):
     assert s.name == name
     assert s.family in ("mfma", "wmma", "mma_sync")
     assert s.lanes == (64 if s.family == "mfma" else 32)
-    assert s.ab_dtype in ("f32", "f16", "bf16", "tf32", "e4m3fnuz", "e5m2fnuz", "e4m3fn", "e5m2")
-    assert s.acc_dtype == "f32"
+    assert s.ab_dtype in ("f32", "f16", "bf16", "tf32", "e4m3fnuz", "e5m2fnuz", "e4m3fn", "e5m2",
+                          "i8")
+    assert s.acc_dtype == ("i32" if s.ab_dtype == "i8" else "f32")
     assert isinstance(s.arches, tuple) and s.arches
     assert s.intrinsic.startswith({"mfma": "llvm.amdgcn.mfma.", "wmma": "llvm.amdgcn.wmma.",
                                    "mma_sync": "llvm.nvvm.mma."}[s.family])
@@ -453,3 +457,16 @@ def test_fp8_rounding_follows_each_format():
             if v == v and abs(v) != float("inf"):
                 assert quantize(v, dt) == v, (dt, code)
     assert fp8_value(0x80, "e4m3fnuz") != fp8_value(0x80, "e4m3fnuz")   # the NaN code
+
+
+def test_int8_reference_is_exact_and_wraps_at_32_bits():
+    """-128 * -128 over K = 32 is 2^19 exactly; a C near 2^31 wraps as the i32 adders."""
+    s = SPECS["mfma_i32_16x16x32_i8"]
+    fa, fb, fc = DOC_FORMULAS[s.name]
+    a = [[-128.0] * s.k for _ in range(s.m)]
+    c = [[float(2 ** 31 - 1)] * s.n for _ in range(s.m)]
+    frags = [_distribute(f, s.lanes, layout_size(_tv(s, op))[1], mat)
+             for f, op, mat in ((fa, "a", a), (fb, "b", a), (fc, "c", c))]
+    d = reference_mma(s, *frags)
+    assert {x for lane in d for x in lane} == {float(2 ** 31 - 1 + 32 * 16384 - 2 ** 32)}
+    assert quantize(200, "int8") == -56 and quantize(-128, "i8") == -128

@@ -543,15 +543,18 @@ def dtype_name(d: DType) -> str:
 def mma_op(family: str, m: int, n: int, k: int, dtype: DType, ab_dtype=None) -> MmaOp:
     """An :class:`MmaOp` from the user's spelling: ``dtype`` is the accumulator type when
     ``ab_dtype`` is given or ``dtype`` is 32/64-bit (then also the input type), else the
-    input type with a Float32 accumulator (``MFMA(16, 16, 16, fx.Float16)``)."""
-    from .dtypes import Float32
+    input type with a Float32 accumulator (``MFMA(16, 16, 16, fx.Float16)``; an Int32 one
+    for a narrow integer, ``MFMA(16, 16, 32, fx.Int8)``)."""
+    from .dtypes import Float32, Int32
     for what, v in (("m", m), ("n", n), ("k", k)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise DSLTypeError(f"MMA {what} must be a positive int, got {v!r}")
     if not isinstance(dtype, DType):
         raise DSLTypeError(f"MMA dtype must be a flydsl dtype such as fx.Float32, got {dtype!r}")
     if ab_dtype is None:
-        acc, ab = (dtype, dtype) if dtype.bits >= 32 else (Float32, dtype)
+        # narrow integers accumulate in Int32 (MFMA i8), narrow floats in Float32
+        narrow_acc = Int32 if dtype.is_int else Float32
+        acc, ab = (dtype, dtype) if dtype.bits >= 32 else (narrow_acc, dtype)
     else:
         acc, ab = dtype, ab_dtype
     if ab == "tf32" or (family == "mma_sync" and getattr(ab, "name", "") == "Float32"):

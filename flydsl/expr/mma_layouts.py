@@ -41,6 +41,7 @@ Standard library only: no other module of the package is imported.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from dataclasses import dataclass, field
@@ -219,6 +220,25 @@ def _mfma_fp8(mn: int, k: int, ab: str) -> MmaSpec:
     )
 
 
+def _mfma_i8(mn: int, k: int) -> MmaSpec:
+    """``v_mfma_i32_{mn}x{mn}x{k}_i8`` (gfx942, gfx950): the fp8 forms' operand layout (8
+    consecutive K values of one row per lane, one 64-bit register, value 0 in the lowest
+    byte) with int32 accumulators laid out as the f32 ones; the products of the signed
+    bytes are summed exactly, wrapping at 32 bits (CDNA3 ISA, MFMA operand layouts)."""
+    fp8 = _mfma_fp8(mn, k, "e4m3fnuz")
+    cvals = mn * mn // 64
+    c_llvm = f"<{cvals} x i32>"
+    base = f"mfma_i32_{mn}x{mn}x{k}_i8"
+    intrinsic = f"llvm.amdgcn.mfma.i32.{mn}x{mn}x{k}.i8"
+    return dataclasses.replace(
+        fp8, name=base, ab_dtype="i8", acc_dtype="i32", arches=("gfx942", "gfx950"),
+        intrinsic=intrinsic, a_regs=(1, 8, "i8-as-i64"), b_regs=(1, 8, "i8-as-i64"),
+        c_regs=(1, cvals, "i32"),
+        extra={**fp8.extra, "isa": "v_" + base, "isa_gfx94x": "v_" + base,
+               "llvm_operand_types": ("i64", "i64", c_llvm), "llvm_result_type": c_llvm,
+               "rocdl_op": "rocdl.mfma." + intrinsic[len("llvm.amdgcn.mfma."):]})
+
+
 def _wmma(name, gen, dt, arches) -> MmaSpec:
     if gen == 11:
         # gfx11: lane l holds row/column l % 16 and all 16 K values in order; lanes 16-31
@@ -320,6 +340,7 @@ def _build_specs() -> Dict[str, MmaSpec]:
         _mfma_fp8(32, 16, "e4m3fnuz"), _mfma_fp8(32, 16, "e5m2fnuz"),
         _mfma_fp8(16, 32, "e4m3fn"), _mfma_fp8(16, 32, "e5m2"),
         _mfma_fp8(32, 16, "e4m3fn"), _mfma_fp8(32, 16, "e5m2"),
+        _mfma_i8(16, 32), _mfma_i8(32, 16),
         _wmma("wmma_f32_16x16x16_f16_gfx11", 11, "f16", _GFX11_ARCHES),
         _wmma("wmma_f32_16x16x16_bf16_gfx11", 11, "bf16", _GFX11_ARCHES),
         _wmma("wmma_f32_16x16x16_f16_gfx12", 12, "f16", _GFX12_ARCHES),
@@ -344,6 +365,7 @@ _DTYPE_ALIASES = {
     "e4m3fnuz": "e4m3fnuz", "float8e4m3fnuz": "e4m3fnuz",
     "e5m2fnuz": "e5m2fnuz", "float8e5m2fnuz": "e5m2fnuz",
     "e4m3fn": "e4m3fn", "float8e4m3fn": "e4m3fn", "e5m2": "e5m2", "float8e5m2": "e5m2",
+    "i8": "i8", "int8": "i8", "i32": "i32", "int32": "i32",
 }
 
 
@@ -447,12 +469,15 @@ def quantize(x: float, dtype: str) -> float:
 
     f16: IEEE binary16, round to nearest even. bf16: round to nearest even of the f32
     value. tf32: the f32 value with its low 13 mantissa bits ignored (PTX: the .tf32
-    operand's low bits are not used). f32: IEEE binary32.
+    operand's low bits are not used). f32: IEEE binary32. i8: the low byte of the
+    integer, signed.
     """
     dt = _norm_dtype(dtype)
     x = float(x)
     if dt in _FP8_FORMATS:
         return _quantize_fp8(x, dt)
+    if dt == "i8":      # the register's low byte, as a signed value
+        return float((int(x) + 128) % 256 - 128)
     if dt == "f16":
         try:
             return struct.unpack("<e", struct.pack("<e", x))[0]
@@ -548,6 +573,10 @@ def _gather(spec: MmaSpec, operand: str, frags: Sequence[Sequence[float]],
     return tile  # type: ignore[return-value]
 
 
+def _wrap_i32(x: int) -> int:
+    return (x + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
 def reference_mma(spec: MmaSpec, a_frags: Sequence[Sequence[float]],
                   b_frags: Sequence[Sequence[float]], c_frags: Sequence[Sequence[float]],
                   *, round_inputs: bool = False,
@@ -558,7 +587,8 @@ def reference_mma(spec: MmaSpec, a_frags: Sequence[Sequence[float]],
     order. A, B and C are reassembled through the layouts, ``D = A @ B.T + C`` (B given
     as ``N x K``) is computed in double precision and handed back through the C layout.
     ``round_inputs`` first rounds A and B to ``spec.ab_dtype`` (see ``quantize``); the
-    hardware's accumulation order and intermediate rounding are not modelled. Where a
+    hardware's accumulation order and intermediate rounding are not modelled (int32
+    accumulators: the exact sum, wrapped to 32 bits as the hardware's). Where a
     layout replicates an element (gfx11 WMMA A/B), ``strict_replication`` requires every
     copy to agree (else ``ValueError``); without it the lowest lane's copy is used.
     """
@@ -568,8 +598,13 @@ def reference_mma(spec: MmaSpec, a_frags: Sequence[Sequence[float]],
     if round_inputs:
         a = [[quantize(x, spec.ab_dtype) for x in row] for row in a]
         b = [[quantize(x, spec.ab_dtype) for x in row] for row in b]
-    d = [[c[i][j] + math.fsum(a[i][p] * b[j][p] for p in range(spec.k))
-          for j in range(spec.n)] for i in range(spec.m)]
+    if spec.acc_dtype == "i32":     # exact integer sums, wrapping at 32 bits
+        d = [[float(_wrap_i32(int(c[i][j]) + sum(int(a[i][p]) * int(b[j][p])
+                                                   for p in range(spec.k))))
+              for j in range(spec.n)] for i in range(spec.m)]
+    else:
+        d = [[c[i][j] + math.fsum(a[i][p] * b[j][p] for p in range(spec.k))
+              for j in range(spec.n)] for i in range(spec.m)]
     out = []
     for lane_coords in lane_value_coords(spec, "c"):
         out.append([d[i][j] for i, j in lane_coords])

@@ -7,7 +7,8 @@
   B values it holds to their (row, k) places in block-shared scratch, a barrier, then
   every lane computes the accumulators it holds (``fma`` over k in order, one
   ``scf.for`` per atom: unrolled, FlyDSL's preshuffle GEMM traced to 328,000 ops), and
-  a barrier before the scratch is reused. A lane that holds the wrong values gives the
+  a barrier before the scratch is reused. Integer atoms (int8 MFMA) run the same loop
+  in i32: exact products, sums wrapping at 32 bits as the hardware's. A lane that holds the wrong values gives the
   wrong answer on the CPU exactly as on the GPU.
 
 An atom the target does not have is an error naming the arches that have it.
@@ -108,7 +109,9 @@ def _instruction(spec, a_vals: list, b_vals: list, c_vals: list) -> list:
 
 _ELEM = {"f32": dt.Float32, "f16": dt.Float16, "bf16": dt.BFloat16, "tf32": dt.Float32,
          "e4m3fnuz": dt.Float8E4M3FNUZ, "e5m2fnuz": dt.Float8E5M2FNUZ,
-         "e4m3fn": dt.Float8E4M3FN, "e5m2": dt.Float8E5M2}
+         "e4m3fn": dt.Float8E4M3FN, "e5m2": dt.Float8E5M2, "i8": dt.Int8}
+#: The accumulator types of the matrix instructions (``spec.acc_dtype``).
+_ACC = {"f32": dt.Float32, "i32": dt.Int32}
 
 
 def _pack(vals: list, regs: tuple, as_int: bool = False) -> list:
@@ -141,21 +144,23 @@ def _amd_matrix_core(spec, a_vals, b_vals, c_vals) -> list:
         b_op = _pack([cast(v, ab) for v in b_vals], spec.b_regs)[0]
     if spec.ab_dtype == "bf16":     # bf16 operands are i16 vectors of the same bits
         a_op, b_op = _as_i16_vector(a_op), _as_i16_vector(b_op)
-    ctype = ir.VectorType.get([len(c_vals)], ir.F32Type.get())
-    c_op = vector.from_elements(ctype, [cast(v, dt.Float32).v for v in c_vals])
+    acc = _ACC[spec.acc_dtype]
+    ctype = ir.VectorType.get([len(c_vals)], acc.mlir_type())
+    c_op = vector.from_elements(ctype, [cast(v, acc).v for v in c_vals])
     fn = getattr(rocdl, spec.extra["rocdl_op"].replace("rocdl.", "").replace(".", "_"))
     if spec.family == "mfma":
         zero = arith.constant(ir.IntegerType.get_signless(32), 0)
         out = fn(ctype, [a_op, b_op, c_op, zero, zero, zero])
     else:
         out = fn(ctype, a_op, b_op, c_op)
-    return [Value(vector.extract(out, [], [i]), dt.Float32) for i in range(len(c_vals))]
+    return [Value(vector.extract(out, [], [i]), acc) for i in range(len(c_vals))]
 
 
 def _pack_bytes(vals: list) -> ir.Value:
-    """8-bit values (fp8/bf8 codes) as one integer operand, value 0 in the lowest byte."""
+    """8-bit values (fp8/bf8 codes, int8) as one integer operand, value 0 in the lowest
+    byte."""
     i8 = ir.IntegerType.get_signless(8)
-    codes = [arith.bitcast(i8, v.v) for v in vals]
+    codes = [v.v if v.v.type == i8 else arith.bitcast(i8, v.v) for v in vals]
     vec = vector.from_elements(ir.VectorType.get([len(codes)], i8), codes)
     wide = ir.IntegerType.get_signless(8 * len(codes))
     return vector.extract(vector.bitcast(ir.VectorType.get([1], wide), vec), [], [0])
@@ -204,11 +209,12 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
     first: the loop steps one index by ``M`` and one by ``N``. A TV layout maps
     ``(lane, v)`` to ``lane part + value part``, so each lane's part is computed once."""
     lanes = spec.lanes
+    acc_t = _ACC[spec.acc_dtype]    # also the scratch's type: int8 inputs widened to i32
     mk, nk = spec.m * spec.k, spec.n * spec.k
     per_group = rk * (rm * mk + rn * nk)
     owner = a.owner
     groups = (owner[0].num_threads if owner else MAX_BLOCK_THREADS) // lanes
-    scratch = _scratch(groups * per_group)
+    scratch = _scratch(groups * per_group, acc_t)
     tid = implementation.ops().block_thread_index()
     lane = tid % lanes
     base = (tid // lanes) * per_group
@@ -237,7 +243,7 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
         cols = [to_index(base + b_start + i // spec.m) for i in idx]
         for m in range(rm):
             for n in range(rn):
-                acc = [cast(x, dt.Float32) for x in _values(c, nc, m, n)]
+                acc = [cast(x, acc_t) for x in _values(c, nc, m, n)]
                 out = _k_loop(spec, scratch, rk, [_add(r, m * rk * mk) for r in rows],
                               [_add(q, n * rk * nk) for q in cols], acc)
                 _store(d, [cast(x, d.dtype) for x in out], m, n)
@@ -254,22 +260,27 @@ def _ci(k: int) -> ir.Value:
 
 def _k_loop(spec, scratch, rk: int, a_first: list, b_first: list, acc: list) -> list:
     """``acc[v] = fma(A[v, t], B[v, t], acc[v])`` for ``t`` in ``0 .. rk * K``: one
-    ``scf.for`` whatever ``rk * K`` (an unrolled chain is 5 ops per product)."""
+    ``scf.for`` whatever ``rk * K`` (an unrolled chain is 5 ops per product). Integer
+    accumulators: ``acc + A * B`` in i32, wrapping as the instruction's adders."""
+    integer = spec.acc_dtype == "i32"
     loop = scf.ForOp(_ci(0), _ci(rk * spec.k), _ci(1), [x.v for x in acc])
     with ir.InsertionPoint(loop.body):
         t = loop.induction_variable
         tm, tn = arith.muli(t, _ci(spec.m)), arith.muli(t, _ci(spec.n))
-        sums = [mmath.fma(memref.load(scratch.mem, [arith.addi(ai, tm)]),
-                          memref.load(scratch.mem, [arith.addi(bi, tn)]), s)
-                for ai, bi, s in zip(a_first, b_first, loop.inner_iter_args)]
+        sums = []
+        for ai, bi, s in zip(a_first, b_first, loop.inner_iter_args):
+            x = memref.load(scratch.mem, [arith.addi(ai, tm)])
+            y = memref.load(scratch.mem, [arith.addi(bi, tn)])
+            sums.append(arith.addi(s, arith.muli(x, y)) if integer else mmath.fma(x, y, s))
         scf.YieldOp(sums)
-    return [Value(r, dt.Float32) for r in loop.results]
+    return [Value(r, _ACC[spec.acc_dtype]) for r in loop.results]
 
 
 def _operand(spec, v: Value) -> Value:
-    """An input as the instruction sees it: rounded to its type, then exact in f32."""
+    """An input as the instruction sees it: rounded to its type, then exact in f32 (in
+    i32 for integer inputs: int8 sign-extended)."""
     ab = _ELEM[spec.ab_dtype]
-    x = cast(cast(v, ab), dt.Float32)
+    x = cast(cast(v, ab), _ACC[spec.acc_dtype])
     if spec.ab_dtype == "tf32":   # tf32 keeps 10 mantissa bits
         i32 = ir.IntegerType.get_signless(32)
         bits = arith.bitcast(i32, x.v)
@@ -278,12 +289,12 @@ def _operand(spec, v: Value) -> Value:
     return x
 
 
-def _scratch(count: int):
+def _scratch(count: int, dtype=dt.Float32):
     ctx = context.current()
     cache = ctx.extra.setdefault("mma_scratch", {})
-    hit = cache.get(count)
+    hit = cache.get((count, dtype.name))
     if hit is None:
-        hit = cache[count] = implementation.ops().shared_array((count,), dt.Float32)
+        hit = cache[(count, dtype.name)] = implementation.ops().shared_array((count,), dtype)
         # flydsl's own scratch (a '.' name): the memory profiler and reports skip it,
         # as the GPU's register exchange has no shared traffic
         implementation.ops().name_shared_array(hit, ".mma_scratch")

@@ -351,8 +351,10 @@ def _unpack(x: ir.Value, spec, operand: str, what: str) -> list:
         if isinstance(t, ir.VectorType):
             x = vector.extract(vector.bitcast(ir.VectorType.get([1], i64), x), [], [0])
         i8 = ir.IntegerType.get_signless(8)
-        return [Value(arith.bitcast(ab.mlir_type(), arith.trunci(
-            i8, arith.shrui(x, arith.constant(i64, 8 * j)) if j else x)), ab) for j in range(n)]
+        codes = [arith.trunci(i8, arith.shrui(x, arith.constant(i64, 8 * j)) if j else x)
+                 for j in range(n)]
+        return [Value(c if ab.mlir_type() == i8 else arith.bitcast(ab.mlir_type(), c), ab)
+                for c in codes]
     if not isinstance(t, ir.VectorType) or ir.VectorType(t).shape != [n]:
         raise DSLTypeError(f"{what}: operand {operand.upper()} must be a vector of {n} "
                            f"elements, got {t}")
@@ -391,22 +393,24 @@ def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
     if any(flags):
         raise DSLTypeError(f"{what}: the CPU runs MFMAs with cbsz = abid = blgp = 0, got "
                            f"{flags}")
+    from .mma_ops import _ACC
     a_vals, b_vals = _unpack(a, spec, "a", what), _unpack(b, spec, "b", what)
     nc = spec.c_regs[1]
-    if not isinstance(c.type, ir.VectorType) or ir.VectorType(c.type).shape != [nc]:
-        raise DSLTypeError(f"{what}: the accumulator must be a vector of {nc} f32, "
-                           f"got {c.type}")
+    acc = _ACC[spec.acc_dtype]
+    if not isinstance(c.type, ir.VectorType) or ir.VectorType(c.type).shape != [nc] \
+            or ir.VectorType(c.type).element_type != acc.mlir_type():
+        raise DSLTypeError(f"{what}: the accumulator must be a vector of {nc} "
+                           f"{spec.acc_dtype}, got {c.type}")
     frags = []
     for vals, dtype in ((a_vals, a_vals[0].dtype), (b_vals, b_vals[0].dtype),
-                        ([Value(vector.extract(c, [], [j]), dt.Float32) for j in range(nc)],
-                         dt.Float32)):
+                        ([Value(vector.extract(c, [], [j]), acc) for j in range(nc)], acc)):
         frag = register_fragment(la.make_layout(len(vals)), dtype)
         for j, v in enumerate(vals):
             frag[j] = v
         frags.append(frag)
     fa, fb, fc = frags
     _emulated_gemm(None, spec, fc, fa, fb, fc, 1, 1, 1)
-    return vector.from_elements(ir.VectorType.get([nc], ir.F32Type.get()),
+    return vector.from_elements(ir.VectorType.get([nc], acc.mlir_type()),
                                 [fc[j].v for j in range(nc)])
 
 
