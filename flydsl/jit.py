@@ -29,7 +29,8 @@ class JitFunction:
     - a tensor passed for a parameter annotated ``fx.Tensor`` is seen as a
       :class:`~flydsl.runtime.host_args.TensorArgument` (``M, N = A.shape.unpack()``,
       ``A.stride[0]``; other attributes are the tensor's), layout-dynamic unless it
-      was wrapped by ``flyc.from_torch_tensor``/``from_dlpack`` already;
+      was wrapped by ``flyc.from_torch_tensor``/``from_dlpack`` already (a tensor the
+      body only passes on to kernels is passed as it is: :mod:`flydsl.jit_views`);
     - values of types registered in ``flyc.JitArgumentRegistry`` are converted;
     - ``compile_hints`` (set by ``flyc.compile[{...}](fn)``) and the enclosing
       ``CompilationContext.compile_hints`` apply to the kernels it launches;
