@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import mlir.ir as ir
-from mlir.dialects import arith, func, memref, scf
+from mlir.dialects import arith, cf, func, memref, scf
 
 from flydsl.errors import (DivergentBarrierError, DivergentBarrierWarning,
                            UnsupportedConstructError)
@@ -670,9 +670,20 @@ class _KernelLowering:
             ir.Operation.create("gpu.barrier")
             load = memref.LoadOp(slot, [self.const(0)])
             load.attributes[BROADCAST_ATTR] = ir.UnitAttr.get()
+            first = load.result
             if slot in self.byte_bools:
-                return arith.trunci(ir.IntegerType.get_signless(1), load.result)
-            return load.result
+                first = arith.trunci(ir.IntegerType.get_signless(1), first)
+            if self.bounds:
+                # debug mode: every thread must have loaded thread 0's value (else a GPU
+                # would run the barriers inside divergently; here the result would be
+                # thread 0's loop for everyone, silently)
+                what = "range" if before.name == "scf.for" else "condition"
+                cf.assert_(arith.cmpi(arith.CmpIPredicate.eq, value, first),
+                           f"the {what} of this {before.name[4:]}, computed from loaded "
+                           "values, differs between the threads of a block, and a barrier "
+                           "or warp collective is inside it: every thread must reach the "
+                           "same barriers (the CPU backend ran thread 0's)")
+            return first
 
     def _warn_loaded_control(self, control, sync, deps) -> None:
         where = "a 'for' loop whose range" if control.name == "scf.for" else \
@@ -681,7 +692,8 @@ class _KernelLowering:
         message = hazard_message(where, False)
         warnings.warn_explicit(
             f"in kernel {self.name!r}: {message}. On the CPU backend every thread follows "
-            "thread 0's value", DivergentBarrierWarning, filename or "<kernel>", lineno or 0)
+            "thread 0's value (FLYDSL_DEBUG=1 checks that every thread has it)",
+            DivergentBarrierWarning, filename or "<kernel>", lineno or 0)
 
     def _check_divergence(self) -> None:
         uni = self._analyze()

@@ -17,6 +17,7 @@ import flydsl.expr as fx
 from flydsl.errors import (DivergentBarrierError, DivergentBarrierWarning,
                            UnsupportedConstructError)
 from conftest import marked_line
+from flydsl.runtime.debug_checks import DeviceAssertError
 
 STEPS = [0, 1, 2, 3, 5]
 
@@ -368,6 +369,9 @@ def barrier_skipped(x: fx.Tensor, n: fx.Int32, WHAT: fx.Constexpr[str]):
     elif WHAT == "loaded":
         if x[0] > 0.0:
             fx.barrier()  # UNDER-LOAD
+    elif WHAT == "loaded_per_thread":
+        if x[i] > 0.0:  # PER-THREAD-LOAD
+            fx.barrier()
     elif WHAT == "uniform":
         if n > 0:
             fx.barrier()
@@ -415,6 +419,21 @@ def test_a_barrier_under_a_loaded_condition_runs_on_the_cpu_with_thread_0s_condi
         warnings.simplefilter("ignore", DivergentBarrierWarning)
         barrier_skipped[1, 4](x, 4, "loaded")
     np.testing.assert_array_equal(x, np.ones(4, np.float32))
+
+
+def test_debug_mode_reports_threads_that_loaded_different_conditions(monkeypatch):
+    """Thread 0's condition for everyone would be a silently wrong result: in debug
+    mode the CPU checks that every thread loaded the same one, at the if's line."""
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    x = np.array([1.0, -1.0, 0.0, 0.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DivergentBarrierWarning)
+        with pytest.raises(DeviceAssertError, match="differs between the threads") as info:
+            barrier_skipped[1, 4](x, 4, "loaded_per_thread")
+        assert f"{__file__}:{line_of('PER-THREAD-LOAD')}" in str(info.value)
+        same = np.array([1.0, 1.0, 2.0, 3.0], np.float32)
+        barrier_skipped[1, 4](same, 4, "loaded_per_thread")    # every thread agrees
+    np.testing.assert_array_equal(same, np.ones(4, np.float32))
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
