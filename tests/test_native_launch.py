@@ -355,3 +355,50 @@ def test_a_tensor_default_is_packed_at_each_launch_not_once(tmp_path):
                          env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[-2] == "function [3.0, 3.0, 3.0, 3.0, 0.0]"
+
+
+def test_a_thread_waits_for_the_torch_shim_check_another_thread_is_running(monkeypatch):
+    """The module reads tensors through the shim from the moment it is pointed at it,
+    before the sample tensors are checked: a second thread must not take the shim's
+    dtype codes (and launch with them) until that check has passed or failed."""
+    import threading
+    _native_or_skip()
+    module, real = native_launch.load(), native_launch._install_shim
+    inside, done = threading.Event(), threading.Event()
+
+    def slow_install(m) -> None:
+        inside.set()
+        time.sleep(0.3)
+        try:
+            real(m)
+        finally:
+            done.set()
+    monkeypatch.setattr(native_launch, "_shim_tried", False)
+    monkeypatch.setattr(native_launch, "_install_shim", slow_install)
+    first = threading.Thread(target=native_launch.torch_shim, args=(module,))
+    first.start()
+    assert inside.wait(60)
+    native_launch.torch_shim(module)
+    assert done.is_set()       # it waited for the check
+    first.join()
+
+
+def test_the_shim_is_looked_up_in_the_loaded_libtorch_never_a_second_copy(
+        tmp_path, monkeypatch):
+    """A libtorch_cpu.so beside torch's package that is not the one loaded is not
+    loaded (its initializers would run): the shim is then not used."""
+    _native_or_skip()
+    (tmp_path / "lib").mkdir()
+    source = tmp_path / "fake.c"
+    source.write_text('#include <stdio.h>\n#include <stdlib.h>\n'
+                      '__attribute__((constructor)) static void mark(void) {\n'
+                      '    FILE *f = fopen(getenv("FLYDSL_TEST_MARK"), "w");\n'
+                      '    if (f) fclose(f);\n}\n')
+    subprocess.run([*native_launch._compilers()[0], "-shared", "-fPIC", str(source), "-o",
+                    str(tmp_path / "lib" / "libtorch_cpu.so")], check=True, timeout=300)
+    mark = tmp_path / "initialized"
+    monkeypatch.setenv("FLYDSL_TEST_MARK", str(mark))
+    monkeypatch.setattr(torch, "__file__", str(tmp_path / "__init__.py"))
+    with pytest.raises(OSError):
+        native_launch._install_shim(native_launch.load())
+    assert not mark.exists()

@@ -140,6 +140,7 @@ _SHIM = ("aoti_torch_get_data_ptr", "aoti_torch_get_sizes", "aoti_torch_get_stri
          "aoti_torch_get_dim", "aoti_torch_get_dtype", "aoti_torch_get_device_type",
          "aoti_torch_get_layout")
 _shim_tried = False
+_shim_lock = threading.Lock()
 
 
 def torch_shim(module) -> bool:
@@ -148,11 +149,13 @@ def torch_shim(module) -> bool:
     Python API on sample tensors; whether it is in use."""
     global _shim_tried
     if not _shim_tried:
-        _shim_tried = True
-        try:
-            _install_shim(module)
-        except Exception:  # noqa: BLE001 - tensors are read through torch's Python API
-            pass
+        with _shim_lock:   # another thread waits: the shim is in use before it is checked
+            if not _shim_tried:
+                try:
+                    _install_shim(module)
+                except Exception:  # noqa: BLE001 - tensors are read through torch's Python API
+                    pass
+                _shim_tried = True
     return module.torch_facts(_sample_tensors()[0]) is not None
 
 
@@ -167,7 +170,10 @@ def _install_shim(module) -> None:
     import _ctypes
     import ctypes
     import torch
-    lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+    # the libtorch_cpu torch loaded, never a second copy (its static initializers would
+    # register torch's operators again)
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"),
+                      mode=getattr(os, "RTLD_NOLOAD", 0))
     fns = tuple(_ctypes.dlsym(lib._handle, name) for name in _SHIM)
     cpu = ctypes.CFUNCTYPE(ctypes.c_int32)(_ctypes.dlsym(lib._handle,
                                                          "aoti_torch_device_type_cpu"))()
