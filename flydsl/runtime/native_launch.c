@@ -100,14 +100,16 @@ static int inner_ok(Arg *g, int nd, const long long *sh, const long long *st) {
  * packing. */
 static int tensor_tail(Arg *g, int nd, const long long *sh, const long long *st,
                        unsigned long long p, int64_t *v, long long *lo, long long *hi) {
+    /* unsigned: as_strided strides may overflow the products (wrapping keeps the
+     * residue mod 16; a numel that overflows has a zero size, and is 0 either way) */
     int misaligned = (p % 16) != 0;
     for (int k = 0; k < nd - 1; k++)
-        misaligned |= ((st[k] * g->item) % 16) != 0;
+        misaligned |= (((unsigned long long)st[k] * (unsigned long long)g->item) % 16) != 0;
     if (misaligned == g->aligned) return 0;
     if (nd) {
-        long long numel = sh[0];
-        for (int k = 1; k < nd; k++) numel *= sh[k];
-        if ((numel >= 2147483648LL) != g->wide) return 0;
+        unsigned long long numel = (unsigned long long)sh[0];
+        for (int k = 1; k < nd; k++) numel *= (unsigned long long)sh[k];
+        if ((numel >= 2147483648ULL) != g->wide) return 0;
     }
     int64_t *s = v + g->off;
     s[0] = (int64_t)p; s[1] = (int64_t)p;
@@ -176,9 +178,9 @@ static int numpy_arg(Arg *g, PyObject *a, int64_t *v, long long *lo, long long *
     for (int k = 0; k < nd - 1; k++)
         misaligned |= (sd[k] % 16) != 0;
     if (misaligned == g->aligned) return 0;
-    long long numel = 1;
-    for (int k = 0; k < nd; k++) numel *= sh[k];
-    if ((numel >= 2147483648LL) != g->wide) return 0;
+    unsigned long long numel = 1;
+    for (int k = 0; k < nd; k++) numel *= (unsigned long long)sh[k];
+    if ((numel >= 2147483648ULL) != g->wide) return 0;
     int64_t *s = v + g->off;
     s[0] = (int64_t)p; s[1] = (int64_t)p;
     for (int k = 0; k < nd; k++) { s[3 + k] = sh[k]; s[3 + nd + k] = sd[k] / g->item; }
