@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from . import launch_context
+from .compiler.function_attrs import check_value_attrs
 from .errors import DSLTypeError, FlydslError, LaunchError
 from .tracebacks import trim_traceback
 from .expr.dtypes import Stream, TensorAnnotation
@@ -115,12 +116,16 @@ class KernelFunction:
         return frozenset(names)
 
     # -- calling -------------------------------------------------------
-    def __call__(self, *args, **kwargs) -> "KernelCall":
+    def __call__(self, *args, value_attrs=None, **kwargs) -> "KernelCall":
+        """The kernel bound to its arguments, for ``.launch(grid=, block=)``.
+        ``value_attrs`` (FlyDSL's): AMDGPU function attributes of this launch's kernel,
+        ``{"rocdl.waves_per_eu": 2}`` (:mod:`flydsl.compiler.function_attrs`)."""
         # FlyDSL host arguments (flyc.from_torch_tensor(t), fx.Int32(5), registered
         # types) are passed as what they stand for.
         if kwargs:
             kwargs = {k: host_value(v) for k, v in kwargs.items()}
-        return KernelCall(self, unwrap_args(args), kwargs)
+        attrs = check_value_attrs(value_attrs, self.name) if value_attrs else ()
+        return KernelCall(self, unwrap_args(args), kwargs, attrs)
 
     def __get__(self, obj, objtype=None):
         """A kernel defined in a class: ``self.kernel(x).launch(...)`` passes the
@@ -256,6 +261,8 @@ class KernelFunction:
         values = self.bind(args, kwargs)
         specs, runtime = self.specialize(values)
         backend, options = context.resolve(runtime)
+        if options.function_attrs and backend.target.backend != "rocm":
+            options = replace(options, function_attrs=())   # ROCm's: no effect elsewhere
         compiled = self.compiled_for(specs, backend, options, block3)
         if grid3 is not None:   # what its metadata's occupancy is for
             compiled.launch_shape = (block3[0] * block3[1] * block3[2], smem)
@@ -622,8 +629,8 @@ class _BoundKernel:
     def __init__(self, kernel: KernelFunction, obj):
         self.kernel, self.obj = kernel, obj
 
-    def __call__(self, *args, **kwargs) -> "KernelCall":
-        return self.kernel(self.obj, *args, **kwargs)
+    def __call__(self, *args, value_attrs=None, **kwargs) -> "KernelCall":
+        return self.kernel(self.obj, *args, value_attrs=value_attrs, **kwargs)
 
     def __getitem__(self, config) -> Callable:
         launcher = self.kernel[config]
@@ -636,18 +643,25 @@ class _BoundKernel:
 class KernelCall:
     """A kernel bound to its arguments, waiting for ``.launch(grid=, block=)``."""
 
-    __slots__ = ("kernel", "args", "kwargs")
+    __slots__ = ("kernel", "args", "kwargs", "function_attrs")
 
-    def __init__(self, kernel: KernelFunction, args: tuple, kwargs: dict):
+    def __init__(self, kernel: KernelFunction, args: tuple, kwargs: dict,
+                 function_attrs: tuple = ()):
         self.kernel = kernel
         self.args = args
         self.kwargs = kwargs
+        self.function_attrs = function_attrs    # checked value_attrs
 
     def launch(self, grid=(1, 1, 1), block=None, smem: int = 0, stream=None) -> None:
         """Compile (once per specialization) and run the kernel."""
         try:
             if block is None:   # the declared known_block_size, else one thread
                 block = self.kernel.known_block_size or (1, 1, 1)
+            if self.function_attrs:   # compiled with them: a context whose options hold them
+                with launch_context.using(
+                        launch_context.with_function_attrs(self.function_attrs)):
+                    return self.kernel.launch(self.args, self.kwargs, grid, block, smem,
+                                              stream)
             return self.kernel.launch(self.args, self.kwargs, grid, block, smem, stream)
         except FlydslError as e:
             trim_traceback(e)   # the user's frames and kernel line, not flydsl's

@@ -47,6 +47,26 @@ _CURRENT: ContextVar[LaunchContext] = ContextVar("flydsl_launch_context", defaul
 current = _CURRENT.get
 
 
+_WITH_ATTRS: dict = {}     # (base context, options key) -> its derived context
+
+
+def with_function_attrs(attrs: tuple) -> LaunchContext:
+    """The current context whose compile options also hold the kernel attributes
+    ``attrs`` (checked ``value_attrs``): the same one for the same base, options and
+    attributes, so its warm launches are found again."""
+    from dataclasses import replace
+    from .compiler.options import CompileOptions
+    base = current()
+    options = replace(base.options or CompileOptions.from_env(), function_attrs=attrs)
+    key = (base, options.key())
+    hit = _WITH_ATTRS.get(key)
+    if hit is None:
+        if len(_WITH_ATTRS) > 256:
+            _WITH_ATTRS.clear()
+        hit = _WITH_ATTRS[key] = LaunchContext(base.backend, options, base.record)
+    return hit
+
+
 @contextlib.contextmanager
 def using(context: LaunchContext) -> Iterator[LaunchContext]:
     """Run a block with ``context`` as the launch context."""

@@ -27,6 +27,9 @@ class CompileOptions:
     #: Record memory accesses for the profiler (CPU backend): ``"memory"`` or ``""``,
     #: see ``FLYDSL_PROFILE`` and :func:`flydsl.profile`.
     profile: str = ""
+    #: FlyDSL's launch-time ``value_attrs`` of a kernel call, checked and sorted
+    #: (:mod:`flydsl.compiler.function_attrs`): function attributes on ROCm.
+    function_attrs: tuple = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.opt_level, int) or isinstance(self.opt_level, bool) \
@@ -36,6 +39,9 @@ class CompileOptions:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"CompileOptions.{name} must be a bool, "
                                 f"got {getattr(self, name)!r}")
+        if not isinstance(self.function_attrs, tuple):
+            raise TypeError(f"CompileOptions.function_attrs must be a tuple of (name, value) "
+                            f"pairs, got {self.function_attrs!r}")
         if self.profile not in ("", "memory"):
             raise ValueError(f"CompileOptions.profile (FLYDSL_PROFILE) must be 'memory' or "
                              f"empty, got {self.profile!r}")

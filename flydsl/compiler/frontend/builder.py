@@ -9,6 +9,7 @@ import mlir.ir as ir
 from mlir.dialects import gpu
 
 from ...passes.ir import MEMREF_VIEW_OPS
+from ..function_attrs import attach_function_attrs
 from ...runtime.specialization import ALIGNMENT
 from .codegen import Codegen
 from .context import TraceContext, tracing
@@ -56,6 +57,8 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
             [param_attributes(p) for p in runtime])
         tctx = TraceContext(kernel_name=fn.__name__, target=target, options=options, func_op=func_op,
                             filename=src.filename)
+        if target.backend == "rocm":   # FlyDSL's value_attrs; other backends have none
+            attach_function_attrs(func_op, options.function_attrs)
         block_size = getattr(fn, "__flydsl_known_block_size__", None)
         if block_size is not None:   # @flydsl.kernel(known_block_size=...): a backend hint
             tctx.extra["known_block_size"] = block_size
