@@ -402,3 +402,23 @@ def test_the_shim_is_looked_up_in_the_loaded_libtorch_never_a_second_copy(
     with pytest.raises(OSError):
         native_launch._install_shim(native_launch.load())
     assert not mark.exists()
+
+
+def test_a_damaged_module_in_the_cache_is_built_again(tmp_path):
+    """A cache folder copied or cut short leaves a file that does not load: it is
+    built again, not left to keep every later process on the Python warm launch."""
+    _native_or_skip()
+    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "cache"))
+    probe = ("from flydsl.runtime import native_launch\n"
+             "print(native_launch.load() is not None, native_launch.problem())\n")
+
+    def loads() -> str:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             env=env, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.split("\n")[-2]
+    assert loads() == "True None"
+    built = list((tmp_path / "cache" / "native").glob("*.so"))
+    assert len(built) == 1
+    built[0].write_bytes(b"\x7fELF cut short")
+    assert loads() == "True None"

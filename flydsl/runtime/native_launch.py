@@ -129,6 +129,14 @@ def _load():
     path = os.path.join(folder, f"{_MODULE}-{tag}.so")
     if not os.path.exists(path):
         _build(path)
+    try:
+        return _import(path)
+    except ImportError:   # a damaged file (a truncated copy of the cache): built again
+        _build(path)
+        return _import(path)
+
+
+def _import(path: str):
     loader = importlib.machinery.ExtensionFileLoader(_MODULE, path)
     spec = importlib.util.spec_from_file_location(_MODULE, path, loader=loader)
     module = importlib.util.module_from_spec(spec)
