@@ -13,7 +13,7 @@ back-to-back calls as last a few ms). ratio = flydsl time / alternative time: lo
 is better, and the target is met when the median ratio is at most the target.
 
 Rows (``--rows`` takes names or fnmatch patterns, comma separated): vadd,
-vadd_sizes, exp_sin, softmax, layernorm, sum, matmul, axpy4, launch. ``--quick`` shrinks
+vadd_sizes, exp_sin, erf, softmax, layernorm, sum, matmul, axpy4, launch. ``--quick`` shrinks
 the sizes and the repeats (a smoke run).
 """
 from __future__ import annotations
@@ -164,6 +164,29 @@ def bench_exp_sin(cfg: Config) -> list[Result]:
     return [Result(f"exp(x)*a+sin(x) 2^{_log2(n)} f32", vs, cfg.threads, f, t, 1.5)]
 
 
+def bench_erf(cfg: Config) -> list[Result]:
+    """f32 erf and erf-GELU at 2^22 (2^20 quick) against torch.erf and F.gelu (ATen's
+    vectorized code, its out= forms)."""
+    import numpy as np
+    import torch
+    import erf_gelu
+    n = 1 << (20 if cfg.quick else 22)
+    x = _rng().standard_normal(n, dtype=np.float32) * 2
+    y, ref = np.empty_like(x), np.empty_like(x)
+    tx, tref = torch.from_numpy(x), torch.from_numpy(ref)
+    gelu = torch._C._nn.gelu   # F.gelu with out= (no allocation, as the flydsl kernel)
+    out = []
+    for name, fly, alt, vs in (
+            ("erf", erf_gelu.erf, lambda: torch.erf(tx, out=tref), "torch.erf(out=)"),
+            ("gelu (erf)", erf_gelu.gelu, lambda: gelu(tx, out=tref), "torch F.gelu(out=)")):
+        fly(x, y, n)
+        alt()
+        np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+        f, t = measure(cfg, lambda: fly(x, y, n), alt)
+        out.append(Result(f"{name} 2^{_log2(n)} f32", vs, cfg.threads, f, t, 1.0))
+    return out
+
+
 def _rows_cols(cfg: Config) -> tuple[int, int]:
     return (1024, 1024) if cfg.quick else (4096, 1024)
 
@@ -307,7 +330,8 @@ def bench_launch(cfg: Config) -> list[Result]:
 
 ROWS: dict[str, Callable[[Config], list[Result]]] = {
     "vadd": bench_vadd, "vadd_sizes": bench_vadd_sizes, "exp_sin": bench_exp_sin,
-    "softmax": bench_softmax, "layernorm": bench_layernorm, "sum": bench_sum,
+    "erf": bench_erf, "softmax": bench_softmax, "layernorm": bench_layernorm,
+    "sum": bench_sum,
     "matmul": bench_matmul, "axpy4": bench_axpy4, "launch": bench_launch,
 }
 
