@@ -40,7 +40,7 @@ MAGIC = b"FLYDSLC2"
 SUFFIX = ".fdc"
 MANIFEST_SUFFIX = ".fdm"
 #: Subfolders flydsl owns (``cache clear`` empties them, ``cache info`` counts them).
-SUBDIRS = ("entries", "manifests", "records", "locks", "generated", "runtime")
+SUBDIRS = ("entries", "manifests", "records", "locks", "generated", "runtime", "native")
 RECORD_SUFFIX = ".fdr"
 #: Base keys keep the dependency sets of this many recent variants.
 MAX_VARIANTS = 16

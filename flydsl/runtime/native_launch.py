@@ -90,6 +90,7 @@ def _build(path: str) -> None:
             proc = subprocess.run([*argv, "-O2", "-shared", "-fPIC", "-I", include, _SOURCE,
                                    "-o", tmp], capture_output=True, text=True, timeout=300)
             if proc.returncode == 0:
+                os.chmod(tmp, 0o600)      # private as every cache file (loading needs read only)
                 os.replace(tmp, path)     # atomic: concurrent builders agree
                 return
             errors.append(f"{' '.join(argv)}: {(proc.stderr or proc.stdout).strip()[-800:]}")
