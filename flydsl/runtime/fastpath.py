@@ -159,6 +159,9 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: 
                  else f"{a}.device != {w.const('dev', device)}")
         st, sh = f"st{off}", f"sh{off}"
         w.emit(f"if type({a}) is not {tt} or {a}.dtype is not {dt} or {where}: return False")
+        # the negative bit (z.conj().imag): the cold path refuses it. The conjugate
+        # bit needs a complex dtype, which flydsl does not take (the dtype guard).
+        w.emit(f"if {a}.is_neg(): return False")
         if written:
             w.names["_torch_writable"] = torch_writable
             w.emit(f"if {a}.is_inference() and not _torch_writable({a}): return False")

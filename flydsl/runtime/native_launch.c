@@ -62,8 +62,8 @@ static ShimCode sh_dtype, sh_device_type, sh_layout;
 static int32_t sh_cpu, sh_strided;
 static int shim_ready;
 
-static PyObject *s_cdata, *s_dtype, *s_is_cpu, *s_is_inference, *s_stride, *s_shape, *s_data_ptr,
-    *s_buf, *s_values, *s_call;
+static PyObject *s_cdata, *s_dtype, *s_is_cpu, *s_is_inference, *s_is_neg, *s_stride, *s_shape,
+    *s_data_ptr, *s_buf, *s_values, *s_call;
 
 /* Reads a tuple of ints (torch.Size is one) into out; -1 on error, else its length. */
 static int read_ints(PyObject *t, long long *out, int max) {
@@ -75,6 +75,18 @@ static int read_ints(PyObject *t, long long *out, int max) {
         if (out[k] == -1 && PyErr_Occurred()) return -1;
     }
     return (int)n;
+}
+
+/* 1: the negative bit is set (z.conj().imag: the memory holds the values without
+ * their sign, which the cold path refuses), 0: not, -1: error. The shim has no
+ * reader for it; one method call. The conjugate bit needs a complex dtype, which
+ * the dtype guard refuses. */
+static int negative(PyObject *a) {
+    PyObject *x = PyObject_CallMethodNoArgs(a, s_is_neg);
+    if (!x) return -1;
+    int neg = PyObject_IsTrue(x);
+    Py_DECREF(x);
+    return neg;
 }
 
 static int writable(Fast *f, PyObject *a) {
@@ -134,6 +146,8 @@ static int torch_arg_shim(Fast *f, Arg *g, PyObject *a, int64_t *v, long long *l
     if (code != g->dtype_code) return 0;
     if (sh_device_type(h, &code)) return 2;
     if (code != sh_cpu) return 0;
+    int neg = negative(a);
+    if (neg) return neg < 0 ? -1 : 0;
     if (g->written) {
         int ok = writable(f, a);
         if (ok <= 0) return ok;
@@ -205,6 +219,8 @@ static int torch_arg(Fast *f, Arg *g, PyObject *a, int64_t *v, long long *lo, lo
     same = x == Py_True;
     Py_DECREF(x);
     if (!same) return 0;
+    int neg = negative(a);
+    if (neg) return neg < 0 ? -1 : 0;
     if (g->written) {
         int ok = writable(f, a);
         if (ok <= 0) return ok;
@@ -667,14 +683,15 @@ PyMODINIT_FUNC PyInit__flydsl_native_launch(void) {
     s_dtype = PyUnicode_InternFromString("dtype");
     s_is_cpu = PyUnicode_InternFromString("is_cpu");
     s_is_inference = PyUnicode_InternFromString("is_inference");
+    s_is_neg = PyUnicode_InternFromString("is_neg");
     s_stride = PyUnicode_InternFromString("stride");
     s_shape = PyUnicode_InternFromString("shape");
     s_data_ptr = PyUnicode_InternFromString("data_ptr");
     s_buf = PyUnicode_InternFromString("buf");
     s_values = PyUnicode_InternFromString("values");
     s_call = PyUnicode_InternFromString("call");
-    if (!s_cdata || !s_dtype || !s_is_cpu || !s_is_inference || !s_stride || !s_shape || !s_data_ptr ||
-        !s_buf || !s_values || !s_call)
+    if (!s_cdata || !s_dtype || !s_is_cpu || !s_is_inference || !s_is_neg || !s_stride ||
+        !s_shape || !s_data_ptr || !s_buf || !s_values || !s_call)
         return NULL;
     if (PyType_Ready(&FastType) < 0) return NULL;
     return PyModule_Create(&module);

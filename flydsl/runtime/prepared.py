@@ -54,7 +54,8 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
             check += f" or args[{pos}].hex() != {c}.hex()"
         w.emit(f"if {check}: return False")
     w.emit("if _env_token() != _env: return False")
-    for pos, off, aligned in pointers:
+    for pos, off, aligned in pointers:   # the negative bit: the usual launch refuses it
+        w.emit(f"if args[{pos}].is_neg(): return False")
         w.emit(f"p{off} = args[{pos}].data_ptr()")
         if aligned:
             w.emit(f"if p{off} % {ALIGNMENT}: return False")
@@ -119,8 +120,10 @@ def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
     prepared from) when they fit, and returns False, launching nothing, when they
     do not. The caller guarantees that every tensor argument has the shape,
     strides, dtype and device of the one it was prepared with, and that the
-    tensors the kernel writes stay writable: those are not checked again. It is a
-    function generated for the argument list (its source: ``__flydsl_source__``).
+    tensors the kernel writes stay writable: those are not checked again (a tensor
+    with torch's negative bit is: it returns False, and the usual launch refuses
+    it). It is a function generated for the argument list (its source:
+    ``__flydsl_source__``).
     """
     runtime, positions = [], []
     for pos, default in params:

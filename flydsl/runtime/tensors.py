@@ -167,10 +167,31 @@ def element_strides(byte_strides, item: int) -> Optional[tuple]:
     return tuple(int(s) // item for s in byte_strides)
 
 
+def lazy_view_problem(x) -> Optional[str]:
+    """Why torch tensor ``x`` cannot be passed by its memory, or None: a tensor with
+    the negative or conjugate bit (``z.conj().imag``, ``z.conj()``) stores values
+    whose sign torch flips only when it reads them; a kernel would read them
+    unflipped, silently. Resolving it here would make a copy, and a kernel's
+    stores into an output would go to that copy: the caller resolves it."""
+    if x.is_neg():
+        return ("a torch tensor with the negative bit set (a lazy view such as "
+                "z.conj().imag: its memory holds the values without their sign); pass "
+                "x.resolve_neg() (or x.clone()), and for an output write into a normal "
+                "tensor")
+    if x.is_conj():
+        return ("a torch tensor with the conjugate bit set (a lazy z.conj()); pass "
+                "x.resolve_conj() (or x.clone()), and for an output write into a "
+                "normal tensor")
+    return None
+
+
 def _from_torch(x) -> TensorArg:
     d = dt.dtype_from_torch(x.dtype)
     if d is None:
         raise TypeError(f"torch dtype {x.dtype} is not supported by flydsl")
+    problem = lazy_view_problem(x)
+    if problem is not None:
+        raise TypeError(problem)
     dev = x.device
     device = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index or 0}"
     return TensorArg(x.data_ptr(), tuple(x.shape), tuple(x.stride()), d, device, x,
@@ -315,4 +336,4 @@ def _from_dlpack(x, dev_type: int, dev_id: int) -> TensorArg:
 
 __all__ = ["TensorArg", "as_tensor", "cai_aligned", "cai_device", "cai_itemsize", "cai_key",
            "contiguous_strides", "device_id_attribute", "element_strides", "is_torch_tensor",
-           "numpy_data", "range_of", "tensor_range", "torch_writable"]
+           "lazy_view_problem", "numpy_data", "range_of", "tensor_range", "torch_writable"]

@@ -1,0 +1,125 @@
+"""Torch tensors whose values are a lazy view of their memory (the negative bit of
+``z.conj().imag``, the conjugate bit of ``z.conj()``) are refused where a torch tensor
+becomes a kernel argument: a kernel reads memory, not the flipped values torch
+shows, so passing one gave a silently wrong answer. The cold launch raises naming
+the kernel and the argument; the warm launches (native C, generated Python) and a
+prepared launch refuse it, so the cold launch says why."""
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import DSLTypeError
+from flydsl.runtime import native_launch
+from flydsl.runtime.tensors import lazy_view_problem
+
+torch = pytest.importorskip("torch")
+G1, B4 = (1, 1, 1), (4, 1, 1)
+
+
+@flydsl.kernel
+def add(a: fx.Tensor, b: fx.Tensor, c: fx.Tensor, n: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+def views():
+    """``(plain, negative)``: the imaginary parts of ``z`` and of ``z.conj()`` (public
+    API only): same dtype, shape, strides (2) and alignment; the second has the
+    negative bit (it shows ``-im``; its memory holds ``im``)."""
+    z = torch.complex(torch.zeros(4), torch.arange(4.0))
+    plain, negative = z.imag, z.conj().imag
+    assert not plain.is_neg() and negative.is_neg()
+    assert plain.stride() == negative.stride() == (2,)
+    return plain, negative
+
+
+def contiguous_views():
+    """``(plain, negative)``, contiguous and aligned (the native launch takes a 1-D
+    tensor that may overlap an output only when it is contiguous): torch's
+    ``_neg_view``, what ``z.conj().imag`` is made of."""
+    plain = torch.arange(4.0)
+    negative = torch._neg_view(plain)
+    assert negative.is_neg() and negative.stride() == (1,)
+    return plain, negative
+
+
+def test_the_cold_launch_names_the_kernel_and_argument_and_the_fix():
+    add.cache_clear()
+    _, x = views()
+    c = torch.zeros(4)
+    with pytest.raises(DSLTypeError, match=r"kernel 'add'.*argument 'a'.*negative bit"
+                                           r".*resolve_neg\(\)"):
+        add[1, 4](x, torch.ones(4), c, 4)
+    assert c.tolist() == [0.0] * 4                      # nothing launched
+    with pytest.raises(DSLTypeError, match=r"argument 'c'.*negative bit"):
+        add[1, 4](torch.ones(4), torch.ones(4), views()[1], 4)   # an output too
+
+
+def test_resolve_neg_gives_the_right_answer():
+    add.cache_clear()
+    _, x = views()
+    c = torch.zeros(4)
+    add[1, 4](x.resolve_neg(), torch.ones(4), c, 4)
+    assert c.tolist() == [1.0, 0.0, -1.0, -2.0]          # torch's x + 1
+    assert c.tolist() == (x + 1).tolist()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_warm_launch_refuses_it_and_the_cold_launch_says_why(native, monkeypatch):
+    """Primed with a plain tensor of the same dtype, shape and strides, the warm
+    launch (native, or the generated Python one) must not take the negative one."""
+    monkeypatch.setenv("FLYDSL_NATIVE_LAUNCH", native)
+    if native == "1" and native_launch.load() is None:
+        pytest.skip(f"no native launch module here: {native_launch.problem()}")
+    add.cache_clear()
+    plain, negative = contiguous_views()
+    b, c = torch.ones(4), torch.zeros(4)
+    add[1, 4](plain, b, c, 4)
+    add[1, 4](plain, b, c, 4)
+    fast = add._last
+    kind = "NativeFastLaunch" if native == "1" else "function"
+    assert type(fast).__name__ == kind                   # normal tensors: still warm
+    assert c.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert fast((plain, b, c, 4), G1, B4, 0, None) is True
+    assert fast((negative, b, c, 4), G1, B4, 0, None) is False
+    if native == "1":
+        assert fast.flydsl_python((negative, b, c, 4), G1, B4, 0, None) is False
+        assert fast.flydsl_python((plain, b, c, 4), G1, B4, 0, None) is True
+    out = torch.zeros(4)
+    with pytest.raises(DSLTypeError, match=r"argument 'a'.*resolve_neg"):
+        add[1, 4](negative, b, out, 4)
+    assert out.tolist() == [0.0] * 4
+    add.cache_clear()
+
+
+def test_the_native_launch_refuses_it_through_the_python_api_reader(monkeypatch):
+    """The native launch reads tensors through torch's C shim, or its Python API
+    where the shim is not usable: both check the bit."""
+    if native_launch.load() is None:
+        pytest.skip(f"no native launch module here: {native_launch.problem()}")
+    monkeypatch.setattr(native_launch, "_dtype_code", lambda module, sample: -1)
+    test_a_warm_launch_refuses_it_and_the_cold_launch_says_why("1", monkeypatch)
+
+
+def test_a_prepared_launch_refuses_it():
+    add.cache_clear()
+    plain, negative = views()
+    b, c = torch.ones(4), torch.zeros(4)
+    add[1, 4](plain, b, c, 4)
+    prepared = add.prepare((plain, b, c, 4), 1, 4)
+    assert prepared is not None
+    assert prepared((negative, b, c, 4)) is False
+    assert prepared((plain, b, c, 4)) is True
+    add.cache_clear()
+
+
+def test_the_conjugate_bit_is_named_too():
+    """flydsl takes no complex dtype (the dtype error comes first at a launch); the
+    check itself names the conjugate bit and its fix."""
+    z = torch.complex(torch.ones(2), torch.ones(2))
+    assert lazy_view_problem(z) is None and lazy_view_problem(z.imag) is None
+    assert "resolve_conj()" in lazy_view_problem(z.conj())
+    assert "resolve_neg()" in lazy_view_problem(z.conj().imag)
+    with pytest.raises(DSLTypeError, match=r"argument 'a'"):
+        add[1, 4](z.conj(), torch.ones(2), torch.zeros(2), 2)
