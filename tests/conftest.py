@@ -97,6 +97,18 @@ def gpu_available(backend: str) -> bool:
     return lookup_backend_class(backend).device_present()
 
 
+def load_script(relpath: str):
+    """A script of the repository (``examples/gemm_sm90.py``, ``benchmarks/attention.py``)
+    imported as a fresh module: examples and benchmarks are scripts, not a package."""
+    import importlib.util
+    path = os.path.join(ROOT, relpath)
+    name = os.path.splitext(os.path.basename(relpath))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def gpu_asm_or_skip(kernel, args, backend: str, arch: str) -> str:
     """``kernel`` compiled for ``backend``/``arch``: its PTX or AMDGCN text; skips the
     test where that backend's toolchain is missing."""

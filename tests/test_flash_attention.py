@@ -1,8 +1,6 @@
 """FlashAttention-2 forward of examples/flash_attention.py: on the CPU backend against
 torch's scaled_dot_product_attention (f32 reference), and its sm_80/sm_90 PTX
 (cp.async, ldmatrix, mma.sync, ex2.approx; ptxas: no spills)."""
-import importlib.util
-import pathlib
 import re
 
 import pytest
@@ -10,17 +8,13 @@ import torch
 
 import flydsl
 from flydsl.compiler.toolchain import find_ptxas
+from conftest import load_script
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("flash_attention",
-                                                  ROOT / "examples" / "flash_attention.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("examples/flash_attention.py")
 
 
 def _inputs(b, h, sq, sk, d, dtype, seed=0):
@@ -121,11 +115,7 @@ def test_ptx_has_the_pipeline_and_ptxas_reports_no_spills(arch, d, causal):
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("attention_bench",
-                                                  ROOT / "benchmarks" / "attention.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/attention.py")
 
 
 def test_benchmark_flops_and_gpu_kit_cases():

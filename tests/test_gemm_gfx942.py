@@ -5,24 +5,17 @@ On the CPU backend: results against torch (edges in M, N and K, odd K, f16 and b
 both MFMA shapes) and the memory profiler's gfx9 LDS model (0 bank conflicts on the
 operand reads with the swizzle, conflicts without it). For gfx942: the instructions in
 the AMDGCN and the code object's registers (no spills, no scratch)."""
-import importlib.util
-import pathlib
 import re
 
 import pytest
 import torch
 
 import flydsl
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conftest import load_script
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("gemm_gfx942",
-                                                  ROOT / "examples" / "gemm_gfx942.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("examples/gemm_gfx942.py")
 
 
 @pytest.mark.parametrize("M,N,K,dtype,mfma", [

@@ -2,8 +2,6 @@
 and fp8 with per-row/column or per-tensor scales): its pipeline run on the CPU backend
 against torch (FLYDSL_DEBUG=1: a wait on a phase that has not completed raises), and the
 sm_90a PTX (instruction counts, ptxas -v clean)."""
-import importlib.util
-import pathlib
 import re
 
 import pytest
@@ -13,19 +11,14 @@ import flydsl
 from flydsl.compiler.toolchain import find_ptxas
 from flydsl.errors import DivergentBarrierError
 
-from conftest import requires_cuda
+from conftest import load_script, requires_cuda
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
 CPU_BN = 32          # the CPU tests' tile N: compiling 128 accumulators a thread takes minutes
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("gemm_sm90",
-                                                  ROOT / "examples" / "gemm_sm90.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("examples/gemm_sm90.py")
 
 
 def _operands(M, N, K, dtype, seed=0):

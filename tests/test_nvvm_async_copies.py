@@ -1,7 +1,6 @@
 """fx.nvvm.CpAsync / LdMatrix copy atoms and cp.async groups: the exact per-lane
 semantics on the CPU backend, the PTX on sm_90, and the cp.async + ldmatrix + mma.sync
 GEMM of examples/gemm_cp_async.py (CPU against torch, sm_90 PTX and ptxas)."""
-import importlib.util
 import re
 import pathlib
 
@@ -15,17 +14,13 @@ import flydsl.expr as fx
 from flydsl.compiler.toolchain import find_ptxas
 from flydsl.errors import DSLTypeError
 from flydsl.expr import mma_layouts
+from conftest import load_script
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("gemm_cp_async",
-                                                  ROOT / "examples" / "gemm_cp_async.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("examples/gemm_cp_async.py")
 
 
 # -- ldmatrix ------------------------------------------------------------------------
