@@ -333,8 +333,8 @@ def erf_jit(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
 
 def test_erf_expansion_is_short_and_division_free():
     """f32 erf (torch's F.gelu) is a handful of fma chains: no division (it was 8/|x|,
-    a slow vdivps per vector) and at most 40 arithmetic ops (was 63), so that a fused
-    GELU is as fast as ATen's."""
+    a slow vdivps per vector) and at most 36 arithmetic ops (was 61), so that a fused
+    GELU costs little more than ATen's cheaper, less accurate F.gelu."""
     import mlir.ir as ir
 
     from flydsl.passes import math_approx
@@ -347,5 +347,5 @@ def test_erf_expansion_is_short_and_division_free():
         body = str(module)
     assert "divf" not in body
     ops = re.findall(r"= (arith|math)\.(\w+)", body)
-    arithmetic = [op for d, op in ops if op != "constant"]
-    assert len(arithmetic) <= 40, arithmetic
+    arithmetic = [op for d, op in ops if op not in ("constant", "bitcast")]   # bitcasts are free
+    assert len(arithmetic) <= 36, arithmetic
