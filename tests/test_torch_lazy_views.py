@@ -123,3 +123,27 @@ def test_the_conjugate_bit_is_named_too():
     assert "resolve_neg()" in lazy_view_problem(z.conj().imag)
     with pytest.raises(DSLTypeError, match=r"argument 'a'"):
         add[1, 4](z.conj(), torch.ones(2), torch.zeros(2), 2)
+
+
+def test_the_native_shim_reads_the_bit_in_one_call_or_asks_the_tensor(monkeypatch):
+    """Where torch's C shim is used, the bit is read through libtorch's is_neg (checked
+    against the Python API when installed); without that reader the tensor's own
+    is_neg() answers: both refuse the negative view."""
+    if native_launch.load() is None:
+        pytest.skip(f"no native launch module here: {native_launch.problem()}")
+    module = native_launch.load()
+    if not native_launch.torch_shim(module):
+        pytest.skip("torch's C shim is not usable here")
+    plain, negative = contiguous_views()
+    assert module.torch_neg(negative) is True and module.torch_neg(plain) is False
+    module.torch_is_neg(0)
+    try:
+        assert module.torch_neg(negative) is None
+        test_a_warm_launch_refuses_it_and_the_cold_launch_says_why("1", monkeypatch)
+    finally:
+        import ctypes
+        import os
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib",
+                                       "libtorch_cpu.so"), mode=getattr(os, "RTLD_NOLOAD", 0))
+        native_launch._install_is_neg(module, lib)
+    assert module.torch_neg(negative) is True

@@ -13,6 +13,7 @@
 #include <Python.h>
 #include <math.h>
 #include <float.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -60,6 +61,11 @@ static ShimInts sh_sizes, sh_strides;
 static ShimInt sh_dim;
 static ShimCode sh_dtype, sh_device_type, sh_layout;
 static int32_t sh_cpu, sh_strided;
+/* at::native::is_neg(const at::Tensor &) (libtorch's C++ ABI: a handle is an at::Tensor
+ * pointer), set by torch_is_neg() once checked against torch's Python API; NULL: ask
+ * the tensor's is_neg() method (about 0.1 us). */
+typedef bool (*ShimFlag)(Handle);
+static ShimFlag sh_is_neg;
 static int shim_ready;
 
 static PyObject *s_cdata, *s_dtype, *s_is_cpu, *s_is_inference, *s_is_neg, *s_stride, *s_shape,
@@ -146,7 +152,7 @@ static int torch_arg_shim(Fast *f, Arg *g, PyObject *a, int64_t *v, long long *l
     if (code != g->dtype_code) return 0;
     if (sh_device_type(h, &code)) return 2;
     if (code != sh_cpu) return 0;
-    int neg = negative(a);
+    int neg = sh_is_neg ? (int)sh_is_neg(h) : negative(a);
     if (neg) return neg < 0 ? -1 : 0;
     if (g->written) {
         int ok = writable(f, a);
@@ -612,6 +618,26 @@ static PyObject *set_torch_shim(PyObject *mod, PyObject *a) {
     Py_RETURN_NONE;
 }
 
+/* torch_is_neg(address): use at::native::is_neg at that address (0: the Python API). */
+static PyObject *set_torch_is_neg(PyObject *mod, PyObject *a) {
+    void *p = PyLong_AsVoidPtr(a);
+    if (!p && PyErr_Occurred()) return NULL;
+    sh_is_neg = (ShimFlag)p;
+    Py_RETURN_NONE;
+}
+
+/* torch_neg(t): whether t has the negative bit, as the shim path reads it (None where
+ * no reader is set), to check it against torch's Python API. */
+static PyObject *torch_neg(PyObject *mod, PyObject *t) {
+    if (!sh_is_neg) Py_RETURN_NONE;
+    PyObject *x = PyObject_GetAttr(t, s_cdata);
+    if (!x) return NULL;
+    void *impl = PyLong_AsVoidPtr(x);
+    Py_DECREF(x);
+    if (!impl) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
+    return PyBool_FromLong(sh_is_neg((Handle)&impl));
+}
+
 /* torch_facts(t): (data pointer, sizes, strides, dtype code, device type, layout) of a
  * torch tensor read through the shim (to check it against torch's Python API), or
  * None where the shim cannot answer. */
@@ -670,6 +696,8 @@ static PyMethodDef methods[] = {
     {"new", native_new, METH_VARARGS, "Build a native warm launch (see native_launch.py)."},
     {"torch_shim", set_torch_shim, METH_VARARGS, "Use torch's C shim for tensor facts."},
     {"torch_facts", torch_facts, METH_O, "A tensor's facts through the shim (or None)."},
+    {"torch_is_neg", set_torch_is_neg, METH_O, "Read the negative bit at this address."},
+    {"torch_neg", torch_neg, METH_O, "A tensor's negative bit as read (or None)."},
     {"numpy_layout", numpy_layout, METH_VARARGS, "Use these ndarray field offsets."},
     {"numpy_facts", numpy_facts, METH_O, "An ndarray's fields at those offsets."},
     {NULL, NULL, 0, NULL},

@@ -199,6 +199,34 @@ def _install_shim(module) -> None:
     if len(set(codes.values())) != len(codes):
         module.torch_shim(fns, cpu + 1000, strided + 1000)
         raise RuntimeError("torch's C shim gives two dtypes one code")
+    _install_is_neg(module, lib)
+
+
+#: at::native::is_neg(const at::Tensor &): the negative bit in one call (the shim has
+#: no reader for it; the tensor's is_neg() method costs about 0.1 us per tensor).
+_IS_NEG = "_ZN2at6native6is_negERKNS_6TensorE"
+
+
+def _install_is_neg(module, lib) -> None:
+    """Read the negative bit through libtorch's ``at::native::is_neg`` where torch
+    exports it and it agrees with torch's Python API on sample tensors (plain ones and
+    negative views); otherwise the C side asks each tensor's ``is_neg()``."""
+    import _ctypes
+    import torch
+    try:
+        address = _ctypes.dlsym(lib._handle, _IS_NEG)
+    except OSError:
+        return
+    module.torch_is_neg(address)   # no launch reads it yet: the shim is being installed
+    try:
+        z = torch.complex(torch.arange(4.0), torch.arange(4.0))
+        negative = [z.conj().imag, torch._neg_view(torch.ones(3))]
+        agrees = all(t.is_neg() for t in negative) and all(
+            module.torch_neg(t) is t.is_neg() for t in _sample_tensors() + negative + [z.imag])
+    except Exception:  # noqa: BLE001 - the Python API answers instead
+        agrees = False
+    if not agrees:
+        module.torch_is_neg(0)
 
 
 def _dtype_code(module, sample) -> int:
