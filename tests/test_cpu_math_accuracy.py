@@ -308,7 +308,7 @@ def test_trig_loops_call_the_vector_versions():
 def test_erf_dense_every_16th_float_from_half_to_six():
     """Every 16th float32 in [0.5, 6] and its negative, where erf switches from x T(x^2)
     to 1 - e^log(erfc|x|) (at 1) and saturates (3.83): within 1 ulp. An exhaustive run
-    over every float32 in [1/16, 6] gives 1 ulp too (docs/cpu-performance.md)."""
+    over every float32 in [2^-12, 6] gives 1 ulp too (docs/cpu-performance.md)."""
     lo, hi = (int(np.float32(v).view(np.uint32)) for v in (0.5, 6.0))
     x = np.arange(lo, hi + 1, 16, dtype=np.uint32).view(np.float32)
     x = np.concatenate([x, -x])
