@@ -147,3 +147,24 @@ def test_the_native_shim_reads_the_bit_in_one_call_or_asks_the_tensor(monkeypatc
                                        "libtorch_cpu.so"), mode=getattr(os, "RTLD_NOLOAD", 0))
         native_launch._install_is_neg(module, lib)
     assert module.torch_neg(negative) is True
+
+
+def test_the_torch_compile_backend_reads_negative_inputs_resolved(caplog):
+    """torch.compile hands the backend a negative view as it is: the fused kernel gets
+    a resolved copy (inputs are only read), not an eager fallback for its signature."""
+    from flydsl.torch import kernels
+
+    def chain(x, y):
+        return torch.sigmoid((x * 2.0 + y).relu() - 0.5) * x
+
+    compiled = torch.compile(chain, backend="flydsl", fullgraph=True)
+    z = torch.complex(torch.zeros(64), torch.linspace(-3.0, 3.0, 64))
+    y = torch.linspace(0.0, 1.0, 64)
+    for x in (z.imag, z.conj().imag, torch._neg_view(torch.linspace(-2.0, 2.0, 64))):
+        before = dict(kernels.stats)
+        with caplog.at_level("WARNING", logger="flydsl"):
+            out = compiled(x, y)
+        torch.testing.assert_close(out, chain(x, y))
+        assert kernels.stats["eager_fallbacks"] == before["eager_fallbacks"]
+        assert kernels.stats["launches"] > before["launches"]
+    assert "failed to build" not in caplog.text

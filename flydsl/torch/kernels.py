@@ -393,6 +393,12 @@ class FusedModule(torch.nn.Module):
             kargs += plan.extra
         prepared = plan.prepared
         if prepared is None or not prepared(kargs):
+            if any(isinstance(a, torch.Tensor) and a.is_neg() for a in args):
+                # torch's negative bit (z.conj().imag): a kernel would read the values
+                # unsigned, and flydsl refuses it; the inputs are only read: resolved
+                # copies (new strides, so a plan of their own)
+                return self.forward(*[a.resolve_neg() if isinstance(a, torch.Tensor) else a
+                                      for a in args])
             try:
                 plan.launch(*kargs)
             except (FlydslError, OSError, SyntaxError) as e:   # a build failure: eager
