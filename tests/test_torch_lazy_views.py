@@ -168,3 +168,20 @@ def test_the_torch_compile_backend_reads_negative_inputs_resolved(caplog):
         assert kernels.stats["eager_fallbacks"] == before["eager_fallbacks"]
         assert kernels.stats["launches"] > before["launches"]
     assert "failed to build" not in caplog.text
+
+
+@flydsl.jit
+def run_add(a, b, c, n: fx.Int32):
+    add(a, b, c, n).launch(grid=(1, 1, 1), block=(4, 1, 1))
+
+
+def test_a_jit_function_refuses_it_after_a_plain_call():
+    plain, negative = contiguous_views()
+    b, c = torch.ones(4), torch.zeros(4)
+    run_add(plain, b, c, 4)
+    run_add(plain, b, c, 4)
+    assert c.tolist() == [1.0, 2.0, 3.0, 4.0]
+    out = torch.zeros(4)
+    with pytest.raises(DSLTypeError, match=r"kernel 'add'.*argument 'a'.*resolve_neg"):
+        run_add(negative, b, out, 4)
+    assert out.tolist() == [0.0] * 4
