@@ -185,3 +185,33 @@ def test_a_jit_function_refuses_it_after_a_plain_call():
     with pytest.raises(DSLTypeError, match=r"kernel 'add'.*argument 'a'.*resolve_neg"):
         run_add(negative, b, out, 4)
     assert out.tolist() == [0.0] * 4
+
+
+def test_a_tensor_without_memory_is_refused_cold_and_warm(monkeypatch):
+    """A FakeTensor or a functionalized tensor (what torch.compile traces with) has
+    data_ptr() 0: launching it killed the process (a kernel read address 0). The cold
+    launch refuses it; a functionalized tensor is a plain torch.Tensor, so the warm
+    launches (native, Python) and a prepared launch check the pointer too."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        fake = torch.ones(4)
+    functional = torch._to_functional_tensor(torch.ones(4))
+    assert type(functional) is torch.Tensor and functional.data_ptr() == 0
+    b = torch.ones(4)
+    for native in ("1", "0"):
+        monkeypatch.setenv("FLYDSL_NATIVE_LAUNCH", native)
+        add.cache_clear()
+        a, c = torch.arange(4.0), torch.zeros(4)
+        add[1, 4](a, b, c, 4)
+        add[1, 4](a, b, c, 4)
+        fast = add._last
+        assert fast((a, b, c, 4), G1, B4, 0, None) is True
+        assert fast((functional, b, c, 4), G1, B4, 0, None) is False, native
+        for x in (fake, functional):
+            with pytest.raises(DSLTypeError, match=r"argument 'a'.*no memory"):
+                add[1, 4](x, b, c, 4)
+        empty = torch.empty(0)
+        add[1, 4](empty, torch.empty(0), torch.empty(0), 0)   # empty tensors still launch
+    prepared = add.prepare((a, b, c, 4), 1, 4)
+    assert prepared((functional, b, c, 4)) is False and prepared((a, b, c, 4)) is True
+    add.cache_clear()

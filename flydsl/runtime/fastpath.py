@@ -172,6 +172,9 @@ def _tensor_code(w: _Writer, a: str, off: int, rank: int, sample, key, written: 
         if nd:
             _emit_layout_guard(w, f"({st}[-1] == 1 or {sh}[-1] == 1)", inner)
         w.emit(f"p = {a}.data_ptr()")
+        # no memory (a FakeTensor, a functionalized tensor): the cold path refuses it
+        numel = "1" if not nd else f"{sh}[0]" if nd == 1 else f"{a}.numel()"
+        w.emit(f"if not p and {numel}: return False")
         _emit_alignment_guard(w, "p", [f"{st}[{k}] * {item}" for k in range(nd - 1)], aligned)
         if nd:   # a 0-d tensor is never wide
             _emit_width_guard(w, f"{sh}[0]" if nd == 1 else f"{a}.numel()", wide)

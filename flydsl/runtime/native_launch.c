@@ -124,11 +124,10 @@ static int tensor_tail(Arg *g, int nd, const long long *sh, const long long *st,
     for (int k = 0; k < nd - 1; k++)
         misaligned |= (((unsigned long long)st[k] * (unsigned long long)g->item) % 16) != 0;
     if (misaligned == g->aligned) return 0;
-    if (nd) {
-        unsigned long long numel = (unsigned long long)sh[0];
-        for (int k = 1; k < nd; k++) numel *= (unsigned long long)sh[k];
-        if ((numel >= 2147483648ULL) != g->wide) return 0;
-    }
+    unsigned long long numel = 1;
+    for (int k = 0; k < nd; k++) numel *= (unsigned long long)sh[k];
+    if (nd && (numel >= 2147483648ULL) != g->wide) return 0;
+    if (!p && numel) return 0;   /* no memory (a FakeTensor...): the cold path refuses it */
     int64_t *s = v + g->off;
     s[0] = (int64_t)p; s[1] = (int64_t)p;
     for (int k = 0; k < nd; k++) { s[3 + k] = sh[k]; s[3 + nd + k] = st[k]; }

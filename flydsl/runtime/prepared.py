@@ -46,7 +46,7 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
         if kind == "tensor":
             aligned = tensor_aligned(value.data_ptr(),
                                      [s * value.element_size() for s in value.stride()])
-            pointers.append((pos, off, aligned))
+            pointers.append((pos, off, aligned, value.numel() > 0))
             continue
         c = w.const("v", value)
         check = f"type(args[{pos}]) is not {w.const('t', type(value))} or args[{pos}] != {c}"
@@ -54,9 +54,11 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
             check += f" or args[{pos}].hex() != {c}.hex()"
         w.emit(f"if {check}: return False")
     w.emit("if _env_token() != _env: return False")
-    for pos, off, aligned in pointers:   # the negative bit: the usual launch refuses it
-        w.emit(f"if args[{pos}].is_neg(): return False")
+    for pos, off, aligned, filled in pointers:   # the usual launch refuses both:
+        w.emit(f"if args[{pos}].is_neg(): return False")   # torch's negative bit
         w.emit(f"p{off} = args[{pos}].data_ptr()")
+        if filled:   # same shape as prepared: no memory (a FakeTensor) if 0
+            w.emit(f"if not p{off}: return False")
         if aligned:
             w.emit(f"if p{off} % {ALIGNMENT}: return False")
     _emit_overlap_guards(w, pairs, runtime, positions, bound.offsets)
@@ -66,7 +68,7 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
     w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
     w.emit("buf.values[:] = _template", 2)
     w.emit("v = buf.values")
-    for _, off, _ in pointers:
+    for _, off, _, _ in pointers:
         w.emit(f"v[{off}] = v[{off + 1}] = p{off}")
     w.emit("_submit(buf, *_dims)")
     w.emit("return True")
