@@ -8,7 +8,7 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
-from flydsl.errors import DSLTypeError
+from flydsl.errors import DSLTypeError, LaunchError
 from flydsl.runtime import native_launch
 from flydsl.runtime.tensors import lazy_view_problem
 
@@ -208,7 +208,7 @@ def test_a_tensor_without_memory_is_refused_cold_and_warm(monkeypatch):
         assert fast((a, b, c, 4), G1, B4, 0, None) is True
         assert fast((functional, b, c, 4), G1, B4, 0, None) is False, native
         for x in (fake, functional):
-            with pytest.raises(DSLTypeError, match=r"argument 'a'.*no memory"):
+            with pytest.raises(LaunchError, match=r"kernel 'add'.*argument 'a'.*no memory"):
                 add[1, 4](x, b, c, 4)
         empty = torch.empty(0)
         add[1, 4](empty, torch.empty(0), torch.empty(0), 0)   # empty tensors still launch

@@ -192,14 +192,9 @@ def _from_torch(x) -> TensorArg:
     problem = lazy_view_problem(x)
     if problem is not None:
         raise TypeError(problem)
-    ptr = x.data_ptr()
-    if not ptr and x.numel():   # a kernel would dereference address 0: the process dies
-        raise TypeError("a torch tensor with no memory (data_ptr() is 0: a FakeTensor or "
-                        "a functionalized tensor, as torch.compile traces with); launch "
-                        "on real tensors")
     dev = x.device
     device = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index or 0}"
-    return TensorArg(ptr, tuple(x.shape), tuple(x.stride()), d, device, x,
+    return TensorArg(x.data_ptr(), tuple(x.shape), tuple(x.stride()), d, device, x,
                      torch_writable(x))
 
 
