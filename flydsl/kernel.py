@@ -15,7 +15,7 @@ from .tracebacks import trim_traceback
 from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, constexpr_struct_type, scalar_dtype_of
 from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
-                               constexpr_token, dim3, env_token, holds_bool)
+                               constexpr_token, dim3, env_token, holds_lookalike)
 from .runtime.specialization import checked_pairs, int_divisible, overlap
 from .runtime.host_args import host_value, unwrap_args
 from .runtime.tensors import as_tensor, range_of, tensor_range
@@ -139,8 +139,9 @@ class KernelFunction:
             hit = self._configs.get(config)
         except TypeError:   # unhashable (lists): not memoized
             hit = None
-        # the memo compares by ==: a config with a bool would find its int twin's launcher
-        if hit is not None and (hit[0] is config or not holds_bool(config)):
+        # the memo compares by ==: a config with a bool or a float would find its int
+        # twin's launcher
+        if hit is not None and (hit[0] is config or not holds_lookalike(config)):
             return hit[1]
         if not isinstance(config, tuple) or len(config) not in (2, 3, 4):
             raise LaunchError("use kernel[grid, block](*args) (optionally "

@@ -190,7 +190,7 @@ def _fake_driver(init_ok: bool = True, count: int = 1, cc=(8, 6)) -> types.Modul
 
 @pytest.mark.parametrize("driver, expected", [
     (_fake_driver(), GPUTarget("cuda", "sm_86", 32)),
-    (_fake_driver(cc=(9, 0)), GPUTarget("cuda", "sm_90", 32)),
+    (_fake_driver(cc=(9, 0)), GPUTarget("cuda", "sm_90a", 32)),   # wgmma needs the a
     (_fake_driver(init_ok=False), None),
     (_fake_driver(count=0), None),
 ])

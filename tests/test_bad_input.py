@@ -152,6 +152,19 @@ def test_a_bool_config_is_refused_after_its_int_twin_launched(twin, bad):
         simple[bad](np.zeros(8, np.int32), 1)
 
 
+@pytest.mark.parametrize("twin, bad", [((2, 1), (2.0, 1)), ((1, 4), (1, np.float32(4))),
+                                       (((2, 1), 1), ((2, 1.0), 1))])
+def test_a_float_config_is_refused_after_its_int_twin_launched(twin, bad):
+    """2.0 == 2 and hashes alike: the memos of launch configs (kernel[...] and
+    .launch(grid=)) must not answer for the float spelling."""
+    simple[twin](np.zeros(8, np.int32), 1)
+    with pytest.raises(flydsl.LaunchError, match="must be an int"):
+        simple[bad](np.zeros(8, np.int32), 1)
+    simple(np.zeros(8, np.int32), 1).launch(grid=twin[0], block=twin[1])
+    with pytest.raises(flydsl.LaunchError, match="must be an int"):
+        simple(np.zeros(8, np.int32), 1).launch(grid=bad[0], block=bad[1])
+
+
 def test_malformed_kernel_definitions():
     with pytest.raises(flydsl.FlydslError):
         @flydsl.kernel

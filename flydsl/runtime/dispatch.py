@@ -10,6 +10,7 @@ generated launch of another specialization seen before.
 """
 from __future__ import annotations
 
+import numbers
 import operator
 import os
 from typing import Optional
@@ -165,11 +166,11 @@ _DIMS: dict = {}
 
 def dim3(value, what: str, kernel: str) -> tuple:
     """``value`` (int or up to 3 ints) as a validated 3-tuple; memoized for warm launches."""
-    # `grid=True` is a mistake, not one block; so is a bool inside a tuple, which the
-    # memo below would take for the equal int's entry ((7, True) == (7, 1))
+    # the memo compares by ==: `grid=True`, `grid=2.0` or a host scalar equal to an int
+    # would find that int's entry and skip the checks that refuse (or convert) it
     cls = value.__class__
-    if cls in _BOOL_TYPES or (cls is tuple and holds_bool(value)):
-        _refuse_bool(value, what, kernel)
+    if lookalike(cls) or (cls is tuple and holds_lookalike(value)):
+        return _dim3(value, what, kernel)
     try:
         hit = _DIMS.get((what, value))
     except TypeError:   # a list: unhashable, validate without memo
@@ -184,17 +185,30 @@ def dim3(value, what: str, kernel: str) -> tuple:
 
 
 _BOOL_TYPES = (bool, np.bool_)
+_LOOKALIKE: dict = {int: False, type(None): False, tuple: False}
 
 
-def holds_bool(value) -> bool:
-    """Whether a launch config, or one of its parts, is or holds a bool: ``True == 1``,
-    so a dict memo of int configs would answer for it (one tuple level per call)."""
+def lookalike(cls) -> bool:
+    """Whether instances of ``cls`` are numbers that are not ints yet may compare (and
+    hash) equal to one: bools, floats, numpy scalars, flydsl host scalars. A memo keyed
+    by == must not answer for them. Cached per class."""
+    hit = _LOOKALIKE.get(cls)
+    if hit is None:
+        hit = _LOOKALIKE[cls] = cls is not int and (
+            issubclass(cls, (numbers.Number, np.generic))
+            or hasattr(cls, "__index__") or hasattr(cls, "__float__"))
+    return hit
+
+
+def holds_lookalike(value) -> bool:
+    """Whether a launch config, or one of its parts, is or holds a :func:`lookalike`
+    number (one tuple level per call)."""
     cls = value.__class__
     if cls is not tuple:
-        return cls in _BOOL_TYPES
+        return lookalike(cls)
     for v in value:   # a loop, not any(<generator>): 2-3x faster on the warm path
         cls = v.__class__
-        if cls in _BOOL_TYPES or (cls is tuple and holds_bool(v)):
+        if lookalike(cls) or (cls is tuple and holds_lookalike(v)):
             return True
     return False
 
