@@ -197,6 +197,8 @@ def test_a_tensor_without_memory_is_refused_cold_and_warm(monkeypatch):
         fake = torch.ones(4)
     functional = torch._to_functional_tensor(torch.ones(4))
     assert type(functional) is torch.Tensor and functional.data_ptr() == 0
+    zero = torch._efficientzerotensor(4)    # autograd's zero gradient: no memory either
+    assert zero._is_zerotensor() and zero.data_ptr() == 0
     b = torch.ones(4)
     for native in ("1", "0"):
         monkeypatch.setenv("FLYDSL_NATIVE_LAUNCH", native)
@@ -207,7 +209,8 @@ def test_a_tensor_without_memory_is_refused_cold_and_warm(monkeypatch):
         fast = add._last
         assert fast((a, b, c, 4), G1, B4, 0, None) is True
         assert fast((functional, b, c, 4), G1, B4, 0, None) is False, native
-        for x in (fake, functional):
+        assert fast((zero, b, c, 4), G1, B4, 0, None) is False, native
+        for x in (fake, functional, zero):
             with pytest.raises(LaunchError, match=r"kernel 'add'.*argument 'a'.*no memory"):
                 add[1, 4](x, b, c, 4)
         empty = torch.empty(0)

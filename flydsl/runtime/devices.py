@@ -63,7 +63,9 @@ def common_device(kernel: str, driver: Driver, names: Sequence[str], args: Seque
         if not t.ptr and all(t.shape):   # a kernel would read address 0: the process dies
             raise LaunchError(f"argument {name!r} has no memory (its data pointer is 0: a "
                               "torch FakeTensor or functionalized tensor, as torch.compile "
-                              "traces with); launch on real tensors", kernel=kernel)
+                              "traces with, or a ZeroTensor, which autograd makes for zero "
+                              "gradients); launch on real tensors (torch.zeros_like(t) for "
+                              "a ZeroTensor)", kernel=kernel)
         found.append((name, t.device, t.device_index))
     if len({index for _, _, index in found}) > 1:
         listed = ", ".join(f"{n!r} on {dev}" for n, dev, _ in found)
