@@ -17,6 +17,9 @@ def test_universal_names_are_fx_rocdl_s():
     assert universal.BufferCopy128b is fx.rocdl.BufferCopy128b
     assert universal.make_buffer_tensor is fx.rocdl.make_buffer_tensor
     assert universal.s_waitcnt is fx.rocdl.s_waitcnt and universal.MFMA is fx.rocdl.MFMA
+    assert universal.sched_barrier is fx.rocdl.sched_barrier     # any fx.rocdl name
+    with pytest.raises(AttributeError, match="universal.*no_such_name"):
+        universal.no_such_name
 
 
 def _copy_4(p, y):

@@ -1,7 +1,7 @@
 """``flydsl.expr.rocdl.universal``: FlyDSL's module of the AMD atoms every generation
 shares, which its kernels import by this path (``from flydsl.expr.rocdl.universal import
 make_buffer_ptr``, upstream's conv kernels). The same objects as ``fx.rocdl``'s
-(:mod:`flydsl.expr.rocdl`), plus :func:`make_buffer_ptr`.
+(:mod:`flydsl.expr.rocdl`; any of its names is found here), plus :func:`make_buffer_ptr`.
 
 FlyDSL's ``asyncmark``/``wait_asyncmark`` (gfx950/gfx1250 asynchronous LDS copies, which
 flydsl does not have) and ``s_buffer_load`` are not provided.
@@ -12,16 +12,26 @@ from ...errors import DSLTypeError
 from . import (BufferAtomic, BufferAtomicAdd, BufferAtomicMax, BufferAtomicMin,
                BufferAtomicPkAdd, BufferCopy, BufferCopy8b, BufferCopy16b, BufferCopy32b,
                BufferCopy64b, BufferCopy128b, BufferCopyLDS, BufferCopyLDS32b,
-               BufferCopyLDS64b, BufferCopyLDS128b, MFMA, WMMA, get_buffer_rsrc,
-               make_buffer_tensor, s_waitcnt)
+               BufferCopyLDS64b, BufferCopyLDS128b, MFMA, WMMA, make_buffer_tensor,
+               s_waitcnt)
 
 __all__ = [
     "BufferAtomic", "BufferAtomicAdd", "BufferAtomicMax", "BufferAtomicMin",
     "BufferAtomicPkAdd", "BufferCopy", "BufferCopy128b", "BufferCopy16b", "BufferCopy32b",
     "BufferCopy64b", "BufferCopy8b", "BufferCopyLDS", "BufferCopyLDS128b", "BufferCopyLDS32b",
-    "BufferCopyLDS64b", "MFMA", "WMMA", "get_buffer_rsrc", "make_buffer_ptr",
-    "make_buffer_tensor", "s_waitcnt",
+    "BufferCopyLDS64b", "MFMA", "WMMA", "make_buffer_ptr", "make_buffer_tensor", "s_waitcnt",
 ]
+
+_ROCDL = __name__.rpartition(".")[0]      # flydsl.expr.rocdl
+
+
+def __getattr__(name: str):
+    """Any other ``fx.rocdl`` name (``get_buffer_rsrc``, ...) by this path too."""
+    import sys
+    try:
+        return getattr(sys.modules[_ROCDL], name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def make_buffer_ptr(ptr, num_records_bytes=None):
