@@ -55,13 +55,14 @@ def test_passthrough_reaches_the_llvm_function_and_the_code_object_on_gfx942():
     assert '"amdgpu-ieee"="false"' in _fn_attrs(amd["llir"])
 
 
-def test_passthrough_changes_nothing_on_the_cpu():
+def test_passthrough_changes_nothing_on_the_cpu_and_cuda():
     y = np.zeros_like(X)
     launch(X, y, True)
     np.testing.assert_array_equal(y, 2 * X)
-    on = flydsl.compile(launch, X, y, True, backend="cpu")
-    off = flydsl.compile(launch, X, y, False, backend="cpu")
-    assert on.kernels[0].asm["mlir"] == off.kernels[0].asm["mlir"]
+    for backend, arch in (("cpu", None), ("cuda", "sm_90")):
+        on = flydsl.compile(launch, X, y, True, backend=backend, arch=arch)
+        off = flydsl.compile(launch, X, y, False, backend=backend, arch=arch)
+        assert on.kernels[0] is off.kernels[0]       # dropped before the cache key
 
 
 @pytest.mark.parametrize("extra, message", [
