@@ -110,7 +110,8 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
 
     def steps(count: int, body) -> None:
         """body(0), ..., body(count - 1): unrolled on GPUs; a runtime loop on the CPU,
-        which emulates each MFMA with ~2k operations (the same MFMAs, same order)."""
+        which emulates each MFMA with ~2k operations: one MFMA of each product is traced
+        there (the same MFMAs in the same order), which keeps the CPU compile short."""
         if cpu:
             for s in fx.range(count):
                 body(s)
@@ -174,8 +175,8 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
         """S^T[row block b] = K_j[32 b .. 32 b + 31] @ Q^T over head_dim."""
         def read(jj):
             fx.copy(ld128, chunksK[None, b * MN + i32, g + 2 * jj], fK)
-            for h in fx.range_constexpr(2):     # K step 2 jj + h: values 4h .. 4h + 3
-                fx.gemm(atom, fS[None, b], fK[None, h], fQ[None, h, jj], fS[None, b])
+            steps(2, lambda h:      # K step 2 jj + h: values 4h .. 4h + 3 of the chunks
+                  fx.gemm(atom, fS[None, b], fK[None, h], fQ[None, h, jj], fS[None, b]))
         steps(D // 16, read)
 
     def pv_step(u):
@@ -189,8 +190,8 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
             for par in fx.range_constexpr(2):
                 for v in fx.range_constexpr(4):
                     fA[v, par] = fV[2 * v + par]
-            for par in fx.range_constexpr(2):
-                fx.gemm(atom, fO[None, 2 * b + par], fA[None, par], fP, fO[None, 2 * b + par])
+            steps(2, lambda par: fx.gemm(atom, fO[None, 2 * b + par], fA[None, par], fP,
+                                         fO[None, 2 * b + par]))
         steps(D // 64, block)
 
     def key_of(j, b, v):

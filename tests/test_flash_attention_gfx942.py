@@ -69,10 +69,11 @@ def test_fa_gfx942_matches_sdpa_and_lds_reads_are_conflict_free(fa):
 
 
 def test_fa_gfx942_causal_head_dim_128_bf16_matches_sdpa(fa):
-    """Causal, Sq = 37 != Sk = 100 (top-left aligned), every tile masked, batch 2."""
+    """Causal, Sq = 37 != Sk = 100 (top-left aligned), every tile masked, batch 2, a
+    scale other than 1/sqrt(head_dim)."""
     q, k, v, o, lse = _inputs(2, 1, 37, 100, 128, torch.bfloat16, 1)
-    fa.flash_attention(q, k, v, o, lse, causal=True)
-    _check(q, k, v, o, lse, True)
+    fa.flash_attention(q, k, v, o, lse, scale=0.05, causal=True)
+    _check(q, k, v, o, lse, True, scale=0.05)
 
 
 def test_fa_gfx942_refuses_other_head_dims(fa):
