@@ -104,6 +104,7 @@ def test_fa_gfx942_amdgcn_mfma_ds_read_b128_lds_dma_no_scratch(fa, d, dtype, cau
     assert count(r"\bbuffer_load_dwordx4\b") == d // 16      # Q, once, into registers
     assert count(r"\bglobal_load") == 0
     assert count(r"\bv_exp_f32") >= 2 * 16 + 1              # 32 scores + the correction
+    assert count(r"\bv_ldexp_f32") <= 1     # bare v_exp_f32: no denormal fix-up per score
     assert count(r"\bds_bpermute_b32\b|_dpp\b|row_bcast") > 0  # the lane ^ 32 exchange
     assert "scratch_" not in text
     assert int(re.search(r"\.private_segment_fixed_size:\s+(\d+)", text).group(1)) == 0
