@@ -188,3 +188,52 @@ def test_raw_int8_mfma_call_runs_on_the_cpu_and_is_the_gfx942_instruction():
     np.testing.assert_array_equal(C, A.astype(np.int32) @ B.astype(np.int32).T + 7)
     prog = flydsl.compile(raw_i8_mfma, A, B, C, backend="rocm", arch="gfx942")
     assert "v_mfma_i32_16x16x32_i8" in prog.asm["amdgcn"]
+
+
+def test_partition_keeps_the_modes_past_the_tile():
+    """FlyDSL's preshuffle GEMM partitions B as (N tile, K tile, k tiles) and reads one k
+    tile's fragment layout: partition_B(tB).layout(None, None, None, 0)."""
+    mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float16)),
+                            fx.make_layout((1, 4, 1), (0, 1, 0)))
+    thr = mma.thr_slice(70)
+    tile = thr.partition_B(fx.make_layout((64, 32), (32, 1)))
+    tiles = thr.partition_B(fx.make_layout((64, 32, 4), (32, 1, 2048)))
+    assert tile == fx.make_layout((4, 1, 2), (1, 0, 16))
+    assert tiles == fx.make_layout((4, 1, 2, 4), (1, 0, 16, 2048))
+    assert tiles(None, None, None, 3) == fx.make_layout((4, 1, 2), (1, 0, 16))
+
+
+@flydsl.kernel
+def like_partition_round_trip(x: fx.Tensor, out: fx.Tensor, acc: fx.Tensor):
+    """FlyDSL's preshuffle GEMM makes its B registers with make_fragment_like(
+    thr_mma.partition_B(tB).layout(...), elem.ir_type), retiles them for a 128-bit copy,
+    and zeroes its accumulators with frag_C.store(Vec.filled(n, 0.0, Float32))."""
+    from flydsl.expr.typing import T, Vector
+    tid = fx.thread_idx.x
+    mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float16)),
+                            fx.make_layout((1, 1, 1), (0, 0, 0)),
+                            fx.make_tile(None, None, fx.make_layout((4, 4, 2), (1, 8, 4))))
+    A = fx.make_view(x, fx.make_layout((32, 64, 2), (64, 1, 2048)))   # two K tiles
+    O = fx.make_view(out, fx.make_layout((32, 64), (64, 1)))
+    thr_mma = mma.thr_slice(tid)
+    frag = fx.make_fragment_like(thr_mma.partition_A(A).layout(None, None, None, 0), T.f16)
+    s2r = fx.make_tiled_copy_A(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float16),
+                               mma).get_slice(tid)
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float16),
+            s2r.partition_S(A)[None, None, None, 1], s2r.retile(frag))
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy16b(), fx.Float16), frag,
+            thr_mma.partition_A(O))
+    C = fx.make_view(acc, fx.make_layout((16, 16), (16, 1)))
+    frag_c = thr_mma.make_fragment_C(C)
+    frag_c.store(Vector.filled(4, 2.5, fx.Float32))
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32), frag_c,
+            thr_mma.partition_C(C))
+
+
+def test_a_fragment_made_like_a_partition_retiles_and_takes_a_vector():
+    x = np.arange(2 * 32 * 64).astype(np.float16)
+    out = np.zeros(32 * 64, np.float16)
+    acc = np.zeros(16 * 16, np.float32)
+    like_partition_round_trip[1, 64](x, out, acc)
+    np.testing.assert_array_equal(out, x[2048:])      # K tile 1, each value in place
+    assert (acc == 2.5).all()

@@ -844,11 +844,16 @@ class ThrMma:
         return (c[0], (c[1 + a], c[1 + b]))
 
     def partition(self, operand: str, view):
+        """This thread's elements of ``view``: ``(values, rest_x, rest_y, *more)``, where
+        ``more`` are the modes of ``view`` past its first two (e.g. the k tiles of a
+        ``flat_divide``d tensor), as CuTe's ``partition_A/B/C``."""
         frg = self.tiled.thrfrg(operand, view)
-        return _slice(frg, (self._coords(operand), (None, (None, None))))
+        rest = la.rank(_layout_of(frg)[1, 1])
+        return _slice(frg, (self._coords(operand), (None, (None,) * rest)))
 
     def partition_A(self, a):
-        """This thread's elements of ``a`` (M x K): ``(values, rest_m, rest_k)``."""
+        """This thread's elements of ``a`` (M x K): ``(values, rest_m, rest_k)`` (then any
+        further modes of ``a``)."""
         return self.partition("A", a)
 
     def partition_B(self, b):

@@ -78,12 +78,16 @@ def mma_fragment(part, dtype, tiled_mma, operand: str) -> TensorView:
 
 def retile(frag, atom_values: int, expected_owner) -> TensorView:
     """A tiled MMA's fragment, checked to belong to the MMA the tiled copy was made
-    from (whose thread-value layout both follow); the expr layer then regroups its
+    from (whose thread-value layout both follow; a register fragment with no MMA is
+    taken to be in the MMA's partition order); the expr layer then regroups its
     registers in the copy's value order (``atoms._retiled_layout``)."""
     view = as_view(frag)
-    if view.memory is None or view.memory.space != "register" or view.owner is None:
-        raise DSLTypeError("retile takes a fragment made by thr_mma.make_fragment_A/B/C")
-    if view.owner != expected_owner:
+    if view.memory is None or view.memory.space != "register":
+        raise DSLTypeError("retile takes a register fragment (thr_mma.make_fragment_A/B/C, "
+                           "or fx.make_fragment_like of a thr_mma partition)")
+    # registers made like a partition's layout (FlyDSL: make_fragment_like(
+    # thr_mma.partition_B(t).layout(...))) hold values in that partition's order
+    if view.owner is not None and view.owner != expected_owner:
         have_mma, have = view.owner
         want_mma, want = expected_owner
         what = (f"an {have} fragment" if have != want else "a fragment of another tiled MMA")

@@ -36,7 +36,7 @@ from ...expr.dtypes import DType
 from ...expr.swizzle import ComposedLayout
 from . import context
 from .tensors import TensorValue, coerce_for_store, storage_type
-from .values import Value, as_value, cast, to_index
+from .values import Value, as_value, cast, resolve_dtype, to_index
 
 #: Alignment of register fragments and the most any copy atom needs (128 bits).
 MAX_VECTOR_BYTES = 16
@@ -47,7 +47,11 @@ class Memory:
 
     ``space`` is ``"global"``, ``"shared"`` or ``"register"``; ``records`` (buffer
     tensors only) is the number of elements an AMD buffer resource covers: reads past
-    it give 0 and writes past it are dropped, as the hardware does."""
+    it give 0 and writes past it are dropped, as the hardware does. ``limit`` (an Int64
+    value; a host view's, whose layout may reach past its memory) is how many elements
+    exist: no buffer resource covers more."""
+
+    limit = None
 
     def __init__(self, mem: ir.Value, dtype: DType, space: str, name: str = "",
                  records=None, source: Optional[TensorValue] = None, remap=None):
@@ -58,6 +62,9 @@ class Memory:
 
     def with_records(self, records) -> "Memory":
         out = copy.copy(self)
+        if self.limit is not None:   # at most the memory that exists
+            records = records if isinstance(records, Value) else as_value(records, dt.Int64)
+            records = Value(arith.minsi(cast(records, dt.Int64).v, self.limit.v), dt.Int64)
         out.records = records
         return out
 
@@ -231,6 +238,11 @@ class TensorView:
                 raise DSLTypeError(f"cannot store {len(value.values)} values into a view of "
                                    f"{n} elements ({self.layout!r})")
             items = value.values
+        elif getattr(value, "_flydsl_vector", False):   # FlyDSL: frag.store(Vec.filled(...))
+            if value.numel != n:
+                raise DSLTypeError(f"cannot store a vector of {value.numel} lanes into a view "
+                                   f"of {n} elements ({self.layout!r})")
+            items = value.elements()
         else:
             items = [value] * n
         for i, v in enumerate(items):
@@ -395,6 +407,16 @@ def _composed_view(where, layout: ComposedLayout) -> TensorView:
     return TensorView(memory, add_offsets(base.offset, layout.offset), outer)
 
 
+def bounded_by_memory(view: TensorView) -> TensorView:
+    """``view`` (of a kernel tensor's memory) whose buffer resources cover at most the
+    elements its memref has (a host view's layout may reach past them)."""
+    mem = copy.copy(view.memory)
+    index = ir.IndexType.get()
+    n = memref.dim(mem.mem, arith.constant(index, 0))
+    mem.limit = Value(arith.index_cast(dt.Int64.mlir_type(), n), dt.Int64)
+    return TensorView(mem, view.offset, view.layout, view.owner)
+
+
 def register_fragment(layout: la.Layout, dtype: DType, owner=None) -> TensorView:
     """A per-thread register array of ``cosize(layout)`` elements seen through ``layout``."""
     n = la.cosize(layout)
@@ -418,6 +440,8 @@ def make_fragment_like(src, dtype: Optional[DType] = None) -> TensorView:
     else:
         view = as_view(src)
         layout, src_dtype, owner = view.layout, view.dtype, view.owner
+    if dtype is not None:   # FlyDSL passes MLIR types too (layout_elem.ir_type)
+        dtype = resolve_dtype(dtype, "make_fragment_like")
     dtype = dtype or src_dtype
     if dtype is None:
         raise DSLTypeError("fx.make_fragment_like of a coordinate tensor or a layout needs "
