@@ -1,6 +1,7 @@
 """Debug bounds checks for the SIMT-to-CPU pass (``CompileOptions.debug``).
 
-Every ``memref.load``/``memref.store``/``memref.atomic_rmw`` on a user-visible
+Every ``memref.load``/``memref.store``/``memref.atomic_rmw`` and
+``vector.load``/``vector.store`` (its last element too) on a user-visible
 memref (kernel arguments, workgroup and private memory) becomes::
 
     %ok = (i0 <u dim0) and (i1 <u dim1) ...     // unsigned: catches negatives
@@ -54,6 +55,8 @@ _CHECKED = {
     "memref.load": (0, 1, "load"),
     "memref.store": (1, 2, "store"),
     "memref.atomic_rmw": (1, 2, "atomic"),
+    "vector.load": (0, 1, "load"),       # the last index and the vector's length
+    "vector.store": (1, 2, "store"),
 }
 
 
@@ -71,12 +74,13 @@ class BoundsChecks:
         self._declared = False
 
     def guard_kernel(self, func_op: ir.Operation, kernel: str, ids: IdsFn, *,
-                     skip=(), labels: Optional[dict] = None) -> int:
+                     skip=(), labels: Optional[dict] = None, only=None) -> int:
         """Guard the accesses in ``func_op``; return how many.
 
         ``skip``: memrefs indexed in bounds by construction (pass scratch
         buffers); ``labels``: root memref value -> site fields naming it
-        (``{"arg": 0, "name": "a"}``, ``{"tensor": "shared array 0"}``).
+        (``{"arg": 0, "name": "a"}``, ``{"tensor": "shared array 0"}``);
+        ``only``: guard just the accesses of these root memrefs (and no asserts).
         """
         skip = set(skip)
         labels = labels or {}
@@ -87,11 +91,13 @@ class BoundsChecks:
             mem, indices = operands[mem_at], operands[idx_at:]
             if mem in skip or not indices:
                 continue
+            if only is not None and root_memref(mem) not in only:
+                continue
             site = self.add_site(op, kernel, kind, type=str(strip_memory_space(mem.type)),
                                  **labels.get(root_memref(mem), {"tensor": "a local array"}))
             self._guard(op, mem, indices, site, ids)
             count += 1
-        for op in walk(func_op, lambda o: o.name == "cf.assert"):
+        for op in walk(func_op, lambda o: o.name == "cf.assert" and only is None):
             site = self.add_site(op, kernel, "assert",
                                  message=ir.StringAttr(op.attributes["msg"]).value)
             self._check_assert(op, site, ids)
@@ -118,13 +124,18 @@ class BoundsChecks:
         mtype = ir.MemRefType(mem.type)
         with ir.InsertionPoint(op), op.location:
             sizes, inside = [], []
+            lanes = _vector_length(op)
             for i, idx in enumerate(indices):
                 if mtype.is_dynamic_dim(i):
                     size = memref.dim(mem, arith.ConstantOp(index, i).result)
                 else:
                     size = arith.ConstantOp(index, mtype.shape[i]).result
                 sizes.append(size)
-                inside.append(arith.cmpi(arith.CmpIPredicate.ult, idx, size))
+                ok = arith.cmpi(arith.CmpIPredicate.ult, idx, size)
+                if lanes > 1 and i == len(indices) - 1:   # and its last element
+                    last = arith.addi(idx, arith.ConstantOp(index, lanes - 1).result)
+                    ok = arith.andi(ok, arith.cmpi(arith.CmpIPredicate.ult, last, size))
+                inside.append(ok)
             ok = inside[0]
             for c in inside[1:]:
                 ok = arith.andi(ok, c)
@@ -224,10 +235,28 @@ def count_failure(slot: int) -> None:
 
 
 def root_memref(mem: ir.Value) -> ir.Value:
-    """The memref ``mem`` is a view of (through view-like ops)."""
-    while isinstance(mem, ir.OpResult) and op_of(mem.owner).name in MEMREF_VIEW_OPS:
-        mem = op_of(mem.owner).operands[0]
+    """The memref ``mem`` is a view of (through view-like ops and the base buffer of
+    ``memref.extract_strided_metadata``, which flattened tensor views are cast from)."""
+    while isinstance(mem, ir.OpResult):
+        owner = op_of(mem.owner)
+        if owner.name in MEMREF_VIEW_OPS or (owner.name == "memref.extract_strided_metadata"
+                                             and mem.result_number == 0):
+            mem = owner.operands[0]
+        else:
+            break
     return mem
+
+
+def _vector_length(op: ir.Operation) -> int:
+    """How many consecutive elements ``op`` accesses along its last index."""
+    if op.name == "vector.load":
+        t = op.results[0].type
+    elif op.name == "vector.store":
+        t = op.operands[0].type
+    else:
+        return 1
+    shape = ir.VectorType(t).shape
+    return shape[-1] if shape else 1
 
 
 def _zero(t: ir.Type) -> ir.Value:
