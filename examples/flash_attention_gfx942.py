@@ -85,6 +85,8 @@ MN = 32                     # the MFMA's M = N (v_mfma_f32_32x32x8)
 MK = 8
 NACC = MN * MN // WAVE      # accumulator values per lane and MFMA (16)
 CHUNK = 8                   # halves per ds_read_b128 / buffer_load_dwordx4
+#: the K tile's swizzle (flash_attention.tile_layout's) by head_dim, as an offset map
+K_SWIZZLE = {d: tile_layout(BN, d).inner for d in (64, 128)}
 
 
 def v_dword(key, pair, head_dim: int):
@@ -107,8 +109,8 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
     dtype = Q.dtype
     scale_log2 = scale * LOG2E
     atom = fx.make_mma_atom(fx.rocdl.MFMA(MN, MN, MK, dtype))
-    g, i32 = lane // MN, lane % MN          # the lane's K group and its row / column
-    q_row = bm * BM + wave * MN + i32       # this lane's query
+    g, lrow = lane // MN, lane % MN         # the lane's K group, its MFMA row / column
+    q_row = bm * BM + wave * MN + lrow       # this lane's query
     cpu = fx.target().backend == "cpu"
 
     def steps(count: int, body) -> None:
@@ -177,7 +179,7 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
     def qk_block(b):
         """S^T[row block b] = K_j[32 b .. 32 b + 31] @ Q^T over head_dim."""
         def read(jj):
-            fx.copy(ld128, chunksK[None, b * MN + i32, g + 2 * jj], fK)
+            fx.copy(ld128, chunksK[None, b * MN + lrow, g + 2 * jj], fK)
             steps(2, lambda h:      # K step 2 jj + h: values 4h .. 4h + 3 of the chunks
                   fx.gemm(atom, fS[None, b], fK[None, h], fQ[None, h, jj], fS[None, b]))
         steps(D // 16, read)
@@ -189,7 +191,7 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
         k0 = 8 * u + 4 * g
 
         def block(b):                        # head dims 64 b + 2 i + parity
-            fx.copy(ld128, chunksV[None, v_dword(k0, b * MN + i32, D) // 4], fV)
+            fx.copy(ld128, chunksV[None, v_dword(k0, b * MN + lrow, D) // 4], fV)
             for par in fx.range_constexpr(2):
                 for v in fx.range_constexpr(4):
                     fA[v, par] = fV[2 * v + par]
@@ -288,9 +290,6 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
                         out[2 * r + par] = (fO[4 * t + r, 2 * b + par] * inv).to(dtype)
                 fx.copy(st128, out, chunksO[0, 0, 0, None, bz, hz, q_row, 8 * b + 2 * t + g])
 
-
-#: the K tile's swizzle (flash_attention.tile_layout's) by head_dim, as an offset map
-K_SWIZZLE = {d: tile_layout(BN, d).inner for d in (64, 128)}
 
 
 @flyc.jit
