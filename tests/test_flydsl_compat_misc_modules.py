@@ -114,3 +114,10 @@ def test_smem_allocator_checks_capacity_and_needs_a_kernel():
         y[0] = SmemPtr(big.get_base(), 0, fx.Float32).load()
     with pytest.raises(DSLError, match="too_big.*shared memory overflow: 70016 bytes"):
         too_big[1, 1](np.zeros(1, np.float32))
+
+
+def test_smem_allocator_docstring_examples_run():
+    import doctest
+    import flydsl.utils.smem_allocator as module
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 5 and result.failed == 0
