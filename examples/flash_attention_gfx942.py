@@ -41,8 +41,8 @@ K tile's swizzle) and constants it reuses.
   width gfx942 has). A wave's call writes 256 linear bytes, so both layouts are applied
   on the source side: the lane writing physical dword ``d`` reads the pair of elements
   the layout stores there. K: 1-2 whole rows per call (chunks permuted within a row); V:
-  4 rows x 64 contiguous bytes per call. Keys past the end read from past the end of the
-  buffer resource (batch index B), which returns 0, so every DMA writes its slot and
+  4 rows x 64 contiguous bytes per call. Keys past the end read from the end of the
+  buffer resource (row ``(B H - b H - h) Sk`` of this (batch, head)), which returns 0, so every DMA writes its slot and
   the MFMAs need no masking (scores of those keys are masked to -inf; their V rows
   are 0).
 * Pipeline (one K and one V buffer, FA2's order; ``s_waitcnt vmcnt(0)`` + barrier per
@@ -138,6 +138,10 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
     pairsV = fx.flat_divide(fx.rocdl.make_buffer_tensor(V), (1, 1, 1, 2))
     dma = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), dtype)
     calls = BN * D // (2 * THREADS)          # DMA calls per wave per tile (8 or 16)
+    # the row of this (batch, head) that lies at the end of the whole buffer: keys past
+    # Sk read it (block-uniform, so the per-call address stays a shift and an add)
+    H = K.shape[1]
+    past_end = (Bsz * H - bz * H - hz) * Sk
 
     def dma_tile(j, is_v: bool):
         """K or V tile ``j`` into its LDS tile: physical dword ``d`` takes the pair of
@@ -152,8 +156,7 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
                 logical = K_SWIZZLE[D](2 * pd)           # the swizzle is an involution
                 key, pair = logical // D, (logical % D) // 2
             row = j * BN + key
-            ok = row < Sk
-            src = pairs[0, 0, 0, None, fx.select(ok, bz, Bsz), hz, fx.select(ok, row, 0), pair]
+            src = pairs[0, 0, 0, None, bz, hz, fx.select(row < Sk, row, past_end), pair]
             fx.copy(dma, src, dst[None, fx.rocdl.readfirstlane(d0)])
 
     # Q: this lane's query row, chunks g, g + 2, ... (8 head dims each), in registers
@@ -184,10 +187,20 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
                   fx.gemm(atom, fS[None, b], fK[None, h], fQ[None, h, jj], fS[None, b]))
         steps(D // 16, read)
 
+    def to_p(x):
+        """A probability (f32 in [0, 1]) as Q's type. bf16: round to nearest even with
+        integer ops, without the NaN case LLVM's conversion adds (2 instructions per
+        value instead of 5 on gfx942, which has no f32 -> bf16 conversion)."""
+        if dtype != fx.BFloat16:
+            return x.to(dtype)
+        bits = x.bitcast(fx.UInt32)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+        return fx.cast(bits, fx.UInt16).bitcast(fx.BFloat16)
+
     def pv_step(u):
         """O^T += V_j^T[:, keys 8u .. 8u + 7] @ P^T[keys 8u .. 8u + 7, :]."""
         for v in fx.range_constexpr(4):
-            fP[v] = fS[4 * (u % 4) + v, u // 4].to(dtype)
+            fP[v] = to_p(fS[4 * (u % 4) + v, u // 4])
         k0 = 8 * u + 4 * g
 
         def block(b):                        # head dims 64 b + 2 i + parity
@@ -222,10 +235,10 @@ def flash_attention_gfx942_kernel(Q: fx.Tensor, K: fx.Tensor, V: fx.Tensor, O: f
 
         def blk_max(b):
             for v in fx.range_constexpr(NACC):
-                stats[2] = fx.max(stats[2], fS[v, b])
+                stats[2] = fx.maxnumf(stats[2], fS[v, b])
         steps(BN // MN, blk_max)
         m = stats[2]
-        m = fx.max(m, fx.shuffle_xor(m, 32))
+        m = fx.maxnumf(m, fx.shuffle_xor(m, 32))
         corr = fx.rocdl.exp2(fx.Float32, (m_old - m) * scale_log2)
         stats[0] = m
         m_scaled = m * scale_log2
