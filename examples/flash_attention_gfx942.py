@@ -19,7 +19,10 @@ K tile's swizzle) and constants it reuses.
 * P stays in registers: the B operand of a 32x32x8 step over keys ``8 u .. 8 u + 7``
   wants, in lane ``l``, keys ``8 u + 4 (l // 32) + [0, 4)`` of query ``l % 32``, which are
   exactly S^T's accumulator values ``4 (u % 4) .. + 4`` of row block ``u // 4``. They are
-  converted to fp16/bf16 in place (no LDS round trip).
+  converted to fp16/bf16 in place (no LDS round trip); bf16 by integer round-to-nearest-
+  even (gfx942 has no f32 -> bf16 instruction; P in [0, 1] needs no NaN case).
+* The row max uses ``fx.maxnumf`` (``v_max3_f32``): ``fx.max`` propagates NaNs, which
+  costs a compare and a select per score on gfx942.
 * Q (B operand of ``S^T``) is loaded once, straight from global memory into registers
   (``buffer_load_dwordx4``: 8 consecutive head dims per load) and kept there:
   ``head_dim / 4`` VGPRs.
@@ -41,10 +44,10 @@ K tile's swizzle) and constants it reuses.
   width gfx942 has). A wave's call writes 256 linear bytes, so both layouts are applied
   on the source side: the lane writing physical dword ``d`` reads the pair of elements
   the layout stores there. K: 1-2 whole rows per call (chunks permuted within a row); V:
-  4 rows x 64 contiguous bytes per call. Keys past the end read from the end of the
-  buffer resource (row ``(B H - b H - h) Sk`` of this (batch, head)), which returns 0, so every DMA writes its slot and
-  the MFMAs need no masking (scores of those keys are masked to -inf; their V rows
-  are 0).
+  4 rows x 64 contiguous bytes per call. Keys past Sk read row ``(B H - b H - h) Sk``
+  of this (batch, head): the end of the buffer resource, which returns 0. So every DMA
+  writes its slot and the MFMAs need no masking (scores of those keys are masked to
+  -inf; their V rows are 0).
 * Pipeline (one K and one V buffer, FA2's order; ``s_waitcnt vmcnt(0)`` + barrier per
   half step, since LDS DMA has no groups):
 
