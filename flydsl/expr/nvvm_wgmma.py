@@ -42,6 +42,14 @@ class WGMMA:
     (k8: the low 13 mantissa bits ignored); ``n`` is 8 to 256, a multiple of 8;
     ``acc_dtype`` Float32.
 
+    ``b_major="mn"`` (bf16/f16 only) reads B stored MN-major instead: K rows of N
+    elements, ``swizzle`` bytes of N per row (a TMA box of K rows), 8-row groups
+    ``8 * swizzle`` bytes apart, as ``P @ V`` reads V (keys x head_dim) in attention;
+    when ``n`` is wider than one swizzle row (``swizzle / element bytes`` elements),
+    ``b_mn_stride`` is the distance in elements between its column blocks (the
+    descriptor's leading byte offset; e.g. the size of one box). The A operand of
+    :func:`wgmma` may also be a register fragment (8 bf16/f16 values per thread).
+
     Example::
 
         >>> op = fx.nvvm.WGMMA(64, fx.BFloat16, swizzle=128)
@@ -52,6 +60,8 @@ class WGMMA:
     ab_dtype: DType = dt.BFloat16
     acc_dtype: DType = dt.Float32
     swizzle: int = 128
+    b_major: str = "k"
+    b_mn_stride: int = 0
 
     def __post_init__(self):
         if not isinstance(self.n, int) or isinstance(self.n, bool) or \
@@ -68,6 +78,22 @@ class WGMMA:
         if self.swizzle not in (32, 64, 128):
             raise DSLTypeError(f"fx.nvvm.WGMMA: swizzle must be 32, 64 or 128 bytes, got "
                                f"{self.swizzle!r}")
+        if self.b_major not in ("k", "mn"):
+            raise DSLTypeError(f"fx.nvvm.WGMMA: b_major must be 'k' or 'mn', got "
+                               f"{self.b_major!r}")
+        if self.b_major == "mn":
+            if self.ab_dtype.bits != 16:
+                raise DSLTypeError(f"fx.nvvm.WGMMA: an MN-major B (b_major='mn') needs "
+                                   f"bf16 or f16 operands, got {self.ab_dtype!r}")
+            wide = self.n > self.swizzle // 2
+            s = self.b_mn_stride
+            if wide and (not isinstance(s, int) or s <= 0 or (2 * s) % (8 * self.swizzle)
+                         or 2 * s >= 1 << 18):
+                raise DSLTypeError(f"fx.nvvm.WGMMA: an MN-major B {self.n} wide spans "
+                                   f"{self.n * 2 // self.swizzle} column blocks of "
+                                   f"{self.swizzle // 2} elements: b_mn_stride (elements "
+                                   f"between them) must be a positive multiple of "
+                                   f"{4 * self.swizzle} below 2^17, got {s!r}")
 
     @property
     def k(self) -> int:
@@ -90,7 +116,9 @@ class WGMMA:
         return (w * 16 + lane // 4 + 8 * ((i % 4) // 2), lane % 4 * 2 + 8 * (i // 4) + i % 2)
 
     def __repr__(self) -> str:
-        return f"WGMMA(m64n{self.n}k{self.k}.f32.{self.ab_name}, swizzle={self.swizzle})"
+        mn = (f", b_major='mn', b_mn_stride={self.b_mn_stride}" if self.b_major == "mn"
+              else "")
+        return f"WGMMA(m64n{self.n}k{self.k}.f32.{self.ab_name}, swizzle={self.swizzle}{mn})"
 
 
 def _impl():
@@ -100,8 +128,14 @@ def _impl():
 def wgmma(op: WGMMA, acc, a, b, scale_d=1) -> None:
     """``wgmma.mma_async``: ``acc = A @ B.T + (acc if scale_d else 0)`` for the
     warpgroup, ``A`` (64 x K) at the shared pointer or view ``a`` and ``B`` (n x K) at
-    ``b`` (see the module docstring for their layout), ``acc`` this thread's register
-    fragment of ``op.n // 2`` Float32 values. Asynchronous: issue it between
+    ``b`` (see the module docstring for their layout; ``op.b_major == "mn"``: B stored
+    K x n, see :class:`WGMMA`), ``acc`` this thread's register fragment of ``op.n // 2``
+    Float32 values. ``a`` may instead be a register fragment of 8 bf16/f16 values (the
+    ``mma.sync`` m16n8k16 A fragment of the warp's 16 rows: value ``j`` of lane ``l`` of
+    warp ``w`` is A[16 w + l // 4 + 8 ((j % 4) // 2), 8 (j // 4) + 2 (l % 4) + j % 2],
+    which is accumulator values ``8 s .. 8 s + 7`` of an m64nN wgmma for K slice ``s``:
+    FlashAttention's P); on the CPU that form exchanges the values through block-shared
+    scratch with block barriers, so every thread of the block must issue it. Asynchronous: issue it between
     :func:`wgmma_fence` and :func:`wgmma_commit_group`, and read ``acc`` only after
     :func:`wgmma_wait_group`. On the CPU each thread computes its values at once.
 
@@ -141,15 +175,25 @@ def wgmma(op: WGMMA, acc, a, b, scale_d=1) -> None:
     _impl().wgmma(op, acc, a, b, scale_d)
 
 
-def wgmma_fence() -> None:
+def wgmma_fence(*fragments) -> None:
     """``wgmma.fence.sync.aligned``: orders this warpgroup's register and shared-memory
     accesses before the ``wgmma.mma_async`` that follow; a no-op on the CPU.
+
+    ``fragments``: register fragments the following wgmmas read (an A operand in
+    registers, accumulators: 32-bit values or pairs of 16-bit ones). Their registers
+    pass through the fence, so the compiler computes them before it and not between
+    the wgmmas (where ptxas would insert fences of its own, message C7519), as
+    CUTLASS's ``warpgroup_fence_operand`` does.
 
     Example::
 
         fx.nvvm.wgmma_fence()
+        frag = fx.make_rmem_tensor((8,), fx.BFloat16)    # an A fragment in registers
+        for i in fx.range_constexpr(8):
+            frag[i] = 1.0
+        fx.nvvm.wgmma_fence(frag)        # its registers are final before the wgmmas
     """
-    _impl().wgmma_fence()
+    _impl().wgmma_fence(fragments)
 
 
 def wgmma_commit_group() -> None:
