@@ -237,3 +237,31 @@ def test_a_fragment_made_like_a_partition_retiles_and_takes_a_vector():
     like_partition_round_trip[1, 64](x, out, acc)
     np.testing.assert_array_equal(out, x[2048:])      # K tile 1, each value in place
     assert (acc == 2.5).all()
+
+
+@flydsl.kernel
+def tiled_mfma_fragments_of_the_tiled_mma(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor):
+    """tiled_mfma with FlyDSL's tiled_mma.make_fragment_A/B/C (upstream's MoE GEMMs):
+    any thread's fragment, the shape being the same in each."""
+    tid = fx.thread_idx.x
+    mma = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 16, fx.Float16)),
+                            fx.make_layout((1, 1, 1), (0, 0, 0)))
+    thr = mma.thr_slice(tid)
+    A = fx.make_view(A, fx.make_layout((M, K), (K, 1)))
+    B = fx.make_view(B, fx.make_layout((N, K), (K, 1)))
+    C = fx.make_view(C, fx.make_layout((M, N), (N, 1)))
+    fa, fb, fc = mma.make_fragment_A(A), mma.make_fragment_B(B), mma.make_fragment_C(C)
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy64b(), fx.Float16), thr.partition_A(A), fa)
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy64b(), fx.Float16), thr.partition_B(B), fb)
+    fc.fill(0.0)
+    fx.gemm(mma, fc, fa, fb, fc)
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32), fc, thr.partition_C(C))
+
+
+def test_a_tiled_mmas_own_fragments_are_its_threads_fragments():
+    rng = np.random.default_rng(5)
+    A = rng.integers(-8, 9, (M, K)).astype(np.float16)
+    B = rng.integers(-8, 9, (N, K)).astype(np.float16)
+    C = np.full((M, N), np.nan, np.float32)
+    tiled_mfma_fragments_of_the_tiled_mma[1, 64](A, B, C)
+    np.testing.assert_array_equal(C, A.astype(np.float32) @ B.astype(np.float32).T)

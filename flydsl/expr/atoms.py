@@ -805,6 +805,21 @@ class TiledMma:
 
     get_slice = thr_slice
 
+    # A fragment's shape is the same in every thread (FlyDSL's ThrMma is a TiledMma):
+    # tiled_mma.make_fragment_B(tile) is any thread's thr_mma.make_fragment_B(tile).
+    def make_fragment_A(self, a, *, stages=None):
+        """Registers for one thread's A values of the tile ``a``: see
+        :meth:`ThrMma.make_fragment_A`."""
+        return ThrMma(self, 0).make_fragment_A(a, stages=stages)
+
+    def make_fragment_B(self, b, *, stages=None):
+        """Registers for one thread's B values of the tile ``b``."""
+        return ThrMma(self, 0).make_fragment_B(b, stages=stages)
+
+    def make_fragment_C(self, c, *, stages=None):
+        """Registers for one thread's accumulators of the tile ``c``."""
+        return ThrMma(self, 0).make_fragment_C(c, stages=stages)
+
 
 def _mode_shapes(layout: la.Layout) -> tuple:
     shape = tuple(layout.shape)
