@@ -1,7 +1,7 @@
 """torch.compile(backend="flydsl") on small real models, against eager and inductor (CPU).
 
     python benchmarks/torch_models.py [--quick] [--runs N] [--run-s S] [--threads N]
-                                      [--clock wall|cpu] [--rows NAME,...]
+                                      [--clock wall|cpu] [--rows NAME,...] [--breakdown]
 
 Rows (``--rows`` takes names, comma separated):
 
@@ -27,6 +27,13 @@ is better. ``--clock cpu`` times the process's CPU time (``time.process_time``)
 instead of the wall clock: on a machine shared with other work it leaves out the
 time spent waiting for a core; with one thread it is the time the work took, with
 more it is the CPU time of all threads (busy-waiting included), not a duration.
+
+``--breakdown`` adds, per row, where eager's time goes: its ATen calls (recorded
+once with a ``TorchDispatchMode``) replayed with the same arguments, the matmuls
+(``mm``, ``addmm`` with its copy of the bias, ``bmm``, ``baddbmm``) alone and the
+other ops alone, timed interleaved with the three variants. ``floor`` is the
+matmuls' share of eager: they are torch's in every variant, so no backend that
+keeps them goes below that fraction of eager's time by fusing what is around them.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import math
 import os
 import sys
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -236,7 +243,56 @@ def _check(got, want, what: str) -> None:
         torch.testing.assert_close(g, w, rtol=2e-4, atol=2e-5, msg=lambda m: f"{what}: {m}")
 
 
-def bench_row(name: str, runs: int, run_s: float, clock=time.perf_counter) -> list:
+#: The matmul ops (torch's BLAS calls in every variant: fusion works around them).
+_MATMULS = ("mm", "addmm", "bmm", "baddbmm", "_addmm_activation")
+
+
+def record_aten_calls(fn: Callable[[], object]) -> list:
+    """The ATen calls (op, args, kwargs) of one call of ``fn``, in order."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            self.calls.append((func, args, kwargs))
+            return func(*args, **kwargs)
+    with Recorder() as rec:
+        fn()
+    return rec.calls
+
+
+def breakdown_rows(name: str, fns: dict, runs: int, run_s: float, clock) -> list:
+    """Where eager's time goes on row ``name``: its ATen calls replayed (same
+    arguments) as the matmuls alone and as the other ops alone, timed interleaved
+    with the three variants. The matmuls are torch's in every variant, so
+    matmul / eager is the lowest fly/eager that fusing the rest can reach."""
+    calls = record_aten_calls(fns["eager"])
+    is_mm = [getattr(op.overloadpacket, "__name__", "") in _MATMULS for op, _, _ in calls]
+
+    def replay(which: bool) -> Callable[[], None]:
+        picked = [c for c, m in zip(calls, is_mm) if m == which]
+
+        def run() -> None:
+            for op, args, kwargs in picked:
+                op(*args, **kwargs)
+        return run
+    timed = dict(fns, **{"eager matmuls": replay(True), "eager other ops": replay(False)})
+    per_run = {k: calls_per_run(fn, run_s, clock) for k, fn in timed.items()}
+    stats = interleaved_min_median(timed, runs=runs, calls=per_run, clock=clock)
+    (e, e_med) = stats["eager"]
+    (m, m_med) = stats["eager matmuls"]
+    ms = lambda s: f"{s * 1e3:.3f}"
+    return [[name, k, ms(v), ms(v_med), f"{v / e:.2f}", f"{v_med / e_med:.2f}"]
+            for k, (v, v_med) in stats.items()] + \
+        [[name, "floor (matmuls / eager)", "", "", f"{m / e:.2f}", f"{m_med / e_med:.2f}"]]
+
+
+def bench_row(name: str, runs: int, run_s: float, clock=time.perf_counter,
+              breakdown: Optional[list] = None) -> list:
     title, build = ROWS[name]
     run, (target, *inputs) = build()
     variants = {"eager": target}
@@ -249,6 +305,8 @@ def bench_row(name: str, runs: int, run_s: float, clock=time.perf_counter) -> li
     fns = {k: (lambda f=f: run(f, *inputs)) for k, f in variants.items()}
     calls = {k: calls_per_run(fn, run_s, clock) for k, fn in fns.items()}
     stats = interleaved_min_median(fns, runs=runs, calls=calls, clock=clock)
+    if breakdown is not None:
+        breakdown += breakdown_rows(name, fns, runs, run_s, clock)
     (e, e_med), (f, f_med), (i, i_med) = stats["eager"], stats["flydsl"], stats["inductor"]
     ms = lambda s: f"{s * 1e3:.3f}"
     return [title, ms(e), ms(f), ms(i), ms(e_med), ms(f_med), ms(i_med),
@@ -265,6 +323,9 @@ def main() -> None:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall: time.perf_counter (default); cpu: time.process_time")
     ap.add_argument("--rows", default=",".join(ROWS), help="rows, comma separated")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time eager's matmuls and its other ATen calls apart "
+                         "(the matmul floor of fly/eager)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     # flydsl's CPU launches get as many host threads as torch (read at first launch)
@@ -280,9 +341,10 @@ def main() -> None:
     runs, run_s = (3, 0.01) if args.quick else (args.runs, args.run_s)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     rows = []
+    shares: Optional[list] = [] if args.breakdown else None
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(bench_row(name, runs, run_s, clock))
+        rows.append(bench_row(name, runs, run_s, clock, shares))
     print_table(
         f"torch.compile on CPU, ms per call ({torch.get_num_threads()} torch thread(s), "
         f"{args.clock} clock, min and median of {runs} interleaved runs"
@@ -294,6 +356,15 @@ def main() -> None:
                 "targets: <= 1.0 vs eager on every row, <= 1.1 vs inductor on the block; "
                 "on mlp_ln, ffn, loss and adamw, where fusion matters: <= 0.85 vs eager "
                 "and <= 1.1 vs inductor)."])
+    if shares:
+        print_table(
+            f"where eager's time goes, ms per call ({args.clock} clock, min and median of "
+            f"{runs} interleaved runs)",
+            ["row", "timed", "min", "median", "/ eager", "/ eager med"], shares, left=2,
+            footer=["eager matmuls / other ops: eager's own ATen calls replayed with the "
+                    "same arguments, the matmuls (mm, addmm with its bias copy, bmm, "
+                    "baddbmm) alone and the rest alone; floor: the matmuls' share of "
+                    "eager, the lowest fly/eager that fusing the other ops can reach."])
 
 
 if __name__ == "__main__":
