@@ -160,6 +160,12 @@ DOC_FORMULAS = {
        for t in ("fp8", "bf8") for s in ("", "_ocp")},
     **{f"mfma_f32_32x32x16_{t}_{t}{s}": (_mfma_ab(32, 16), _mfma_ab(32, 16), _mfma_c32)
        for t in ("fp8", "bf8") for s in ("", "_ocp")},
+    # gfx950's 16-bit forms with twice the K (CDNA4 ISA, MFMA operand layouts: 8
+    # consecutive K values per lane, lane groups of mn lanes; the accumulators as above)
+    **{f"mfma_f32_16x16x32_{t}": (_mfma_ab(16, 32), _mfma_ab(16, 32), _mfma_c16)
+       for t in ("f16", "bf16")},
+    **{f"mfma_f32_32x32x16_{t}": (_mfma_ab(32, 16), _mfma_ab(32, 16), _mfma_c32)
+       for t in ("f16", "bf16")},
     # int8 (CDNA3 ISA 7.1: the 8-bit-input rows as fp8, int32 accumulators as f32 ones)
     "mfma_i32_16x16x32_i8": (_mfma_ab(16, 32), _mfma_ab(16, 32), _mfma_c16),
     "mfma_i32_32x32x16_i8": (_mfma_ab(32, 16), _mfma_ab(32, 16), _mfma_c32),

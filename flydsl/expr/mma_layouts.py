@@ -185,6 +185,21 @@ def _mfma(name, isa, isa94, mn, k, dt, a_elem, llvm_ab, arches) -> MmaSpec:
     )
 
 
+def _mfma_gfx950(mn: int, k: int, dt: str) -> MmaSpec:
+    """``v_mfma_f32_{mn}x{mn}x{k}_{f16|bf16}`` (gfx950 only): the 16-bit forms with twice
+    the K, so each lane holds 8 consecutive K values of one row (column) in lane groups of
+    ``mn`` lanes (CDNA4 ISA, MFMA operand layouts); the accumulators are laid out as the
+    gfx942 forms'. The bf16 operands are ``<8 x bfloat>`` (the older ``_1k`` forms read
+    bf16 bits as i16)."""
+    base = f"mfma_f32_{mn}x{mn}x{k}_{dt}"
+    llvm_ab = "<8 x bfloat>" if dt == "bf16" else "<8 x half>"
+    spec = _mfma(base, "v_" + base, "v_" + base, mn, k, dt, dt, llvm_ab, ("gfx950",))
+    intrinsic = f"llvm.amdgcn.mfma.f32.{mn}x{mn}x{k}.{dt}"
+    return dataclasses.replace(
+        spec, intrinsic=intrinsic,
+        extra={**spec.extra, "rocdl_op": "rocdl.mfma." + intrinsic[len("llvm.amdgcn.mfma."):]})
+
+
 #: The fp8/bf8 MFMA input formats: gfx942 reads the FNUZ encodings (bias 8 / 16, one NaN
 #: 0x80, no inf), gfx950 the OCP ones (E4M3FN, E5M2).
 _FP8_FORMATS = {"e4m3fnuz": ("fp8", ("gfx942",)), "e5m2fnuz": ("bf8", ("gfx942",)),
@@ -336,6 +351,8 @@ def _build_specs() -> Dict[str, MmaSpec]:
         _mfma("mfma_f32_32x32x8bf16_1k", "v_mfma_f32_32x32x8bf16_1k",
               "v_mfma_f32_32x32x8_bf16", 32, 8, "bf16", "bf16-as-i16", "<4 x i16>",
               _MFMA_BF16_1K_ARCHES),
+        _mfma_gfx950(16, 32, "f16"), _mfma_gfx950(32, 16, "f16"),
+        _mfma_gfx950(16, 32, "bf16"), _mfma_gfx950(32, 16, "bf16"),
         _mfma_fp8(16, 32, "e4m3fnuz"), _mfma_fp8(16, 32, "e5m2fnuz"),
         _mfma_fp8(32, 16, "e4m3fnuz"), _mfma_fp8(32, 16, "e5m2fnuz"),
         _mfma_fp8(16, 32, "e4m3fn"), _mfma_fp8(16, 32, "e5m2"),

@@ -414,7 +414,10 @@ class Codegen(ControlFlow):
                              UnsupportedConstructError)
         left, right = self.eval_node(node.left), self.eval_node(node.right)
         self.deps.consume(left, right)
-        return op(left, right)
+        result = op(left, right)
+        if type(left) in _BUILTIN_OPERANDS and type(right) in _BUILTIN_OPERANDS:
+            self.note_new_container(result, (left, right))    # [x] * n, a + b, d | e
+        return result
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Any:
         x = self.eval_node(node.operand)
@@ -495,7 +498,11 @@ class Codegen(ControlFlow):
             self.check_mutation(owner, f".{fn.__name__}()", node)
         library = _array_library(fn) if dynamic else None
         if library is None:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            if any(fn is b for b in _CONTAINER_BUILDERS) or (type(owner) in _CONTAINERS
+                                             and getattr(fn, "__name__", "") == "copy"):
+                self.note_new_container(result, args)   # list(x), sorted(x), d.copy()
+            return result
         try:
             return fn(*args, **kwargs)
         except DSLError:
@@ -517,6 +524,13 @@ class Codegen(ControlFlow):
                              UnsupportedConstructError)
         self.deps.consume(fn)
         return impl(*args, **kwargs)
+
+    def note_new_container(self, value, inputs) -> None:
+        """``value``, a built-in container the expression just built (not one of its
+        ``inputs``), is new in the innermost runtime region: changing it there is fine."""
+        regions = self.trace.region_containers
+        if regions and type(value) in _CONTAINERS and all(value is not x for x in inputs):
+            regions[-1][id(value)] = value
 
     def check_mutation(self, container, how: str, node: ast.AST) -> None:
         """A Python container changed inside a runtime ``if`` or loop would change once,
@@ -553,6 +567,11 @@ _NAMESPACE_BUILTINS = (builtins.getattr, builtins.hasattr, builtins.isinstance)
 _FRESH_CONTAINERS = (ast.List, ast.ListComp, ast.Dict, ast.DictComp, ast.Set, ast.SetComp)
 #: Python containers whose changes inside runtime regions would be wrong (check_mutation).
 _CONTAINERS = (list, dict, set, bytearray)
+#: Operand types whose Python operators build a new container rather than return one
+#: they hold (``[None] * n``, ``a + b``); a user class's ``__add__`` may return anything.
+_BUILTIN_OPERANDS = (list, tuple, dict, set, frozenset, bytearray, bytes, str, int, bool)
+#: Calls that always return a new container (as do a built-in container's ``.copy()``).
+_CONTAINER_BUILDERS = (list, dict, set, bytearray, sorted)
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
                        "update", "setdefault", "popitem", "add", "discard", "__setitem__",
                        "__delitem__", "__iadd__"})
