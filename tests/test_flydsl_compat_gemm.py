@@ -265,3 +265,28 @@ def test_a_tiled_mmas_own_fragments_are_its_threads_fragments():
     C = np.full((M, N), np.nan, np.float32)
     tiled_mfma_fragments_of_the_tiled_mma[1, 64](A, B, C)
     np.testing.assert_array_equal(C, A.astype(np.float32) @ B.astype(np.float32).T)
+
+
+@flydsl.kernel
+def staged_rows(x: fx.Tensor, out: fx.Tensor):
+    """Upstream's MoE GEMM stages a gather in registers made like a plain tiled copy's
+    partition and retiles them with that copy (no MMA involved)."""
+    tid = fx.thread_idx.x
+    atom = fx.make_copy_atom(fx.UniversalCopy64b(), fx.Float16)
+    tv = fx.make_layout(((8, 4), 4), ((16, 1), 4))       # 32 threads x 4 values, 8 x 16 tile
+    copy = fx.make_tiled_copy(atom, tv, fx.make_tile(8, 16)).get_slice(tid)
+    X = fx.make_view(x, fx.make_layout((8, 16), (16, 1)))
+    O = fx.make_view(out, fx.make_layout((8, 16), (16, 1)))
+    src = copy.partition_S(X)
+    regs = fx.make_fragment_like(src)
+    fx.copy(atom, src, copy.retile(regs))
+    fx.copy(atom, copy.retile(regs), copy.partition_D(O))
+
+
+def test_retile_with_a_plain_tiled_copy_keeps_its_registers():
+    x = np.arange(128).astype(np.float16)
+    out = np.zeros_like(x)
+    staged_rows[1, 32](x, out)
+    np.testing.assert_array_equal(out, x)
+    assert fx.size(fx.make_layout((4, 8))).to_py_value() == 32
+    assert fx.make_layout((8, (4, 2))).shape.to_py_value() == (8, (4, 2))

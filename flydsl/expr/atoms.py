@@ -344,11 +344,11 @@ class ThrCopy:
     def retile(self, frag):
         """``frag`` (a fragment made by ``make_fragment_A/B/C`` of the tiled MMA this copy
         was made from) in this copy's value order: the same registers, grouped like
-        ``partition_S`` of the block tile."""
+        ``partition_S`` of the block tile. For a copy made by ``fx.make_tiled_copy``,
+        ``frag`` (registers made like this copy's partition) as it is."""
         operand = self.tiled.operand
-        if operand is None:
-            raise DSLTypeError("retile needs a tiled copy made by fx.make_tiled_copy_A/B/C "
-                               "(its values must follow the MMA's fragment order)")
+        if operand is None:   # registers made like this copy's partition: already in order
+            return _ops().retile(frag, self.tiled.atom.num_values, None)
         name, tiled_mma = operand
         view = _ops().retile(frag, self.tiled.atom.num_values, (tiled_mma, name))
         layout = _retiled_layout(self.tiled, tiled_mma, name, _layout_of(view))

@@ -78,6 +78,8 @@ class StaticInt(int):
     def unpack(self) -> int:
         return int(self)
 
+    to_py_value = unpack    # FlyDSL's name: fx.size(frag).to_py_value()
+
     def __repr__(self) -> str:
         return int.__repr__(self)
 
@@ -98,6 +100,18 @@ class IntTuple(tuple):
     def unpack(self) -> tuple:
         """The top-level entries as a plain tuple (``m, n = shape.unpack()``)."""
         return tuple(self)
+
+    def to_py_value(self) -> tuple:
+        """The whole tuple as plain nested tuples of ints (FlyDSL's name; a dynamic
+        entry stays the kernel value it is).
+
+        Example::
+
+            >>> fx.make_layout((8, (4, 2))).shape.to_py_value()
+            (8, (4, 2))
+        """
+        return tuple(x.to_py_value() if isinstance(x, IntTuple) else
+                     int(x) if isinstance(x, int) else x for x in self)
 
     @property
     def rank(self) -> int:

@@ -87,6 +87,10 @@ def retile(frag, atom_values: int, expected_owner) -> TensorView:
                            "or fx.make_fragment_like of a thr_mma partition)")
     # registers made like a partition's layout (FlyDSL: make_fragment_like(
     # thr_mma.partition_B(t).layout(...))) hold values in that partition's order
+    if expected_owner is None and view.owner is not None:
+        raise DSLTypeError(f"retile: this {view.owner[1]} fragment of a tiled MMA holds its "
+                           "values in the MMA's order; retile it with a copy made by "
+                           f"fx.make_tiled_copy_{view.owner[1]} of that MMA")
     if view.owner is not None and view.owner != expected_owner:
         have_mma, have = view.owner
         want_mma, want = expected_owner
