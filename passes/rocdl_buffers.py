@@ -1,10 +1,11 @@
-"""Raw AMD buffer operations on targets without buffer instructions (the CPU backend).
+"""Raw AMD buffer operations on targets without buffer instructions (the CPU and CUDA
+backends).
 
 FlyDSL kernels build buffer resources and access memory through them with raw ROCDL
 operations (``rocdl.make.buffer.rsrc``, ``rocdl.raw.ptr.buffer.load/store`` and the
 ``raw.ptr.buffer.atomic.*`` family). On gfx9 they are the ``buffer_*`` instructions; this
-pass (run before :mod:`.simt_to_cpu`) gives them the same semantics with plain LLVM memory
-operations, following the CDNA3 ISA for a raw buffer (stride 0):
+pass (run before :mod:`.simt_to_cpu` on the CPU, early on CUDA) gives them the same
+semantics with plain LLVM memory operations, following the CDNA3 ISA for a raw buffer (stride 0):
 
 * the address is ``base + soffset + voffset`` (the immediate offset of the intrinsics
   is folded into ``voffset`` by their callers);

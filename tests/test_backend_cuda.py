@@ -213,10 +213,11 @@ def test_detect_target_reads_device_0(monkeypatch, driver, expected):
 def test_pipeline_and_targets_are_text():
     backend = get_backend("cuda", arch="sm_90")
     frags = backend.pipeline_fragments(CompileOptions())
-    # flydsl's own passes (the barrier check and the float flags first, the precise
-    # sqrt after the NVVM lowering) and MLIR pipeline text
+    # flydsl's own passes (the barrier check, FlyDSL's raw buffer operations and the
+    # float flags first, the precise sqrt after the NVVM lowering) and MLIR pipeline text
     assert [f.name for f in frags if not isinstance(f, str)] == [
-        "barrier-check", "fp-flags", "noalias-record", "nvvm-sqrt", "noalias-apply"]
+        "barrier-check", "rocdl-buffers", "fp-flags", "noalias-record", "nvvm-sqrt",
+        "noalias-apply"]
     assert "convert-gpu-to-nvvm" in ",".join(f for f in frags if isinstance(f, str))
     assert backend.gpu_module_targets() == ['#nvvm.target<chip = "sm_90", O = 3>']
     assert backend.gpu_module_targets(CompileOptions(opt_level=1)) == [

@@ -3,14 +3,15 @@ with ``fly.extract_aligned_pointer_as_index`` + ``rocdl.MakeBufferRsrcOp`` and a
 memory with ``rocdl.RawPtrBufferLoadOp``/``StoreOp`` and the buffer atomics, as FlyDSL's
 ``kernels/common/buffer_ops.py`` does. On the CPU they run with the hardware's range
 check (per 32-bit word, on the voffset: loads past ``num_records`` give 0, stores there
-are dropped); on gfx942 they are the ``buffer_*`` instructions."""
+are dropped); on gfx942 they are the ``buffer_*`` instructions, on sm_90 predicated loads,
+stores and atomics."""
 import numpy as np
 import pytest
 
 import flydsl
 import flydsl.compiler as flyc
 import flydsl.expr as fx
-from conftest import marked_line
+from conftest import gpu_asm_or_skip, marked_line
 from flydsl._mlir import ir
 from flydsl._mlir.dialects import arith as std_arith
 from flydsl._mlir.dialects import fly, rocdl
@@ -301,8 +302,13 @@ def test_an_op_result_is_a_kernel_value():
     np.testing.assert_array_equal(y, np.where(x != 0, x * 10, -1))
 
 
-def test_sm90_has_no_raw_buffer_ops_and_says_where():
+def test_sm90_runs_raw_buffer_ops_as_predicated_accesses_and_locates_the_rest():
     x = np.zeros(64, np.float32)
-    with pytest.raises(flydsl.CompilationError, match="rocdl.raw.ptr.buffer.load") as e:
-        flydsl.compile(copy_x4, x, x, 64, 64, backend="cuda", arch="sm_90")
-    assert "test_rocdl_raw_buffer_ops.py" in str(e.value)
+    ptx = gpu_asm_or_skip(copy_x4, (x, x, 64, 64), "cuda", "sm_90")
+    assert "setp." in ptx and "ld." in ptx and "st." in ptx     # loads/stores under a mask
+    ptx = gpu_asm_or_skip(count, (x, 8), "cuda", "sm_90")
+    assert "atom.add.f32" in ptx
+    # a buffer load to shared memory has no NVIDIA equivalent: located
+    with pytest.raises(flydsl.DSLError, match="raw.ptr.buffer.load.lds") as e:
+        flydsl.compile(lds_load, x, backend="cuda", arch="sm_90")
+    assert e.value.lineno == marked_line(__file__, "mark: load_lds")

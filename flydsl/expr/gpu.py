@@ -36,15 +36,46 @@ from .builtins import barrier, block_dim, block_idx, grid_dim, thread_idx, warp_
 from .implementation import ops as _ops
 
 __all__ = [
-    "barrier", "block_dim", "block_idx", "grid_dim", "known_block_size", "lane_id",
-    "num_warp_threads", "shuffle", "shuffle_down", "shuffle_idx", "shuffle_up",
-    "shuffle_xor", "thread_idx",
+    "barrier", "block_dim", "block_id", "block_idx", "grid_dim", "known_block_size",
+    "lane_id", "num_warp_threads", "shuffle", "shuffle_down", "shuffle_idx", "shuffle_up",
+    "shuffle_xor", "thread_id", "thread_idx",
 ]
 
 #: FlyDSL names this module re-exports from flydsl's memory module once it is there.
 _MEMORY_NAMES = ("SharedAllocator", "get_dyn_shared", "smem_space", "lds_space")
 
 _MODES = ("xor", "up", "down", "idx")
+
+_DIMS = ("x", "y", "z")
+
+
+def _dimension(fname: str, dim: Any) -> str:
+    """``"x"``/``"y"``/``"z"`` from FlyDSL's dimension argument (the string, 0/1/2, or an
+    enum member named x/y/z such as MLIR's ``gpu.Dimension.x``)."""
+    name = dim if isinstance(dim, str) else getattr(dim, "name", None)
+    if name is None and isinstance(dim, int) and not isinstance(dim, bool) and 0 <= dim < 3:
+        name = _DIMS[dim]
+    if name not in _DIMS:
+        raise ValueError(f"gpu.{fname}: the dimension is 'x', 'y' or 'z', got {dim!r}")
+    return name
+
+
+def block_id(dim: Any):
+    """FlyDSL's ``gpu.block_id("x")``: the block's index along ``dim`` (``"x"``, ``"y"``
+    or ``"z"``), as ``fx.block_idx.x``/``.y``/``.z``.
+
+    Example: ``row = fx.Int64(fx.gpu.block_id("y"))``
+    """
+    return getattr(block_idx, _dimension("block_id", dim))
+
+
+def thread_id(dim: Any):
+    """FlyDSL's ``gpu.thread_id("x")``: the thread's index in its block along ``dim``,
+    as ``fx.thread_idx.x``/``.y``/``.z``.
+
+    Example: ``tid = fx.gpu.thread_id("x")``
+    """
+    return getattr(thread_idx, _dimension("thread_id", dim))
 
 
 def lane_id():

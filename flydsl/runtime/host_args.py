@@ -325,10 +325,13 @@ class PointerArgument:
         self.device = device
 
     def __flydsl_tensor_arg__(self):
-        """The pointer as the one-dimensional tensor a kernel reads (see POINTER_EXTENT)."""
+        """The pointer as the one-dimensional tensor a kernel reads (see POINTER_EXTENT).
+        A null pointer (FlyDSL's kernels pass one for an argument a variant does not
+        read, e.g. an empty tensor's ``data_ptr()``) spans no elements: it launches, and
+        any access through it is out of bounds."""
         from .tensors import TensorArg
-        return TensorArg(self.address, (POINTER_EXTENT,), (1,), self.element_type, self.device,
-                         self)
+        return TensorArg(self.address, (POINTER_EXTENT if self.address else 0,), (1,),
+                         self.element_type, self.device, self)
 
     def with_address(self, pointer) -> "PointerArgument":
         """The same pointer type at another address (``int``, ``c_void_p`` or a

@@ -72,6 +72,8 @@ class CudaBackend(BaseBackend):
         return [
             # a barrier some threads of a block skip: an error or a warning
             PythonPass("barrier-check", "flydsl.passes.barrier_divergence:run"),
+            # FlyDSL's raw AMD buffer loads/stores/atomics: predicated accesses
+            PythonPass("rocdl-buffers", "flydsl.passes.rocdl_buffers:run"),
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
             PythonPass("noalias-record", "flydsl.passes.noalias:record"),
             # Strided/sub-view memref metadata -> affine.apply -> arith; then structured

@@ -7,6 +7,7 @@ import mlir.ir as ir
 from mlir.dialects import arith, llvm, memref, rocdl, scf
 
 from ...errors import DSLTypeError
+from . import context
 from .values import Value, as_value, to_index
 from .views import Memory, as_view
 
@@ -71,21 +72,44 @@ def byte_offset(mem: Memory, offset) -> ir.Value:
     return arith.muli(off, i32(mem.itemsize))
 
 
-def resource(mem: Memory) -> ir.Value:
-    """A buffer resource whose base is element 0 of ``mem`` and whose size is its
-    records (in bytes)."""
+def resource(mem: Memory, first=0) -> ir.Value:
+    """A buffer resource whose base is element ``first`` (an int or integer Value; 0 by
+    default) of ``mem`` and whose size is the bytes of its records from there. A base
+    outside the records (``first`` negative or past them) gets a resource of no bytes.
+    On the CPU the size is also bounded by the memory that exists from ``first`` (the
+    launched buffer holding it), so that no access through the resource leaves it."""
     i64 = ir.IntegerType.get_signless(64)
-    ptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, address(mem, 0)))
-    records = mem.records
-    nbytes = (records * mem.itemsize) if isinstance(records, int) else \
-        (records * mem.itemsize).v
-    if isinstance(nbytes, int):
-        nbytes = arith.constant(i64, nbytes)
-    elif ir.IntegerType(nbytes.type).width != 64:
-        nbytes = arith.extui(i64, nbytes)
+    ptr = llvm.inttoptr(llvm.PointerType.get(1), arith.index_cast(i64, address(mem, first)))
+    host = context.current().target.backend == "cpu"
+    if isinstance(mem.records, int) and isinstance(first, int) and not host:
+        left = mem.records - first if first >= 0 else 0
+        nbytes = arith.constant(i64, max(left, 0) * mem.itemsize)
+    else:
+        start = _i64(first)
+        left = arith.subi(_i64(mem.records), start)
+        if host:
+            exists = arith.index_cast(i64, memref.dim(mem.mem, arith.constant(
+                ir.IndexType.get(), 0)))
+            left = arith.minsi(left, arith.subi(exists, start))
+        zero = arith.constant(i64, 0)
+        outside = arith.ori(arith.cmpi(arith.CmpIPredicate.slt, left, zero),
+                            arith.cmpi(arith.CmpIPredicate.slt, start, zero))
+        left = arith.select(outside, zero, left)
+        nbytes = arith.muli(left, arith.constant(i64, mem.itemsize))
     return rocdl.make_buffer_rsrc(llvm.PointerType.get(8), ptr,
                                   arith.constant(ir.IntegerType.get_signless(16), 0),
                                   nbytes, i32(GFX9_BUFFER_FLAGS))
+
+
+def _i64(x) -> ir.Value:
+    """An int, integer Value or index as an i64 value (sign-extended)."""
+    i64 = ir.IntegerType.get_signless(64)
+    if isinstance(x, int):
+        return arith.constant(i64, x)
+    v = x.v if isinstance(x, Value) else x
+    if isinstance(v.type, ir.IndexType):
+        return arith.index_cast(i64, v)
+    return v if ir.IntegerType(v.type).width == 64 else arith.extsi(i64, v)
 
 
 def tensor_pointer(x, ptr_type: ir.Type, what: str) -> ir.Value:

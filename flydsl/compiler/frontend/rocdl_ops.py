@@ -27,7 +27,7 @@ from .buffer_resources import address, byte_offset, guarded_load, in_records, re
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
-__all__ = ["rocdl_buffer_tensor", "rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_raw", "rocdl_readfirstlane",
+__all__ = ["rocdl_buffer_rsrc", "rocdl_buffer_tensor", "rocdl_hint", "rocdl_intrinsic", "rocdl_mfma", "rocdl_raw", "rocdl_readfirstlane",
            "rocdl_tensor_pointer", "rocdl_update_dpp", "buffer_lds_copy", "buffer_atomic_copy"]
 
 #: Lanes of an AMD wave: a buffer-to-LDS load puts lane ``l``'s data ``l * bytes`` past
@@ -60,6 +60,41 @@ def rocdl_buffer_tensor(x, num_records_bytes) -> TensorView:
     nbytes = cast(nbytes, dt.Int64)
     records = nbytes // view.memory.itemsize + view.offset
     return _View(view.memory.with_records(records), view.offset, view.layout)
+
+
+def rocdl_buffer_rsrc(ptr) -> ir.Value:
+    """``fx.rocdl.get_buffer_rsrc(ptr)``: the raw buffer resource (``!llvm.ptr<8>``) of a
+    buffer tensor's pointer, based at the pointer's element and covering the tensor's
+    records from there (see :func:`.buffer_resources.resource`)."""
+    from .pointer_ops import PointerValue
+    target = context.current().target
+    what = "fx.rocdl.get_buffer_rsrc"
+    if not isinstance(ptr, PointerValue):
+        raise DSLTypeError(f"{what} needs the pointer of a buffer tensor "
+                           "(fx.get_iter(fx.rocdl.make_buffer_tensor(t))), got "
+                           f"{type(ptr).__name__} {ptr!r}")
+    if ptr.is_raw:
+        raise DSLTypeError(f"{what}: the pointer is a raw address (fx.inttoptr, or a recast "
+                           "global pointer), which no launched buffer is known to contain; "
+                           "make the buffer tensor from the kernel's tensor argument")
+    mem = ptr.memory
+    if mem.records is None:
+        raise DSLTypeError(f"{what} requires a buffer-descriptor pointer, got a {mem.space} "
+                           f"pointer to the {mem.label()}; make it with "
+                           "fx.rocdl.make_buffer_tensor")
+    if mem.space != "global":
+        raise DSLTypeError(f"{what}: a buffer resource addresses global memory, not the "
+                           f"{mem.space} {mem.label()}")
+    if target.backend not in ("rocm", "cpu", "cuda"):
+        raise DSLTypeError(f"{what}: a raw AMD buffer resource, which the {target.backend} "
+                           "backend has no equivalent of; access the buffer tensor with "
+                           "fx.copy and fx.rocdl.BufferCopy*/BufferAtomic* atoms")
+    if isinstance(ptr.offset, int) and ptr.offset < 0:
+        raise DSLTypeError(f"{what}: the pointer lies {-ptr.offset} elements before the "
+                           f"{mem.label()}, outside the launched buffer")
+    if not isinstance(ptr.offset, (int, Value)):
+        raise DSLTypeError(f"{what}: a coordinate (identity) tensor has no address")
+    return resource(mem, mem.physical(ptr.offset))
 
 
 def rocdl_tensor_pointer(ptr_type: ir.Type, x, what: str) -> ir.Value:
@@ -290,19 +325,33 @@ def _raw_arg(x):
     return x
 
 
+#: Raw ROCDL operations the CPU and CUDA backends run (``passes/rocdl_buffers``: the
+#: buffer resource and the raw buffer loads, stores and atomics as predicated accesses
+#: with the hardware's range check).
+PORTABLE_RAW_OPS = ("make_buffer_rsrc", "raw_ptr_buffer_load", "raw_ptr_buffer_store",
+               "raw_ptr_buffer_atomic_fadd", "raw_ptr_buffer_atomic_fmax",
+               "raw_ptr_buffer_atomic_smax", "raw_ptr_buffer_atomic_umin",
+               "raw_ptr_buffer_atomic_cmpswap")
+
+
 def rocdl_raw(name: str, args: tuple, kwargs: dict):
     """``fx.rocdl.<name>(...)`` for a ROCDL builder flydsl does not wrap: the operation on
-    ROCm (kernel values passed as their MLIR values); elsewhere a DSLTypeError."""
+    ROCm (kernel values passed as their MLIR values; the buffer operations take FlyDSL's
+    forms of their i32 operands), and on the CPU and CUDA too for
+    :data:`PORTABLE_RAW_OPS`; elsewhere a DSLTypeError."""
+    from ..._mlir.dialects import rocdl as compat
     target = context.current().target
-    if target.backend != "rocm":
+    portable = target.backend in ("cpu", "cuda")
+    if target.backend != "rocm" and not (portable and name in PORTABLE_RAW_OPS):
+        runs = ("the copy atoms, MFMA, readfirstlane, readlane, ds_bpermute, ballot, exp2, "
+                "rcp, cvt_pk_fp8_f32, s_barrier and the scheduling hints")
+        if portable:
+            runs += ", and the raw buffer operations " + ", ".join(PORTABLE_RAW_OPS)
         raise DSLTypeError(f"fx.rocdl.{name}: a raw ROCDL operation, which only the rocm "
                            f"backend has (this is {target.backend}); flydsl runs these "
-                           "fx.rocdl operations everywhere: the copy atoms, MFMA, "
-                           "readfirstlane, readlane, ds_bpermute, ballot, exp2, rcp, "
-                           "cvt_pk_fp8_f32, s_barrier and the scheduling hints")
-    result = getattr(rocdl, name)(*(_raw_arg(a) for a in args),
-                                  **{k: _raw_arg(v) for k, v in kwargs.items()})
-    return result
+                           f"fx.rocdl operations everywhere: {runs}")
+    builder = getattr(compat, name, None) or getattr(rocdl, name)
+    return builder(*(_raw_arg(a) for a in args), **{k: _raw_arg(v) for k, v in kwargs.items()})
 
 
 # -- FlyDSL's raw MFMA calls -----------------------------------------------------------------

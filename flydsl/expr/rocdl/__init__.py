@@ -19,7 +19,10 @@
   [a, b, c, 0, 0, 0])`` and the other MFMA names, run on the CPU too.
 * Any other ROCDL operation by its MLIR builder name (``fx.rocdl.permlane32_swap(...)``,
   as FlyDSL re-exports the dialect): the raw operation on ROCm, a ``DSLTypeError`` naming
-  the operation on the CPU and NVIDIA.
+  the operation on the CPU and NVIDIA, except the raw buffer operations
+  (``raw_ptr_buffer_load/store``, ``raw_ptr_buffer_atomic_*`` on a resource from
+  :func:`get_buffer_rsrc`), which run there as predicated accesses with the hardware's
+  range check.
 * ``fx.rocdl.cdna3`` / ``fx.rocdl.cdna4``: FlyDSL's per-generation modules.
 
 Example::
@@ -154,5 +157,6 @@ def __getattr__(name: str):
 
     raw.__name__ = raw.__qualname__ = name
     raw.__doc__ = (f"The ROCDL operation ``{name}`` (FlyDSL re-exports the dialect): the raw "
-                   "operation on ROCm; a DSLTypeError on the CPU and NVIDIA.")
+                   "operation on ROCm; a DSLTypeError on the CPU and NVIDIA unless it is a "
+                   "raw buffer operation.")
     return raw

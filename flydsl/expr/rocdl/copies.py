@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from ...errors import DSLTypeError
 from ..atoms import BufferCopy as BufferCopyOp
 from ..dtypes import DType
+from ..implementation import ops as _ops
 
 __all__ = [
     "BufferAtomic", "BufferAtomicAdd", "BufferAtomicMax", "BufferAtomicMin",
     "BufferAtomicPkAdd", "BufferCopy", "BufferCopy128b", "BufferCopy16b", "BufferCopy32b",
     "BufferCopy64b", "BufferCopy8b", "BufferCopyLDS", "BufferCopyLDS128b",
-    "BufferCopyLDS32b", "BufferCopyLDS64b",
+    "BufferCopyLDS32b", "BufferCopyLDS64b", "get_buffer_rsrc",
 ]
 
 _COPY_BITS = (8, 16, 32, 64, 128)
@@ -290,3 +291,36 @@ def BufferAtomicPkAdd(val_type: DType) -> BufferAtomicOp:
                            f"fx.BFloat16, got {val_type!r}")
     return _atomic_class("add", True)(32, "add", val_type, True)
 
+
+
+def get_buffer_rsrc(ptr):
+    """The raw AMD buffer resource (the ``V#`` descriptor, an ``!llvm.ptr<8>`` value) of
+    a buffer tensor's pointer, for the raw ROCDL buffer operations
+    (``fx.rocdl.raw_ptr_buffer_load/store``, ``raw_ptr_buffer_atomic_fadd``...), which
+    take it with a byte offset.
+
+    ``ptr`` is the iterator of a :func:`make_buffer_tensor` result (``fx.get_iter``),
+    possibly moved by ``fx.add_offset``: the resource's base is the element ``ptr``
+    points at and its ``num_records`` the bytes of the buffer tensor from there. As on
+    the hardware, a load whose 32-bit word ends past ``num_records`` gives 0 there and
+    a store or atomic there is dropped; the CPU backend runs exactly that. A pointer
+    that is not a buffer tensor's (a plain tensor's, a raw address) is an error, so the
+    resource always lies inside a launched buffer. On NVIDIA the raw operations through
+    it are predicated loads, stores and atomics with the same range check.
+
+    Returns: the resource, an MLIR value (``!llvm.ptr<8>``).
+
+    Example::
+
+        @flydsl.kernel
+        def add_ones(x: fx.Tensor):
+            rsrc = fx.rocdl.get_buffer_rsrc(fx.get_iter(fx.rocdl.make_buffer_tensor(x)))
+            off = fx.thread_idx.x * 4                     # byte offset of element tid
+            v = fx.rocdl.raw_ptr_buffer_load(fx.Float32, rsrc, off, 0, 0)
+            fx.rocdl.raw_ptr_buffer_store(v + 1.0, rsrc, off, 0, 0)   # dropped past x
+
+        x = np.zeros(3, np.float32)
+        add_ones[1, 4](x)          # the 4th thread reads 0 and writes nothing
+        assert (x == 1).all()
+    """
+    return _ops().rocdl_buffer_rsrc(ptr)
