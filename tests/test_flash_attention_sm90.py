@@ -85,6 +85,24 @@ def test_flash_attention_sm90_arguments_are_checked(fa):
         fa.flash_attention(q, k, v, torch.empty_like(q), lse, bn=40)
 
 
+def test_wgmma_mn_major_b_is_checked():
+    """An MN-major B is 16-bit only, and wider than one swizzle row it needs the
+    distance between its column blocks (the descriptor's LBO)."""
+    import flydsl.expr as fx
+    from flydsl.errors import DSLTypeError
+    op = fx.nvvm.WGMMA(128, fx.BFloat16, b_major="mn", b_mn_stride=128 * 64)
+    assert repr(op) == "WGMMA(m64n128k16.f32.bf16, swizzle=128, b_major='mn', b_mn_stride=8192)"
+    assert fx.nvvm.WGMMA(64, fx.Float16, b_major="mn").b_mn_stride == 0   # one block
+    with pytest.raises(DSLTypeError, match="b_major must be 'k' or 'mn'"):
+        fx.nvvm.WGMMA(64, fx.BFloat16, b_major="n")
+    with pytest.raises(DSLTypeError, match="needs bf16 or f16"):
+        fx.nvvm.WGMMA(64, fx.Float8E4M3FN, b_major="mn")
+    with pytest.raises(DSLTypeError, match="b_mn_stride"):
+        fx.nvvm.WGMMA(128, fx.BFloat16, b_major="mn")
+    with pytest.raises(DSLTypeError, match="b_mn_stride"):
+        fx.nvvm.WGMMA(128, fx.BFloat16, b_major="mn", b_mn_stride=100)
+
+
 def _ptxas(ptx: str, tmp_path) -> str:
     path = tmp_path / "k.ptx"
     path.write_text(ptx)
@@ -106,7 +124,7 @@ def test_flash_attention_sm90_ptx_is_tma_wgmma_and_ptxas_clean(fa, tmp_path, d, 
     memory (S), 8 m64n{d}k16 with A in registers and B transposed (P V, V's descriptor
     with LBO = one 128-key box); TMA 4-d loads of Q, K, V; warp-specialized
     (setmaxnreg), no spills, and no fence ptxas had to add (C7519) or wgmma it had to
-    serialize (C7518)."""
+    serialize (C7514, C7518, C7520)."""
     q = torch.zeros(2, 4, 1024, d, dtype=torch.bfloat16)
     ptx = flydsl.compile(fa.flash_attention, q, q, q, torch.empty_like(q),
                          torch.empty(2, 4, 1024), None, causal, backend="cuda",
@@ -126,7 +144,7 @@ def test_flash_attention_sm90_ptx_is_tma_wgmma_and_ptxas_clean(fa, tmp_path, d, 
     info = _ptxas(ptx, tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in info, info
     assert "0 bytes stack frame" in info, info
-    for code in ("C7508", "C7518", "C7519"):
+    for code in ("C7508", "C7514", "C7518", "C7519", "C7520"):
         assert code not in info, info
 
 
