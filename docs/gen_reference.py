@@ -135,6 +135,7 @@ SECTION_OF_MODULE = {
     "flydsl.expr.rocdl.cdna4": "fx.rocdl and fx.nvvm",
     "flydsl.expr.rocdl.intrinsics": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.rocdl.mfma": "AMD intrinsics and scheduling (fx.rocdl)",
+    "flydsl.expr.rocdl.perm": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.rocdl.sched": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.rocdl.enum": "AMD intrinsics and scheduling (fx.rocdl)",
     "flydsl.expr.nvvm": "fx.rocdl and fx.nvvm",

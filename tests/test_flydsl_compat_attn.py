@@ -153,3 +153,72 @@ def test_lists_from_outside_a_runtime_loop_stay_an_error(kernel, line):
     with pytest.raises(CompileTimeValueRequired, match="inside a runtime `if` or loop") as info:
         kernel[1, 1](x, out, 4)
     assert info.value.source_line.strip() == line
+
+
+# -- raw MLIR values carried by a runtime loop -------------------------------------------
+
+@flydsl.kernel
+def raw_values_carried(x: fx.Tensor, out: fx.Tensor, n: fx.Int32):
+    acc = fx.Vector.filled(4, 0.0, fx.Float32)          # a vector before the loop
+    total = fx.Float32(0.0)
+    for i in range(n):
+        acc = (acc + x[i]).ir_value()                   # a raw MLIR vector after the body,
+        total = (total + x[i]).ir_value()               # as FlyDSL's rocdl.mfma_* returns
+    for j in fx.range_constexpr(4):
+        out[j] = fx.Vector(acc)[j]
+    out[4] = total
+
+
+def test_a_loop_carries_raw_mlir_values_as_the_kernel_values_they_are():
+    x, out = np.arange(1, 6, dtype=np.float32), np.zeros(5, np.float32)
+    raw_values_carried[1, 1](x, out, 5)
+    np.testing.assert_array_equal(out, np.full(5, x.sum()))
+
+
+# -- fx.rocdl.perm_b32 (v_perm_b32) ------------------------------------------------------
+
+def _perm_reference(src0: int, src1: int, sel: int) -> int:
+    """The CDNA ISA's V_PERM_B32, byte by byte."""
+    data, out = (int(src0) << 32) | int(src1), 0
+    for i in range(4):
+        s = (int(sel) >> 8 * i) & 0xFF
+        if s < 8:
+            byte = (data >> 8 * s) & 0xFF
+        elif s < 12:
+            byte = 0xFF * ((data >> (15 + 16 * (s - 8))) & 1)
+        else:
+            byte = 0 if s == 12 else 0xFF
+        out |= byte << 8 * i
+    return out
+
+
+@flydsl.kernel
+def byte_permutes(a: fx.Tensor, b: fx.Tensor, sel: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    out[t] = fx.rocdl.perm_b32(a[t], b[t], sel[t])                  # a runtime selector
+    out[32 + t] = fx.rocdl.perm_b32(a[t], b[t], 0x07060302)         # upstream's constant
+
+
+def _perm_inputs():
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(0, 2**32, 32, dtype=np.uint64).astype(np.uint32) for _ in "ab")
+    s = rng.integers(0, 16, (32, 4)).astype(np.uint32)     # every selector kind, 0..15
+    sel = s[:, 0] | s[:, 1] << 8 | s[:, 2] << 16 | s[:, 3] << 24
+    return a, b, sel.astype(np.uint32)
+
+
+def test_perm_b32_picks_the_isa_bytes_on_the_cpu():
+    a, b, sel = _perm_inputs()
+    out = np.zeros(64, np.uint32)
+    byte_permutes[1, 32](a.view(np.int32), b.view(np.int32), sel.view(np.int32),
+                         out.view(np.int32))
+    want = [_perm_reference(x, y, s) for x, y, s in zip(a, b, sel)] + \
+        [_perm_reference(x, y, 0x07060302) for x, y in zip(a, b)]
+    np.testing.assert_array_equal(out, np.array(want, np.uint32))
+
+
+def test_perm_b32_is_the_instruction_on_gfx942():
+    a, b, sel = (x.view(np.int32) for x in _perm_inputs())
+    prog = flydsl.compile(byte_permutes, a, b, sel, np.zeros(64, np.int32), backend="rocm",
+                          arch="gfx942")
+    assert prog.asm["amdgcn"].count("v_perm_b32") >= 2

@@ -28,7 +28,7 @@ from ...expr import dtypes as dt
 from . import values as V
 from .debug_ops import device_assert
 from .values import Value
-from .vector_ops import VectorValue, vector_from
+from .vector_ops import VectorValue, kernel_value, vector_from
 from .views import FragmentValue
 
 #: A leaf in a shape.
@@ -77,6 +77,10 @@ def flatten(x) -> tuple[Any, list]:
 
 
 def _shape(x, leaves: list):
+    if _is_raw(x):     # a dialect builder's result (FlyDSL's rocdl.mfma_*): its typed value
+        typed = kernel_value(x)
+        if typed is not x:
+            return _shape(typed, leaves)
     if is_leaf(x):
         leaves.append(x)
         return LEAF
@@ -98,6 +102,14 @@ def _shape(x, leaves: list):
         fields = vars(x)
         return ("namespace", tuple(fields), tuple(_shape(v, leaves) for v in fields.values()))
     return _Same(x)
+
+
+def _is_raw(x) -> bool:
+    """An MLIR value that is not yet a kernel value: a scalar, or a 1-D vector (typed
+    without building an op, so wherever the trace is)."""
+    if not isinstance(x, ir.Value) or isinstance(x, (Value, VectorValue)):
+        return False
+    return not isinstance(x.type, ir.VectorType) or ir.VectorType(x.type).rank == 1
 
 
 def _lanes(x: VectorValue) -> list:

@@ -231,6 +231,7 @@ from .memory_ops import *    # noqa: E402,F401,F403
 from .numeric_ops import *   # noqa: E402,F401,F403
 from .vector_ops import *    # noqa: E402,F401,F403  (fx.Vector, raw-MLIR interop)
 from .rocdl_ops import *     # noqa: E402,F401,F403
+from .byte_perm_ops import *  # noqa: E402,F401,F403  (fx.rocdl.perm_b32)
 from .pointer_ops import *   # noqa: E402,F401,F403
 from .warp_ops import *      # noqa: E402,F401,F403
 from .views import when      # noqa: E402,F401  (a runtime `if` for flydsl.expr library code)

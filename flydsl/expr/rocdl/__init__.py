@@ -43,11 +43,12 @@ from .intrinsics import *    # noqa: F401,F403
 from .intrinsics import __all__ as _intrinsics_all
 from .mfma import *          # noqa: F401,F403
 from .mfma import __all__ as _mfma_all
+from .perm import perm_b32  # noqa: F401  (v_perm_b32)
 from .sched import *     # noqa: F401,F403
 from .sched import __all__ as _sched_all
 
 __all__ = ["MFMA", "WMMA", "SyncScope", "cdna3", "cdna4", "enum", "make_buffer_tensor", "readfirstlane",
-           "sched"] + _copies_all + _sched_all + _intrinsics_all + _mfma_all
+           "sched", "perm_b32"] + _copies_all + _sched_all + _intrinsics_all + _mfma_all
 
 
 def readfirstlane(res_or_value, value=None):
