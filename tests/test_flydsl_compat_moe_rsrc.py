@@ -184,3 +184,22 @@ def test_a_null_pointer_argument_launches_when_the_kernel_does_not_read_it():
         flyc.from_c_void_p(fx.Float32, b.ctypes.data),
         flyc.from_c_void_p(fx.Int32, 0), False)     # FlyDSL: data_ptr() of an empty tensor
     np.testing.assert_array_equal(b, a * 2)
+
+
+def _pick(t, k):
+    """A helper traced in place, indexing with a starred tuple display (upstream's MoE
+    layout helper: ``blocks[None, (*block_cord,)]``)."""
+    cord = [None] * 0 + [k]
+    return t[(*cord,)] + t[[*cord][0] + 1]
+
+
+@flydsl.kernel
+def starred_index(x: fx.Tensor, y: fx.Tensor):
+    y[0] = _pick(x, 2)
+
+
+def test_starred_items_in_a_tuple_or_list_display_are_unpacked():
+    x = np.arange(4, dtype=np.float32)
+    y = np.zeros(1, np.float32)
+    starred_index[1, 1](x, y)
+    assert y[0] == 5.0

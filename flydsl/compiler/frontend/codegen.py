@@ -402,10 +402,20 @@ class Codegen(ControlFlow):
                        for p in (node.lower, node.upper, node.step)))
 
     def expr_Tuple(self, node: ast.Tuple) -> tuple:
-        return tuple(self.eval_node(e) for e in node.elts)
+        return tuple(self._elements(node.elts))
 
     def expr_List(self, node: ast.List) -> list:
-        return [self.eval_node(e) for e in node.elts]
+        return self._elements(node.elts)
+
+    def _elements(self, elts: list) -> list:
+        """The values of a tuple or list display, ``*x`` items unpacked (``(*cord,)``)."""
+        out = []
+        for e in elts:
+            if isinstance(e, ast.Starred):
+                out.extend(self.eval_node(e.value))
+            else:
+                out.append(self.eval_node(e))
+        return out
 
     def expr_BinOp(self, node: ast.BinOp) -> Any:
         op = _BINOPS.get(type(node.op))
