@@ -1,5 +1,6 @@
 """FlashAttention-2 forward of examples/flash_attention.py against torch SDPA (and a
-Triton FlashAttention when Triton is importable), same process.
+Triton FlashAttention when Triton is importable), same process; on an sm_90 GPU also
+the FA3-style kernel of examples/flash_attention_sm90.py (:func:`gpu_rows_sm90`).
 
     python benchmarks/attention.py [--quick] [--threads 0,1]
 
@@ -167,7 +168,39 @@ def kit_cases() -> list:
     """The ``flydsl.gpu_kit`` cases of this kernel (b=4, s=4096, (h, d) = (32, 64) and
     (16, 128), causal and not, bf16): the kit's GPU run measures them."""
     from flydsl.gpu_kit.cases import all_cases
-    return [c for c in all_cases() if c.fn == "flash_attention"]
+    return [c for c in all_cases() if c.module == "flash_attention"]
+
+
+# ---- FA3-style Hopper kernel (examples/flash_attention_sm90.py, sm_90 GPUs only) -------
+
+def gpu_rows_sm90(quick: bool = False) -> list:
+    """The rows of :func:`gpu_rows` for the TMA + wgmma, warp-specialized kernel of
+    examples/flash_attention_sm90.py (an sm_90 GPU: H100/H200), against SDPA; the
+    issue's target on an H200 is >= 550 TFLOP/s."""
+    import torch
+    from flash_attention_sm90 import flash_attention as fa3
+    F = torch.nn.functional
+    shapes = GPU_SHAPES[:2] + GPU_SHAPES[4:6] if quick else GPU_SHAPES
+    rows = []
+    for (b, h, s, d) in shapes:
+        for causal in (False, True):
+            q, k, v, o, lse = _inputs(torch, b, h, s, s, d, torch.bfloat16, "cuda")
+            fa3(q, k, v, o, lse, None, causal)
+            ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            err = (o.float() - ref.float()).abs().max().item()
+            f = flops(b, h, s, s, d, causal)
+            lo, med = bench_ms(lambda: fa3(q, k, v, o, lse, None, causal))
+            t_sdpa, _ = bench_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            rows.append([f"b{b} h{h} s{s} d{d}", "causal" if causal else "full", f"{err:.1e}",
+                         f"{f / lo / 1e9:.0f}", f"{f / med / 1e9:.0f}", f"{f / t_sdpa / 1e9:.0f}",
+                         f"{t_sdpa / lo:.2f}"])
+    return rows
+
+
+def kit_cases_sm90() -> list:
+    """The ``flydsl.gpu_kit`` cases of the FA3-style kernel (sm_90a kits)."""
+    from flydsl.gpu_kit.cases import all_cases
+    return [c for c in all_cases("sm_90a") if c.module == "flash_attention_sm90"]
 
 
 # ---- CPU ----------------------------------------------------------------------------
@@ -239,6 +272,12 @@ def main() -> None:
             "(above 1: flydsl faster)."]
         print_table("FlashAttention-2 forward on the GPU (bf16)", GPU_HEADER,
                     gpu_rows(args.quick), left=2, footer=footer)
+        if torch.cuda.get_device_capability() == (9, 0):
+            print_table("FA3-style forward on the GPU (bf16; sm_90a: TMA, wgmma, "
+                        "warp-specialized)", GPU_HEADER[:7], gpu_rows_sm90(args.quick),
+                        left=2, footer=["target on an H200: >= 550 TFLOP/s"])
+        else:
+            print("\nFA3-style rows skipped: they need an sm_90 GPU (H100/H200).")
     else:
         print("\nGPU rows skipped: torch sees no GPU (run on a machine with one).")
     rows = [r for k in args.threads.split(",") for r in _run_child(int(k), args.quick)]

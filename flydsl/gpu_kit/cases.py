@@ -1,7 +1,8 @@
 """The kernels the kit carries: the examples the GPU benchmarks and GPU tests run
 (vector add, row softmax, layernorm, the tiled matmul in fp32 and fp16, the
 layout-model GEMM, the 3-stage cp.async GEMM, the warp-specialized TMA + wgmma GEMM
-in bf16 and in scaled fp8 (sm_90a kits only), FlashAttention-2 forward (d 64 and 128, causal and not) and 128-bit
+in bf16 and in scaled fp8 (sm_90a kits only), FlashAttention-2 forward (d 64 and 128, causal and not),
+the FA3-style TMA + wgmma FlashAttention forward (sm_90a kits only) and 128-bit
 vector add, the atomic block sum and warp-shuffle sums),
 each with its inputs, its torch reference and its work.
 
@@ -181,6 +182,23 @@ def _flash_attention(b: int, h: int, s: int, d: int, causal: bool) -> Case:
                 gpu_only=True)
 
 
+def _flash_attention_sm90(b: int, h: int, s: int, d: int, causal: bool) -> Case:
+    """examples/flash_attention_sm90.py (FA3-style forward: TMA, mbarriers, wgmma with P
+    in registers, warp-specialized; sm_90a only), bf16, against torch's SDPA; O is
+    checked (LSE is written too)."""
+    sdpa = (lambda torch, a:
+            torch.nn.functional.scaled_dot_product_attention(a[0], a[1], a[2], is_causal=causal))
+    return Case(f"flash attention FA3 fwd bf16 b{b} h{h} s{s} d{d}{' causal' if causal else ''} "
+                "(sm_90a, TMA+wgmma, warp-specialized)",
+                "flash_attention_sm90", "flash_attention",
+                lambda t: (t.randn((b, h, s, d), "bfloat16"), t.randn((b, h, s, d), "bfloat16"),
+                           t.randn((b, h, s, d), "bfloat16"), t.empty((b, h, s, d), "bfloat16"),
+                           t.empty((b, h, s)), None, causal), 3,
+                sdpa, lambda torch, a: lambda: sdpa(torch, a),
+                4.0 * b * h * s * s * d / (2 if causal else 1), "TFLOP/s", 2e-2, 2e-2,
+                archs=("sm_90a",), gpu_only=True)
+
+
 def all_cases(arch: Optional[str] = None) -> list:
     """Every case the kit for ``arch`` carries (None: every case), in the order the run
     reports them."""
@@ -191,6 +209,8 @@ def all_cases(arch: Optional[str] = None) -> list:
              _sm90_gemm(4096), _sm90_gemm_fp8(4096),
              *(_flash_attention(4, h, 4096, d, causal)
                for (h, d) in ((32, 64), (16, 128)) for causal in (False, True)),
+             _flash_attention_sm90(4, 16, 4096, 128, False),
+             _flash_attention_sm90(4, 32, 4096, 64, True),
              _vadd_2d(8192, 8192), _block_sum(100_000), _block_sum(1 << 24),
              _warp_sums(1 << 18)]
     return [c for c in cases if arch is None or not c.archs or arch in c.archs]
