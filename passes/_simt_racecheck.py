@@ -17,17 +17,29 @@ block's run between two barriers.  Each call of a kernel allocates one
   the first thread that loaded it in the epoch, with :data:`SEVERAL` set once
   another thread loaded it too.
 
-Each ``memref.load``/``memref.store`` of a shared buffer in a thread loop
-computes its element's offset in the buffer (by address, so views and
-``memref.view``s of the dynamic shared buffer work) and calls the out-of-line
-helper :data:`CHECK_FUNC` (a kernel has thousands of such accesses once its
-copies and MMAs are unrolled): a load of an element another thread stored in
-this epoch, or a store to one another thread stored or loaded in it, is counted
-in the error record's :data:`~flydsl.runtime.debug_checks.RACES` slot and
-reported through the bounds checks' helper (the first failure of a launch is
-kept).  A site's ``op`` is ``"race"``; the record's ``DIM`` slot says what the
-other thread did, ``INDEX`` the element's offset in the array.  Accesses are
-not changed.  Vector accesses, ``memref.copy`` and atomics are not checked.
+Each ``memref.load``/``memref.store`` and ``vector.load``/``vector.store`` of a
+shared buffer in a thread loop computes its first element's offset in the buffer
+(by address, so views and ``memref.view``s of the dynamic shared buffer work) and
+calls the out-of-line helper :data:`CHECK_FUNC` for the elements it covers (a
+kernel has thousands of such accesses once its copies and MMAs are unrolled): a
+load of an element another thread stored in this epoch, or a store to one another
+thread stored or loaded in it, is counted in the error record's
+:data:`~flydsl.runtime.debug_checks.RACES` slot and reported through the bounds
+checks' helper (the first failure of a launch is kept).  A site's ``op`` is
+``"race"``; the record's ``DIM`` slot says what the other thread did, ``INDEX``
+the element's offset in the array.  Accesses are not changed.  ``memref.copy``,
+masked vector accesses and atomics are not checked.
+
+The CPU runs every copy to shared memory at once, so the asynchronous writers are
+vector or scalar stores here: ``BufferCopyLDS*`` (LDS DMA), ``cp.async``,
+``stmatrix`` and TMA's copies are checked like plain stores, and ``ds_read``,
+``ldmatrix`` and wgmma's shared operands like plain loads.  Only a user's
+barrier ends an epoch: the barriers the CPU adds inside its emulations (warp
+shuffles and reductions, broadcasts of loaded loop bounds, the MMA/wgmma
+fragment exchange through flydsl's scratch) order only their own scratch, where
+a GPU exchanges registers, so they must not hide a missing barrier between the
+kernel's accesses (:func:`internal_barriers`).  flydsl's scratch arrays (named
+with :data:`~._simt_memprofile.INTERNAL_PREFIX`) are not checked.
 """
 from __future__ import annotations
 
@@ -39,7 +51,8 @@ from mlir.dialects import arith, func, memref, scf
 from flydsl.runtime import debug_checks as rec
 
 from ._simt_bounds import BoundsChecks, count_failure, report, root_memref
-from .ir import walk
+from ._simt_collectives import WARP_SYNC_ATTR
+from .ir import block_ops, defining_op, walk
 
 #: The out-of-line check of one access (see :func:`_declare_check_func`).
 CHECK_FUNC = "__flydsl_race_check"
@@ -50,7 +63,9 @@ _THREAD = SEVERAL - 1
 #: Shadow words before the buffers' and what they hold.
 CONTEXT = 8
 _EPOCH, _BLOCK_LINEAR, _BLOCK, _BDIM = 0, 1, 2, 5   # _BLOCK: x, y, z; _BDIM: x, y
-_ACCESS = {"memref.load": ("load", 0, 1), "memref.store": ("store", 1, 2)}
+#: op name -> (access, index of the memref operand, index of the first index operand)
+_ACCESS = {"memref.load": ("load", 0, 1), "memref.store": ("store", 1, 2),
+           "vector.load": ("load", 0, 1), "vector.store": ("store", 1, 2)}
 
 
 def _const(value: int, t: Optional[ir.Type] = None) -> ir.Value:
@@ -77,10 +92,15 @@ class RaceChecks:
         #: the check's own buffers (the bounds checks leave them alone)
         self.internal: set = set()
         self.buffers: dict = {}     # root -> (its first shadow word, address, element bytes)
+        self.internal_barriers: set = set()
         self.shadow = None
-        roots = [r for r in shared if element_bytes(ir.MemRefType(r.type).element_type)]
+        scratch = {r for r, label in shared.items() if _is_scratch(label)}
+        roots = [r for r in shared if r not in scratch
+                 and element_bytes(ir.MemRefType(r.type).element_type)]
         if not roots:
             return
+        #: the CPU's own barriers: they start no epoch
+        self.internal_barriers = internal_barriers(setup, set(roots), scratch)
         with ir.InsertionPoint(setup), ir.Location.unknown():
             words = _const(CONTEXT)
             for root in roots:
@@ -115,8 +135,9 @@ class RaceChecks:
                     self._put(_BLOCK_LINEAR + k, v)
 
     def barrier(self, op) -> None:
-        """Start a new epoch at the barrier ``op`` (before it)."""
-        if self.active:
+        """Start a new epoch at the barrier ``op`` (before it), unless the CPU added
+        ``op`` inside an emulation (:func:`internal_barriers`)."""
+        if self.active and op not in self.internal_barriers:
             with ir.InsertionPoint(op), op.location:
                 self._next_epoch()
 
@@ -151,13 +172,16 @@ class RaceChecks:
                 **self.labels[root])
             with ir.InsertionPoint(op), op.location:
                 first, base, root_bytes = self.buffers[root]
-                at = _element_offset(operands[mem_at], operands[idx_at:], base, root_bytes)
+                indices = operands[idx_at:]
+                at = _element_offset(operands[mem_at], indices, base, root_bytes)
                 if at is None:
                     continue
                 _declare_check_func(self.checks)
                 store = _const(int(kind == "store"), ir.IntegerType.get_signless(1))
+                n = _covered(op, operands[mem_at], root_bytes)
                 func.CallOp([], ir.FlatSymbolRefAttr.get(CHECK_FUNC),
-                            [self.shadow, first, at, *thread_ids(), store, _const(site)])
+                            [self.shadow, first, at, _const(n), *thread_ids(), store,
+                             _const(site)])
             count += 1
         return count
 
@@ -190,23 +214,28 @@ def byte_address(mem, indices) -> Optional[ir.Value]:
 def _declare_check_func(checks: BoundsChecks) -> None:
     """Define the check helper :data:`CHECK_FUNC` in ``checks``' module (once)::
 
-        (shadow, first word of the buffer, element, thread x, y, z, is_store, site)
+        (shadow, first word of the buffer, element, count, thread x, y, z, is_store, site)
 
-    It updates the element's shadow words and reports a race."""
+    It checks the ``count`` elements from ``element`` on, updates their shadow words
+    and reports a race."""
     top = checks.top
     if any("sym_name" in o.attributes and ir.StringAttr(o.attributes["sym_name"]).value
            == CHECK_FUNC for o in top.operations):
         return
     index = ir.IndexType.get()
     shadow_t = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], _i64())
-    inputs = [shadow_t] + [index] * 5 + [ir.IntegerType.get_signless(1), index]
+    inputs = [shadow_t] + [index] * 6 + [ir.IntegerType.get_signless(1), index]
     with ir.InsertionPoint.at_block_begin(top), ir.Location.unknown():
         f = func.FuncOp(CHECK_FUNC, (inputs, []), visibility="private")
         f.attributes["llvm.linkage"] = ir.Attribute.parse("#llvm.linkage<internal>")
         f.attributes["passthrough"] = ir.ArrayAttr.get([ir.StringAttr.get("noinline")])
     entry = f.add_entry_block()
     with ir.InsertionPoint(entry), ir.Location.unknown():
-        _check_body(*entry.arguments)
+        shadow, first, elem, count, *rest = entry.arguments
+        each = scf.ForOp(elem, arith.addi(elem, count), _const(1))
+        with ir.InsertionPoint(each.body):
+            _check_body(shadow, first, each.induction_variable, *rest)
+            scf.YieldOp([])
         func.ReturnOp([])
 
 
@@ -267,6 +296,108 @@ def _thread_ids(thread, bdx, bdy) -> list:
     xyz = (arith.remui(lin, bdx), arith.remui(row, bdy), arith.divui(row, bdy))
     unknown = arith.cmpi(arith.CmpIPredicate.eq, thread, _const(_THREAD, _i64()))
     return [arith.select(unknown, _const(-1), v) for v in xyz]
+
+
+def _covered(op, mem, root_bytes: int) -> int:
+    """How many elements of the root buffer (of ``root_bytes`` each) the access ``op``
+    to the memref ``mem`` covers: 1 for a scalar access, a vector's bytes for a vector
+    access (along the last index, contiguous: what ``vector.load``/``store`` lower to)."""
+    if not op.name.startswith("vector."):
+        return 1
+    vtype = (op.results[0] if op.name == "vector.load" else op.operands[0]).type
+    nbytes = element_bytes(vtype)
+    if nbytes is None:      # not expected: vectors of sized elements
+        nbytes = element_bytes(ir.MemRefType(mem.type).element_type) or root_bytes
+    return max(1, nbytes // root_bytes)
+
+
+def _is_scratch(label: dict) -> bool:
+    """Whether the shared buffer labelled ``label`` is flydsl's own scratch."""
+    from ._simt_memprofile import INTERNAL_PREFIX   # (it imports this module)
+    return label.get("tensor", "").startswith(f"shared array '{INTERNAL_PREFIX}")
+
+
+def internal_barriers(setup: ir.Operation, shared: set, scratch: set) -> set:
+    """The ``gpu.barrier``s the CPU added inside its emulations, in the block loop
+    ``setup`` (before its thread loops are built).
+
+    Each emulation exchanges values through its own buffers (``scratch``: flydsl's
+    shared scratch; the pass's per-thread slots, the function entry's other allocas)
+    as *store, barrier, load[, barrier]*: a warp shuffle, a warp reduction or scan, the
+    broadcast of a loaded loop bound, an MMA's fragment exchange. So a barrier is the
+    emulation's when, of the accesses to those own buffers between the barriers around
+    it, the last one before it is a store and the first one after it a load; and so is
+    the barrier right after such a one when own buffers are loaded between the two. A
+    user's barrier is never inside an emulation: after it, an emulation starts anew,
+    with a store. (``shared``: the user's shared buffers, which are not own.)
+    """
+    entry = setup.parent
+    own = set(scratch)
+
+    def is_own(root) -> bool:
+        if root in own:
+            return True
+        owner = defining_op(root)
+        if root not in shared and owner is not None and owner.name == "memref.alloca" \
+                and owner.parent == entry:
+            own.add(root)
+            return True
+        return False
+
+    def accesses(op) -> list:
+        """(is_store, is_own) of the tracked accesses in ``op``, in order."""
+        found = []
+        for o in walk(op, lambda x: x.name in _ACCESS):
+            kind, mem_at, _ = _ACCESS[o.name]
+            root = root_memref(list(o.operands)[mem_at])
+            if root in shared or is_own(root):
+                found.append((kind == "store", is_own(root)))
+        return found
+
+    result: set = set()
+    for block in _blocks(setup):
+        ops = block_ops(block)
+        # per op: its tracked accesses (a nested barrier: a boundary, None)
+        acc = [None if o.name != "gpu.barrier" and walk(o, lambda x: x.name == "gpu.barrier")
+               else accesses(o) for o in ops]
+        for i, op in enumerate(ops):
+            if op.name != "gpu.barrier" or WARP_SYNC_ATTR in op.attributes:
+                continue
+            before = [store for store, mine in _side(ops, acc, range(i - 1, -1, -1)) if mine]
+            after = [store for store, mine in _side(ops, acc, range(i + 1, len(ops))) if mine]
+            if (before and before[-1] and after and not after[0]) or \
+                    (False in before and _previous_barrier(ops, i) in result):
+                result.add(op)
+    return result
+
+
+def _blocks(op) -> list:
+    """Every block nested in ``op``."""
+    return [b for o in walk(op) for r in o.regions for b in r.blocks]
+
+
+def _side(ops: list, acc: list, order) -> list:
+    """The tracked accesses from ``ops[order[0]]`` on in ``order`` up to the next
+    barrier or op holding one, in program order."""
+    found = []
+    for j in order:
+        if ops[j].name == "gpu.barrier" or acc[j] is None:
+            break
+        found.append(acc[j])
+    if order.step < 0:
+        found.reverse()
+    return [a for part in found for a in part]
+
+
+def _previous_barrier(ops: list, i: int):
+    """The barrier before ``ops[i]`` in its block when only barrier-free ops lie
+    between (else None)."""
+    for j in range(i - 1, -1, -1):
+        if ops[j].name == "gpu.barrier":
+            return ops[j]
+        if walk(ops[j], lambda x: x.name == "gpu.barrier"):
+            return None
+    return None
 
 
 def _element_count(root) -> ir.Value:
