@@ -222,3 +222,25 @@ def test_perm_b32_is_the_instruction_on_gfx942():
     prog = flydsl.compile(byte_permutes, a, b, sel, np.zeros(64, np.int32), backend="rocm",
                           arch="gfx942")
     assert prog.asm["amdgcn"].count("v_perm_b32") >= 2
+
+
+# -- @flyc.jit on a function defined inside a kernel -----------------------------------
+
+@flydsl.kernel
+def jit_nested(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+
+    @flydsl.jit
+    def store_clamped():                    # upstream's finalize_o: a runtime `if` inside
+        if x[t] < 0.0:
+            out[t] = 0.0
+        else:
+            out[t] = x[t]
+    store_clamped()
+
+
+def test_a_jit_decorated_function_inside_a_kernel_is_traced_as_kernel_code():
+    x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
+    out = np.full(4, np.nan, np.float32)
+    jit_nested[1, 4](x, out)
+    np.testing.assert_array_equal(out, np.maximum(x, 0.0))

@@ -5,8 +5,9 @@ A nested ``def`` binds a :class:`NestedFunction`; calling it traces its body in 
 like a module-level helper: parameters bound as Python binds them (defaults evaluated at
 the ``def``), the enclosing body's variables readable as they are at the call (Python's
 closures read them late, too), assignments local to the call, ``return`` its result.
-Decorated nested functions, ``nonlocal`` and generators are not supported (a located
-error says so).
+``@flyc.jit`` on a nested function changes nothing (FlyDSL traces it as kernel code, as
+here); other decorators, ``nonlocal`` and generators are not supported (a located error
+says so).
 """
 from __future__ import annotations
 
@@ -56,9 +57,12 @@ class NestedFunction:
 
 def define(codegen, node: ast.FunctionDef, make_codegen: Callable) -> NestedFunction:
     """The function a nested ``def`` statement defines (defaults evaluated now)."""
-    if node.decorator_list:
-        raise codegen.error(node, "decorated functions cannot be defined inside a kernel; "
-                                  "define it at module level", UnsupportedConstructError)
+    for dec in node.decorator_list:
+        if not _is_jit(codegen.eval_node(dec)):
+            raise codegen.error(dec, "decorated functions cannot be defined inside a kernel "
+                                     "(except with @flyc.jit, which traces the function as "
+                                     "kernel code, as any nested def is); define it at module "
+                                     "level", UnsupportedConstructError)
     for sub in ast.walk(node):
         if isinstance(sub, (ast.Nonlocal, ast.Yield, ast.YieldFrom)):
             raise codegen.error(sub, f"`{type(sub).__name__.lower()}` is not supported in a "
@@ -67,6 +71,14 @@ def define(codegen, node: ast.FunctionDef, make_codegen: Callable) -> NestedFunc
     defaults = [codegen.eval_node(d) for d in node.args.defaults]
     kw_defaults = [None if d is None else codegen.eval_node(d) for d in node.args.kw_defaults]
     return NestedFunction(codegen, node, make_codegen, defaults, kw_defaults)
+
+
+def _is_jit(decorator) -> bool:
+    """``flyc.jit`` (or ``flyc.jit()``): inside a kernel FlyDSL traces the function as
+    kernel code, which a nested ``def`` is here already (matched by name: importing
+    flydsl.jit here would be an import cycle)."""
+    return getattr(decorator, "__module__", None) == "flydsl.jit" and \
+        getattr(decorator, "__name__", None) == "jit"
 
 
 def _signature(node: ast.FunctionDef, defaults: list, kw_defaults: list) -> inspect.Signature:
