@@ -23,6 +23,11 @@ MEMREF_VIEW_OPS = frozenset({
     "memref.assume_alignment",
 })
 
+#: Unit attribute on the op producing a memref (a raw pointer's view on the CPU,
+#: :mod:`flydsl.compiler.frontend.raw_memory`) whose every access the CPU backend
+#: bounds-checks, in every build.
+CHECKED_VIEW = "flydsl.checked_view"
+
 
 def op_of(x) -> ir.Operation:
     """The ``ir.Operation`` behind an OpView / Operation."""

@@ -79,7 +79,8 @@ from ._simt_split import split_thread_loops
 from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
                        strip_memory_space)
 from ._simt_uniformity import BROADCAST_ATTR, Uniformity
-from .ir import ancestor_in_block, block_ops, defining_op, gpu_modules, op_of, terminator, walk
+from .ir import (CHECKED_VIEW, ancestor_in_block, block_ops, defining_op, gpu_modules, op_of,
+                 terminator, walk)
 
 _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
@@ -92,6 +93,17 @@ def _i8() -> ir.Type:
     return ir.IntegerType.get_signless(8)
 
 
+#: How an out-of-bounds report names a raw pointer's view (frontend.raw_memory).
+_RAW_VIEW_LABEL = ("raw pointer view (its size: the elements left in the kernel argument "
+                   "holding its address; 0: no argument holds it, or it is misaligned)")
+
+
+def _always_checked(op: ir.Operation) -> bool:
+    """Whether kernel ``op`` has accesses the CPU checks in every build (raw pointers'
+    views)."""
+    return bool(walk(op, lambda o: CHECKED_VIEW in o.attributes))
+
+
 def _is_i1(t: ir.Type) -> bool:
     return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 1
 
@@ -102,7 +114,10 @@ def run(module: ir.Module, target=None, options=None) -> None:
     with module.context, ir.Location.unknown(module.context):
         top = module.body
         debug = getattr(options, "debug", False)
-        checks = BoundsChecks(top) if debug or getattr(options, "racecheck", False) else None
+        racecheck = debug or getattr(options, "racecheck", False)
+        checked = any(_always_checked(op) for gm in gpu_modules(module)
+                      for op in block_ops(gm.regions[0].blocks[0], with_terminator=True))
+        checks = BoundsChecks(top) if racecheck or checked else None
         recorder = MemoryRecorder(module) if getattr(options, "profile", "") == "memory" else None
         printf = PrintfLowering(module)
         printf.lower(module.operation)      # gpu.printf -> fprintf, before the thread loops
@@ -112,7 +127,7 @@ def run(module: ir.Module, target=None, options=None) -> None:
                 if name == "gpu.func":
                     if "gpu.kernel" in op.attributes:
                         _KernelLowering(op, gm, warp_size, checks, bounds=debug,
-                                        recorder=recorder).run()
+                                        races=racecheck, recorder=recorder).run()
                     else:
                         _lower_device_func(op, gm)
                 elif name == "gpu.module_end":
@@ -244,12 +259,14 @@ class _ThreadLoop:
 
 class _KernelLowering:
     def __init__(self, gfunc, gm, warp_size: int, checks: Optional[BoundsChecks] = None,
-                 bounds: bool = True, recorder: Optional[MemoryRecorder] = None):
+                 bounds: bool = True, races: bool = True,
+                 recorder: Optional[MemoryRecorder] = None):
         self.gfunc = gfunc
         self.name = _sym_name(gfunc)
         self.warp = warp_size
         self.checks = checks            # debug or race checks: the module's error record
         self.bounds = bounds and checks is not None   # bounds-check every access
+        self.check_races = races and checks is not None   # debug or race-check mode
         self.races: Optional[RaceChecks] = None
         self.recorder = recorder        # FLYDSL_PROFILE=memory: record shared/global accesses
         self.index = ir.IndexType.get()
@@ -479,15 +496,23 @@ class _KernelLowering:
         StridedLoopInterchange(self).run()   # for j in range(tid, n, BLOCK): threads innermost
         self._demote_sync_op_values()
         self.uni = self._analyze()
-        if self.checks is not None:
+        if self.check_races:
             self._start_race_checks()
         self._lower_level(self.body)
         self._lower_allocas()
         self._demote_cross_segment_values()
         # before step 9: the reports' thread-id placeholders become loop ivs too
+        raw_views = [op.results[0] for op in walk(self.func,
+                                                  lambda o: CHECKED_VIEW in o.attributes)]
+        self.mem_labels.update({view: {"tensor": _RAW_VIEW_LABEL} for view in raw_views})
         if self.bounds:
             self.checks.guard_kernel(self.func, self.name, self._report_ids,
                                      skip=self.internal, labels=self.mem_labels)
+        elif self.checks is not None:   # the always-checked memrefs only
+            only = set(raw_views)
+            if only:
+                self.checks.guard_kernel(self.func, self.name, self._report_ids,
+                                         labels=self.mem_labels, only=only)
         if self.races is not None:
             lin = self.body.arguments[0]
             bid = [self.bid[d] for d in _DIMS]

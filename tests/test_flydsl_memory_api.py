@@ -409,16 +409,6 @@ def test_get_dyn_shared():
     np.testing.assert_array_equal(y, x[::-1])
 
 
-def test_make_view_of_a_raw_pointer_is_refused():
-    @flydsl.kernel
-    def k(x: fx.Tensor):
-        p = fx.inttoptr(fx.Float32, fx.ptrtoint(fx.get_iter(x)))
-        fx.make_view(p, fx.make_layout(4, 1))[0] = 1.0
-
-    with pytest.raises(DSLError, match="raw pointer"):
-        k[1, 1](np.zeros(4, np.float32))
-
-
 # -- GPU targets -----------------------------------------------------------------------
 
 def test_struct_arrays_compile_for_gpus():

@@ -7,7 +7,11 @@ A pointer points at an element of a tensor, shared allocation or register fragme
 (``fx.get_iter(t)``, an allocation's ``.ptr``): ``p + k`` moves it by ``k`` elements,
 ``p[k]`` reads and ``p[k] = v`` writes, ``fx.make_view(p, layout)`` is a view of the
 memory from ``p`` on. Pointers into shared memory recast to other element types; a
-raw address (``fx.inttoptr``) is read and written with ``fx.ptr_load``/``ptr_store``.
+raw address (``fx.inttoptr``, a global tensor's pointer recast to another type) is
+read and written with ``fx.ptr_load``/``ptr_store`` or through ``fx.make_view(p,
+layout)``: global memory at the address on GPUs; on the CPU only the bytes of the
+kernel argument holding the address, every access checked (an access elsewhere raises
+a located ``OutOfBoundsError`` and touches nothing).
 """
 from __future__ import annotations
 
@@ -239,7 +243,7 @@ def recast_iter(result_type, src):
     """``src`` seen as a pointer to ``result_type`` (a dtype or a ``PointerType``), the
     same address (C's ``reinterpret_cast``). Pointers into shared memory stay views
     (bounds-checked under ``FLYDSL_DEBUG=1``); a global tensor's pointer becomes a raw
-    address.
+    address (see :func:`inttoptr`: on the CPU still checked against that tensor).
 
     Returns: a pointer to ``result_type``.
 
@@ -305,8 +309,11 @@ def to_llvm_ptr(ptr):
 
 def inttoptr(result_type, src):
     """A raw pointer at the integer address ``src`` (``result_type``: a
-    ``PointerType``, or a dtype for a global pointer). Reads and writes through it are
-    not bounds-checked.
+    ``PointerType``, or a dtype for a global pointer). ``fx.make_view(p, layout)`` views
+    the memory from it on. GPUs do not check its accesses; the CPU backend checks every
+    access of a global one against the kernel argument buffer holding the address (an
+    access outside it, or at an address no argument holds or misaligned for the element
+    type, raises a located ``OutOfBoundsError`` and is skipped).
 
     Returns: a pointer.
 
@@ -314,6 +321,7 @@ def inttoptr(result_type, src):
 
         q = fx.inttoptr(fx.PointerType.get(fx.Float32), fx.ptrtoint(fx.get_iter(x)) + 4 * i)
         y[i] = q.load()                              # x[i]
+        row = fx.make_view(q, fx.make_layout(4, 1))  # x[i:i + 4]
     """
     space = _space_name(getattr(result_type, "address_space", AddressSpace.Global))
     return _ops().inttoptr(_dtype(result_type), src, space)

@@ -218,7 +218,8 @@ class _HostBox:
         elem = storage_type(self.dtype)
         if load:
             safe = arith.select(inside, addr, self.address)   # outside: read element 0
-            raw = ptr_load(inttoptr(word, Value(safe, dt.Int64))).v
+            # the descriptor's tensor is no kernel argument: its box is checked above
+            raw = ptr_load(inttoptr(word, Value(safe, dt.Int64)), checked=False).v
             raw = arith.select(inside, raw, arith.constant(raw.type, 0))
             flat.store(slot, Value(raw if raw.type == elem else arith.bitcast(elem, raw),
                                    self.dtype))
@@ -228,7 +229,7 @@ class _HostBox:
             raw = flat.load(slot).v
             wtype = word.mlir_type()
             raw = raw if raw.type == wtype else arith.bitcast(wtype, raw)
-            ptr_store(Value(raw, word), inttoptr(word, Value(addr, dt.Int64)))
+            ptr_store(Value(raw, word), inttoptr(word, Value(addr, dt.Int64)), checked=False)
             scf.YieldOp([])
 
 

@@ -13,8 +13,11 @@ A :class:`PointerValue` is one of two kinds:
   ``fx.get_dyn_shared()``) can be recast to another element type: a ``memref.view``
   of the pool's bytes from the pointer's byte on.
 * **raw**: an integer address (``fx.inttoptr``, a recast of a global tensor's
-  pointer). Loads and stores are LLVM ``load``/``store`` through ``inttoptr`` in the
-  target's address space; no bounds checks.
+  pointer). On GPUs loads and stores are LLVM ``load``/``store`` through ``inttoptr``
+  in the target's address space. ``fx.make_view(p, layout)`` (and, on the CPU, every
+  ``ptr_load``/``ptr_store``) goes through the pointer's
+  :class:`~.raw_memory.RawMemory`, which on the CPU reaches only the kernel argument
+  (or shared array) holding the address, every access checked.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from ...expr import layout_algebra as la
 from ...expr.dtypes import DType
 from . import context
 from .memory_ops import _dynamic_shared_base, _space
+from .raw_memory import LLVM_SPACES, element_bytes as _itemsize, raw_memory
 from .tensors import TensorValue, coerce_for_store, storage_type
 from .values import Value, as_value, cast, to_index
 from .views import (FragmentValue, Memory, TensorView, add_offsets, as_view, vector_load,
@@ -41,9 +45,6 @@ __all__ = [
     "ptr_load", "ptr_store", "ptrtoint", "recast_iter", "shared_pool",
 ]
 
-#: LLVM address space of a raw pointer per (backend, space); host backends use 0.
-#: (Device memory has the same address in the generic and global spaces on both GPUs.)
-_LLVM_SPACES = {"cuda": {"global": 1, "shared": 3}, "rocm": {"global": 1, "shared": 3}}
 
 
 class PooledMemory(Memory):
@@ -124,10 +125,8 @@ class PointerValue:
     def __flydsl_view__(self) -> TensorView:
         """What ``fx.make_view(p, layout)`` sees: the memory ``p`` points into, from ``p`` on."""
         if self.is_raw:
-            raise DSLTypeError("fx.make_view of a raw pointer (fx.inttoptr, or a global "
-                               "tensor's pointer recast to another type) is not supported: "
-                               "read and write it with fx.ptr_load/fx.ptr_store, or make "
-                               "the view from the tensor")
+            return TensorView(raw_memory(self.address, self.dtype, self.space), 0,
+                              la.make_layout(1))
         return TensorView(self.memory, self.offset, la.make_layout(1))
 
     def byte_address(self) -> ir.Value:
@@ -149,16 +148,12 @@ class PointerValue:
     def llvm_ptr(self) -> ir.Value:
         """The pointer as an ``!llvm.ptr`` of the target's address space."""
         backend = context.current().target.backend
-        space = _LLVM_SPACES.get(backend, {}).get(self.space, 0)
+        space = LLVM_SPACES.get(backend, {}).get(self.space, 0)
         return llvm.inttoptr(llvm.PointerType.get(space), self.byte_address())
 
 
 def is_pointer(x) -> bool:
     return isinstance(x, PointerValue)
-
-
-def _itemsize(dtype: DType) -> int:
-    return 1 if dtype.kind == "bool" else max(dtype.bits // 8, 1)
 
 
 def _need_pointer(fname: str, p) -> PointerValue:
@@ -303,7 +298,7 @@ def inttoptr(dtype, address, space: str = "global") -> PointerValue:
     if space == "register":
         raise DSLTypeError("fx.inttoptr: register memory has no address")
     if space == "shared" and address.dtype.bits <= 32 and \
-            context.current().target.backend not in _LLVM_SPACES:
+            context.current().target.backend not in LLVM_SPACES:
         return PointerValue(dtype, space, address=_host_shared_address(address))
     return PointerValue(dtype, space, address=cast(address, dt.Int64))
 
@@ -336,8 +331,8 @@ def ptrtoint(p) -> Value:
 def pointer_view(p: PointerValue, layout: la.Layout) -> TensorView:
     """``fx.make_view(ptr, layout)``: the memory ``p`` points into, seen through ``layout``
     from ``p`` on."""
-    p.__flydsl_view__()      # a raw pointer: the error
-    return TensorView(p.memory, p.offset, layout)
+    base = p.__flydsl_view__()
+    return TensorView(base.memory, base.offset, layout)
 
 
 def bind_pointer_params(fn, scope: dict) -> None:
@@ -403,6 +398,16 @@ def _dtype_of(t: ir.Type, like: DType) -> DType:
     raise DSLTypeError(f"fx.ptr_load: unsupported element type {text}")
 
 
+def _host_checked(p: PointerValue) -> PointerValue:
+    """A raw pointer on a host backend as a pointer into its (bounds-checked)
+    :class:`~.raw_memory.RawMemory`: a host address is only accessed inside the kernel
+    argument (or shared array) that holds it."""
+    if not p.is_raw or \
+            context.current().target.backend in LLVM_SPACES:
+        return p
+    return PointerValue(p.dtype, p.space, raw_memory(p.address, p.dtype, p.space), 0)
+
+
 def _checked() -> bool:
     """Whether the debug checks (bounds, races) are on: they see element accesses only,
     so vectors through memory are then split into elements."""
@@ -410,12 +415,15 @@ def _checked() -> bool:
     return bool(getattr(options, "debug", False) or getattr(options, "racecheck", False))
 
 
-def ptr_load(p, result_type=None):
-    """One element (or a vector of them with a vector ``result_type``) at ``p``."""
+def ptr_load(p, result_type=None, *, checked: bool = True):
+    """One element (or a vector of them with a vector ``result_type``) at ``p``.
+    ``checked=False``: a raw host address is read as it is (the front end's own reads
+    of memory no kernel argument holds, e.g. a TMA descriptor's tensor)."""
     p = _need_pointer("ptr_load", p)
     dtype, lanes = _vector_width(result_type, p.dtype)
     if dtype.mlir != p.dtype.mlir:
         p = recast_iter(dtype, p)
+    p = _host_checked(p) if checked else p
     if not p.is_raw:
         if lanes == 0:
             return p.memory.load(p.offset)
@@ -435,9 +443,11 @@ def ptr_load(p, result_type=None):
                       dtype)
 
 
-def ptr_store(value, p) -> None:
-    """Store ``value`` (a scalar, or a fragment/vector of consecutive elements) at ``p``."""
+def ptr_store(value, p, *, checked: bool = True) -> None:
+    """Store ``value`` (a scalar, or a fragment/vector of consecutive elements) at ``p``
+    (``checked``: as :func:`ptr_load`'s)."""
     p = _need_pointer("ptr_store", p)
+    p = _host_checked(p) if checked else p
     items = _elements(value)
     if items is None:
         items = [value]
