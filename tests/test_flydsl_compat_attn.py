@@ -244,3 +244,18 @@ def test_a_jit_decorated_function_inside_a_kernel_is_traced_as_kernel_code():
     out = np.full(4, np.nan, np.float32)
     jit_nested[1, 4](x, out)
     np.testing.assert_array_equal(out, np.maximum(x, 0.0))
+
+
+@flydsl.kernel
+def carried_item_changes(x: fx.Tensor, out: fx.Tensor, n: fx.Int32):
+    state = [fx.Float32(0.0), fx.Vector.filled(4, 0.0, fx.Float32)]
+    for i in range(n):
+        state = [state[0] + x[i], (x[i], x[i])]         # item [1]: a vector, then a tuple
+    out[0] = state[0]
+
+
+def test_a_loop_carried_structure_error_names_the_item_that_changed():
+    x, out = np.zeros(4, np.float32), np.zeros(1, np.float32)
+    with pytest.raises(flydsl.DSLError, match=r"a list of 2 before the loop and a list of 2 "
+                       r"after its body \(item \[1\]: a vector of 4 values, then a tuple of 2\)"):
+        carried_item_changes[1, 1](x, out, 4)

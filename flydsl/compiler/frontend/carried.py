@@ -177,6 +177,29 @@ def describe_shape(x) -> str:
     return type(x).__name__ if x is not None else "None"
 
 
+def first_difference(a, b, path: str = "") -> str:
+    """Where structures ``a`` and ``b`` first differ, for a message (``" (item [2]: a
+    vector of 16 values, then OpResult)"``); "" when only the whole differs."""
+    def parts(x):
+        if type(x) in (list, tuple) or _is_namedtuple(x):
+            return [(f"[{i}]", v) for i, v in enumerate(x)]
+        if type(x) is dict:
+            return [(f"[{k!r}]", v) for k, v in x.items()]
+        if type(x) is SimpleNamespace:
+            return [(f".{k}", v) for k, v in vars(x).items()]
+        return None
+    pa, pb = parts(a), parts(b)
+    if pa is not None and pb is not None and type(a) is type(b) and \
+            [k for k, _ in pa] == [k for k, _ in pb]:
+        for (k, x), (_, y) in zip(pa, pb):
+            if flatten(x)[0] != flatten(y)[0]:
+                return first_difference(x, y, path + k)
+        return ""
+    if not path:
+        return ""
+    return f" (item {path}: {describe_shape(a)}, then {describe_shape(b)})"
+
+
 def leaf_dtype(x) -> dt.DType:
     return x.dtype if isinstance(x, Value) else V.literal_dtype(x)
 

@@ -666,7 +666,8 @@ class ControlFlow:
             if shape != carry.shapes[n]:
                 raise self.error(node, f"loop-carried variable {n!r} is "
                                        f"{C.describe_shape(carry.initial(n))} before the loop "
-                                       f"and {C.describe_shape(after)} after its body; it "
+                                       f"and {C.describe_shape(after)} after its body"
+                                       f"{C.first_difference(carry.initial(n), after)}; it "
                                        "must keep its structure (numbers, or tuples, lists, "
                                        "dicts and fragments of numbers)", DSLTypeError)
             for k, x in zip(carry.span(n), leaves):
