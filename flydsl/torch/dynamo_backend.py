@@ -48,7 +48,7 @@ from .reductions import reduction_count, row_input
 from .rewrites import inline_decomposition, split_addmm, split_log_softmax
 from .row_kernels import RowModule
 from .scatter_sums import merge_scatter_sums
-from .trials import TRIALS, GraphTrial
+from .trials import MAX_TRIALS, TRIALS, GraphTrial
 
 log = logging.getLogger("flydsl.torch")
 
@@ -149,7 +149,9 @@ def _captured_graph_trial(compiled: Callable, gm: GraphModule,
         log.info("inference graph: %s: %s", trial.summary("AOTAutograd", "as captured"),
                  "keeps it" if trial.verdict else "runs as dynamo captured it")
     settled = (lambda: inner.chosen is not None) if inner is not None else (lambda: True)
-    return GraphTrial(compiled, gm.forward, settled, 6 * TRIALS + 6, on_verdict)
+    # settles within the groups' trials and the fused graph's (up to MAX_TRIALS a side)
+    return GraphTrial(compiled, gm.forward, settled, 2 * TRIALS + 2 * MAX_TRIALS + 6,
+                      on_verdict)
 
 
 def target_device_type() -> Optional[str]:
