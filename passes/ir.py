@@ -23,6 +23,11 @@ MEMREF_VIEW_OPS = frozenset({
     "memref.assume_alignment",
 })
 
+#: ``gpu.func`` attribute: the indices of the kernel arguments whose every access the
+#: CPU backend bounds-checks (host views whose layout may reach past their memory,
+#: :mod:`flydsl.runtime.host_views`), in every build, not only in debug mode.
+CHECKED_ARGS = "flydsl.checked_args"
+
 #: Unit attribute on the op producing a memref (a raw pointer's view on the CPU,
 #: :mod:`flydsl.compiler.frontend.raw_memory`) whose every access the CPU backend
 #: bounds-checks, in every build.

@@ -79,8 +79,8 @@ from ._simt_split import split_thread_loops
 from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
                        strip_memory_space)
 from ._simt_uniformity import BROADCAST_ATTR, Uniformity
-from .ir import (CHECKED_VIEW, ancestor_in_block, block_ops, defining_op, gpu_modules, op_of,
-                 terminator, walk)
+from .ir import (CHECKED_ARGS, CHECKED_VIEW, ancestor_in_block, block_ops, defining_op,
+                 gpu_modules, op_of, terminator, walk)
 
 _DIMS = ("x", "y", "z")
 #: Rematerialising a cross-barrier value costs at most this many ops per use loop.
@@ -99,8 +99,10 @@ _RAW_VIEW_LABEL = ("raw pointer view (its size: the elements left in the kernel 
 
 
 def _always_checked(op: ir.Operation) -> bool:
-    """Whether kernel ``op`` has accesses the CPU checks in every build (raw pointers'
-    views)."""
+    """Whether kernel ``op`` has accesses the CPU checks in every build (host views whose
+    layout may reach past their memory, raw pointers' views)."""
+    if CHECKED_ARGS in op.attributes:
+        return True
     return bool(walk(op, lambda o: CHECKED_VIEW in o.attributes))
 
 
@@ -266,6 +268,9 @@ class _KernelLowering:
         self.warp = warp_size
         self.checks = checks            # debug or race checks: the module's error record
         self.bounds = bounds and checks is not None   # bounds-check every access
+        # else only those of these arguments (host views reaching past their memory)
+        self.checked_args = (list(ir.DenseI32ArrayAttr(gfunc.attributes[CHECKED_ARGS]))
+                             if CHECKED_ARGS in gfunc.attributes else [])
         self.check_races = races and checks is not None   # debug or race-check mode
         self.races: Optional[RaceChecks] = None
         self.recorder = recorder        # FLYDSL_PROFILE=memory: record shared/global accesses
@@ -509,7 +514,8 @@ class _KernelLowering:
             self.checks.guard_kernel(self.func, self.name, self._report_ids,
                                      skip=self.internal, labels=self.mem_labels)
         elif self.checks is not None:   # the always-checked memrefs only
-            only = set(raw_views)
+            args = list(self.entry.arguments)
+            only = {args[i] for i in self.checked_args} | set(raw_views)
             if only:
                 self.checks.guard_kernel(self.func, self.name, self._report_ids,
                                          labels=self.mem_labels, only=only)

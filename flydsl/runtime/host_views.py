@@ -12,8 +12,13 @@ flydsl runs ``@flyc.jit`` bodies as plain Python; outside a kernel trace
 ``fx.get_iter`` of a host tensor is a :class:`HostPointer` and ``fx.make_view`` of a
 host pointer (or tensor, or view) and a static layout is a :class:`HostView`.
 Passed to a kernel's tensor parameter, a view is the memory it spans (a 1-d tensor
-of ``cosize(layout)`` elements from the pointer) seen through its layout: the kernel
-is specialized on the layout, which it reads as a compile-time layout, as in FlyDSL.
+of ``cosize(layout)`` elements from the pointer, fewer where the layout reaches past
+the tensor) seen through its layout: the kernel is specialized on the layout, which it
+reads as a compile-time layout, as in FlyDSL. Its accesses stay inside the memory
+that exists: buffer resources on the view cover at most that memory (reads past it
+give 0, writes are dropped), and on the CPU a plain load or store past it is an
+:class:`~flydsl.runtime.debug_checks.OutOfBoundsError` naming the kernel, argument
+and source line.
 Every other ``flydsl.expr`` function still needs a kernel body (:class:`HostOps`).
 """
 from __future__ import annotations
@@ -74,7 +79,7 @@ class HostView:
     """``fx.make_view(ptr, layout)`` on the host (see the module docstring): what a
     kernel receives as a tensor of that layout."""
 
-    __slots__ = ("tensor", "offset", "layout", "_arg")
+    __slots__ = ("tensor", "offset", "layout", "elements", "_arg")
 
     def __init__(self, pointer: HostPointer, layout: la.Layout):
         if not isinstance(layout, la.Layout) or not la.is_static(layout):
@@ -85,14 +90,20 @@ class HostView:
         span = int(la.cosize(layout))
         lo, hi = tensor_range(base)
         start = base.ptr + pointer.offset * item
-        if span and (start < lo or start + span * item > hi):
+        if span and not lo <= start < hi:
             raise DSLTypeError(
-                f"fx.make_view: layout {layout} from element {pointer.offset} spans "
-                f"{span} elements, past the tensor's {(hi - lo) // item} (shape "
-                f"{tuple(base.shape)}, strides {tuple(base.strides)})")
+                f"fx.make_view: element {pointer.offset} is outside the tensor's "
+                f"{(hi - lo) // item} elements (shape {tuple(base.shape)}, strides "
+                f"{tuple(base.strides)})")
+        # A layout may span past the memory (FlyDSL's preshuffle GEMM views A and C as
+        # 65536 rows and bounds its reads with buffer resources): the kernel receives
+        # only the memory that exists, and every access through the view is checked
+        # against it (buffer resources are clamped to it; the CPU backend guards plain
+        # loads and stores: one out of bounds is a located error).
+        self.elements = min(span, (hi - start) // item)
         self.tensor, self.offset, self.layout = base, pointer.offset, layout
-        self._arg = TensorArg(start, (span,), (1,), base.dtype, base.device, base.owner,
-                              base.writable)
+        self._arg = TensorArg(start, (self.elements,), (1,), base.dtype, base.device,
+                              base.owner, base.writable)
 
     @property
     def dtype(self) -> dt.DType:

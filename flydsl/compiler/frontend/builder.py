@@ -8,7 +8,7 @@ from typing import Any
 import mlir.ir as ir
 from mlir.dialects import gpu
 
-from ...passes.ir import MEMREF_VIEW_OPS
+from ...passes.ir import CHECKED_ARGS, MEMREF_VIEW_OPS
 from ..function_attrs import attach_function_attrs
 from ...runtime.specialization import ALIGNMENT
 from .codegen import Codegen
@@ -17,7 +17,7 @@ from .pointer_ops import bind_pointer_params
 from .source import function_source
 from .tensors import TensorValue, assume_aligned, assume_divisible, tensor_memref_type
 from .values import Value
-from .views import make_view
+from .views import bounded_by_memory, make_view
 
 
 @dataclass
@@ -65,7 +65,10 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
             func_op.attributes["known_block_size"] = ir.DenseI32ArrayAttr.get(list(block_size))
         scope = {}
         args = iter(entry.arguments)
+        arg_index = {}
         for p in params:
+            if p.kind != "constexpr":
+                arg_index[p.name] = len(arg_index)
             if p.kind == "constexpr":   # an object's attributes are read through P:name
                 scope[p.name] = tctx.deps.found((("P", p.name),), p.value)
             elif p.kind == "tensor":
@@ -77,9 +80,13 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
             assume_specializations(params, scope)
         with tracing(tctx), ir.InsertionPoint(entry):
             bind_pointer_params(fn, scope)      # fx.Pointer parameters
-            for p in params:   # host views: the 1-d memory through the static layout
+            checked = []   # host views: the 1-d memory through the static layout
+            for p in params:
                 if p.kind == "tensor" and p.layout is not None:
-                    scope[p.name] = make_view(scope[p.name], p.layout)
+                    checked.append(arg_index[p.name])
+                    scope[p.name] = bounded_by_memory(make_view(scope[p.name], p.layout))
+            if checked:    # the layout may reach past the memory: the CPU checks accesses
+                func_op.attributes[CHECKED_ARGS] = ir.DenseI32ArrayAttr.get(checked)
             Codegen(src, scope, fn.__name__).run_body()
             gpu.return_([])
         if block_size is None and "launch_block" in tctx.extra:   # compiled for that block
