@@ -133,6 +133,24 @@ def test_dynamic_leaves_and_scalars_inside_a_kernel():
     assert out.tolist() == [11, 15, 3]
 
 
+def test_crd2idx_to_py_value_static_and_dynamic():
+    """Upstream's MoE GEMM: ``fx.crd2idx((0, m, k), layout).to_py_value()`` is a Python
+    int for a static layout (usable in range_constexpr arithmetic) and the kernel value
+    for a dynamic one."""
+    idx = fx.crd2idx((1, 2, 3), L((2, 3, 4), (1, 2, 6)))
+    assert idx.to_py_value() == 23 and type(idx.to_py_value()) is int
+    sw = fx.make_composed_layout(fx.Swizzle(3, 3, 3), fx.make_ordered_layout((8, 64), (1, 0)))
+    assert fx.crd2idx((1, 0), sw).to_py_value() == 72
+
+    @flydsl.kernel
+    def k(out: fx.Tensor, n: fx.Int32):
+        out[0] = fx.crd2idx((1, 2), fx.make_layout((4, 8), (1, n))).to_py_value()
+        out[1] = fx.crd2idx((1, 2), fx.make_layout((4, 8), (1, 4))).to_py_value() + n
+    out = np.zeros(2, np.int32)
+    k[1, 1](out, 5)
+    assert out.tolist() == [11, 14]
+
+
 # -- tiles, tile_to_shape, recast ------------------------------------------------------------
 
 def test_tile_to_shape_repeats_the_block_in_the_given_order():

@@ -112,7 +112,8 @@ def crd2idx(coord, layout):
     outer(coord))``, e.g. a swizzled offset); ``layout`` may also be a shape (then
     column-major).
 
-    Returns: an int, or an integer kernel value when anything is dynamic.
+    Returns: an int (with FlyDSL's ``.to_py_value()``), or an integer kernel value
+    when anything is dynamic.
 
     Example::
 
@@ -122,9 +123,9 @@ def crd2idx(coord, layout):
         >>> fx.crd2idx((1, 0), sw)
         72
     """
-    if isinstance(layout, ComposedLayout):
-        return layout(coord)
-    return la.crd2idx(coord, layout)
+    index = layout(coord) if isinstance(layout, ComposedLayout) else la.crd2idx(coord, layout)
+    # a static index keeps FlyDSL's IntTuple method (upstream's MoE GEMM calls it)
+    return la.StaticInt(index) if type(index) is int else index
 
 
 def idx2crd(idx, layout):

@@ -78,6 +78,11 @@ class Value(ir.Value):
         """The plain ``ir.Value`` (this value is one too)."""
         return self.v
 
+    def to_py_value(self) -> "Value":
+        """Itself: FlyDSL's ``fx.crd2idx(c, layout).to_py_value()`` gives a Python int
+        when the index is static and the kernel value when it is dynamic."""
+        return self
+
     def to(self, dtype: DType) -> "Value":
         """This value converted to ``dtype`` (C-like, as ``fx.Float32(x)``)."""
         return cast(self, resolve_dtype(dtype, "to"))
