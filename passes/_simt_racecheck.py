@@ -39,7 +39,11 @@ shuffles and reductions, broadcasts of loaded loop bounds, the MMA/wgmma
 fragment exchange through flydsl's scratch) order only their own scratch, where
 a GPU exchanges registers, so they must not hide a missing barrier between the
 kernel's accesses (:func:`internal_barriers`).  flydsl's scratch arrays (named
-with :data:`~._simt_memprofile.INTERNAL_PREFIX`) are not checked.
+with :data:`~._simt_memprofile.INTERNAL_PREFIX`) are not checked.  Not modelled:
+the wait an asynchronous copy needs besides the barrier (``s_waitcnt vmcnt``,
+``cp.async.wait_group``): the CPU completes the copy at once and the waits leave
+no trace in the IR here, so a kernel with the barrier but no wait is not reported;
+``fx.syncwarp``'s barrier still starts an epoch (it may hide a race between warps).
 """
 from __future__ import annotations
 
@@ -172,8 +176,7 @@ class RaceChecks:
                 **self.labels[root])
             with ir.InsertionPoint(op), op.location:
                 first, base, root_bytes = self.buffers[root]
-                indices = operands[idx_at:]
-                at = _element_offset(operands[mem_at], indices, base, root_bytes)
+                at = _element_offset(operands[mem_at], operands[idx_at:], base, root_bytes)
                 if at is None:
                     continue
                 _declare_check_func(self.checks)

@@ -23,6 +23,7 @@ from conftest import marked_line
 @pytest.fixture(autouse=True)
 def debug_mode(monkeypatch):
     monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "0")     # the same checks, a faster compile
 
 
 def _race(run, kernel: str, marker: str) -> SharedMemoryRaceError:
