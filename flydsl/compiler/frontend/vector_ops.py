@@ -160,6 +160,30 @@ class VectorValue(ir.Value):
     def reduce(self, op, init_val=None, *, fastmath=None, reduction_profile=None) -> Value:
         return vector_reduce(self, op, init_val, fastmath=fastmath)
 
+    def broadcast_to(self, shape) -> "VectorValue":
+        """The vector repeated to ``shape`` by NumPy's rules (a missing leading mode or
+        one of size 1 repeats): ``Vector.from_elements([s], fx.Float32).broadcast_to(16)``."""
+        to = _shape(shape)
+        src = (1,) * (len(to) - len(self.shape)) + self.shape
+        if len(src) > len(to) or any(s not in (1, d) for s, d in zip(src, to)):
+            raise DSLTypeError(f"Vector.broadcast_to: a vector of shape {self.shape} "
+                               f"cannot be broadcast to {to}")
+        if to == self.shape:
+            return self
+        if self.numel == 1:
+            return VectorValue(_as_lanes(self[0], self.dtype, _numel(to)).v, self.dtype, to)
+        mask = []       # row-major: lane k of the result reads lane mask[k] of self
+        for k in range(_numel(to)):
+            flat, rest = 0, k
+            coords = []
+            for d in reversed(to):
+                coords.append(rest % d)
+                rest //= d
+            for s, c in zip(src, reversed(coords)):
+                flat = flat * s + (c if s > 1 else 0)
+            mask.append(flat)
+        return VectorValue(vector.shuffle(self.v, self.v, mask), self.dtype, to)
+
     # arithmetic ----------------------------------------------------------
     def _bin(self, op, o, reverse=False):
         a, b = (o, self) if reverse else (self, o)
