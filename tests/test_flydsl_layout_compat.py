@@ -151,6 +151,22 @@ def test_crd2idx_to_py_value_static_and_dynamic():
     assert out.tolist() == [11, 14]
 
 
+def test_a_loaded_fragment_has_numel_and_bitcast_like_a_vector():
+    """Upstream's MoE epilogue: ``frag[None, m, k].load()`` is a Vector there, with
+    ``.numel`` and ``.bitcast`` (the lane count scales with the element width)."""
+    @flydsl.kernel
+    def k(out: fx.Tensor, x: fx.Tensor):
+        v = fx.make_view(x, fx.make_layout((2,), (1,))).load()
+        w = v.bitcast(fx.Int16)
+        out[0] = v.numel
+        out[1] = w.numel
+        out[2] = w[1].to(fx.Int32)
+        out[3] = w[2].to(fx.Int32)
+    out = np.zeros(4, np.int32)
+    k[1, 1](out, np.array([0x00030001, 7], np.int32))
+    assert out.tolist() == [2, 4, 3, 7]        # little-endian halves: 1, 3, 7, 0
+
+
 # -- tiles, tile_to_shape, recast ------------------------------------------------------------
 
 def test_tile_to_shape_repeats_the_block_in_the_given_order():

@@ -37,6 +37,7 @@ from ...expr.swizzle import ComposedLayout
 from . import context
 from .tensors import TensorValue, coerce_for_store, storage_type
 from .values import Value, as_value, cast, resolve_dtype, to_index
+from .vector_ops import vector_from
 
 #: Alignment of register fragments and the most any copy atom needs (128 bits).
 MAX_VECTOR_BYTES = 16
@@ -299,6 +300,16 @@ class FragmentValue:
     def __truediv__(self, o): return self._map(o, lambda a, b: a / b)
     def __rtruediv__(self, o): return self._map(o, lambda a, b: b / a)
     def __neg__(self): return FragmentValue([-v for v in self.values], self.shape, self.dtype)
+
+    @property
+    def numel(self) -> int:
+        """The number of values (FlyDSL's ``Vector.numel``)."""
+        return len(self.values)
+
+    def bitcast(self, dtype):
+        """The values' bits as a vector of ``dtype`` (FlyDSL's ``Vector.bitcast``: the
+        lane count scales with the width, e.g. 2 Int32 -> 8 Int8)."""
+        return vector_from(self).bitcast(dtype)
 
     def map(self, fn) -> "FragmentValue":
         """``fn`` applied to every value (e.g. ``v.map(fx.exp)``)."""
