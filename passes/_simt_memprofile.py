@@ -20,7 +20,7 @@ is full it calls the callback, which gives it a bigger one; an access it still h
 no room for is counted as lost. Profiled launches run on one host thread (the
 runtime serializes them), so the helper needs no atomics. The accesses themselves
 are unchanged; private memory and the pass's own scratch buffers are not recorded,
-nor are shared arrays whose name starts with :data:`INTERNAL_PREFIX` (flydsl's own
+nor are shared arrays whose name starts with :data:`~._simt_racecheck.INTERNAL_PREFIX` (flydsl's own
 scratch, such as the CPU's emulation of MMA instructions).
 
 The site table (JSON: kernel, file, line, source text, ``space`` "shared" or
@@ -41,13 +41,11 @@ from flydsl.runtime import memory_profile as prof
 
 from ._simt_bounds import root_memref
 from ._simt_ir import source_location
-from ._simt_racecheck import byte_address, element_bytes
+from ._simt_racecheck import byte_address, element_bytes, is_scratch
 from .ir import walk
 
 #: Module attribute holding the JSON site table.
 SITES_ATTR = "flydsl.memprofile_sites"
-#: Shared arrays named with this prefix are flydsl's scratch, not the kernel's traffic.
-INTERNAL_PREFIX = "."
 
 #: op name -> (index of the memref operand, index of the first index operand, access)
 _ACCESSES = {
@@ -151,7 +149,7 @@ class MemoryRecorder:
             root = _buffer_of(mem)
             label = labels.get(root, {})
             if root in shared:
-                if label.get("tensor", "").startswith(f"shared array '{INTERNAL_PREFIX}"):
+                if is_scratch(label):      # flydsl's scratch, not the kernel's traffic
                     continue
                 space = "shared"
             elif "arg" in label:

@@ -39,7 +39,7 @@ shuffles and reductions, broadcasts of loaded loop bounds, the MMA/wgmma
 fragment exchange through flydsl's scratch) order only their own scratch, where
 a GPU exchanges registers, so they must not hide a missing barrier between the
 kernel's accesses (:func:`internal_barriers`).  flydsl's scratch arrays (named
-with :data:`~._simt_memprofile.INTERNAL_PREFIX`) are not checked.  Not modelled:
+with :data:`INTERNAL_PREFIX`) are not checked.  Not modelled:
 the wait an asynchronous copy needs besides the barrier (``s_waitcnt vmcnt``,
 ``cp.async.wait_group``): the CPU completes the copy at once and the waits leave
 no trace in the IR here, so a kernel with the barrier but no wait is not reported;
@@ -57,6 +57,10 @@ from flydsl.runtime import debug_checks as rec
 from ._simt_bounds import BoundsChecks, count_failure, report, root_memref
 from ._simt_collectives import WARP_SYNC_ATTR
 from .ir import block_ops, defining_op, walk
+
+#: The name prefix of flydsl's own shared scratch arrays (MMA and collective
+#: emulations): neither race-checked nor profiled.
+INTERNAL_PREFIX = "."
 
 #: The out-of-line check of one access (see :func:`_declare_check_func`).
 CHECK_FUNC = "__flydsl_race_check"
@@ -98,7 +102,7 @@ class RaceChecks:
         self.buffers: dict = {}     # root -> (its first shadow word, address, element bytes)
         self.internal_barriers: set = set()
         self.shadow = None
-        scratch = {r for r, label in shared.items() if _is_scratch(label)}
+        scratch = {r for r, label in shared.items() if is_scratch(label)}
         roots = [r for r in shared if r not in scratch
                  and element_bytes(ir.MemRefType(r.type).element_type)]
         if not roots:
@@ -314,9 +318,8 @@ def _covered(op, mem, root_bytes: int) -> int:
     return max(1, nbytes // root_bytes)
 
 
-def _is_scratch(label: dict) -> bool:
+def is_scratch(label: dict) -> bool:
     """Whether the shared buffer labelled ``label`` is flydsl's own scratch."""
-    from ._simt_memprofile import INTERNAL_PREFIX   # (it imports this module)
     return label.get("tensor", "").startswith(f"shared array '{INTERNAL_PREFIX}")
 
 
