@@ -142,7 +142,10 @@ def _amd_matrix_core(spec, a_vals, b_vals, c_vals) -> list:
     else:
         a_op = _pack([cast(v, ab) for v in a_vals], spec.a_regs)[0]
         b_op = _pack([cast(v, ab) for v in b_vals], spec.b_regs)[0]
-    if spec.ab_dtype == "bf16":     # bf16 operands are i16 vectors of the same bits
+    # bf16 operands are i16 vectors of the same bits, except where the intrinsic takes
+    # bfloat (gfx950's 32x32x16/16x16x32 bf16: <8 x bfloat>; an i16 vector there is
+    # a call LLVM aborts on)
+    if spec.ab_dtype == "bf16" and spec.extra["llvm_operand_types"][0].endswith("i16>"):
         a_op, b_op = _as_i16_vector(a_op), _as_i16_vector(b_op)
     acc = _ACC[spec.acc_dtype]
     ctype = ir.VectorType.get([len(c_vals)], acc.mlir_type())
