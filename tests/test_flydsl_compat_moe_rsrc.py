@@ -203,3 +203,24 @@ def test_starred_items_in_a_tuple_or_list_display_are_unpacked():
     y = np.zeros(1, np.float32)
     starred_index[1, 1](x, y)
     assert y[0] == 5.0
+
+
+@flydsl.kernel
+def widen_sum_narrow(x: fx.Tensor, y: fx.Tensor):
+    """y[4t..4t+3] = half(float(x[4t..]) + float(x[4t+64..])): lanes widened with
+    ``.extf`` and narrowed with ``.truncf``, as the reduction accumulates f16 rows."""
+    t = fx.thread_idx.x
+    a = fx.Vector.from_elements([x[4 * t + k] for k in range(4)], fx.Float16)
+    b = fx.Vector.from_elements([x[4 * t + 64 + k] for k in range(4)], fx.Float16)
+    total = a.extf(T.vec(4, T.f32)) + b.extf(fx.Float32)
+    out = total.truncf(T.vec(4, T.f16))
+    for k in fx.range_constexpr(4):
+        y[4 * t + k] = out[k]
+
+
+def test_vector_extf_and_truncf_convert_every_lane():
+    x = (np.arange(128) * 0.37).astype(np.float16)
+    y = np.zeros(64, np.float16)
+    widen_sum_narrow[1, 16](x, y)
+    want = (x[:64].astype(np.float32) + x[64:].astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(y, want)

@@ -121,6 +121,30 @@ class VectorValue(ir.Value):
         to = values.resolve_dtype(dtype, "to")
         return VectorValue(convert_raw(self.v, self.dtype, to, self.numel), to, self.shape)
 
+    def extf(self, target_type, *, fastmath=None) -> "VectorValue":
+        """Each lane as a wider float (``v.extf(T.vec(4, T.f32))``; the element type, a
+        flydsl dtype or ``T.f32``, also names it)."""
+        return self._convert_lanes(target_type, "extf", wider=True)
+
+    def truncf(self, target_type, *, fastmath=None) -> "VectorValue":
+        """Each lane as a narrower float (round to nearest even)."""
+        return self._convert_lanes(target_type, "truncf", wider=False)
+
+    def _convert_lanes(self, target_type, what: str, wider: bool) -> "VectorValue":
+        t = getattr(target_type, "ir_type", target_type)
+        if isinstance(t, ir.VectorType):
+            vt = ir.VectorType(t)
+            if vt.shape != [self.numel]:
+                raise DSLTypeError(f".{what}() of a {self.numel}-lane vector to {t}: the "
+                                   "lane counts differ")
+            t = vt.element_type
+        to = values.resolve_dtype(t, what)
+        if self.dtype.kind != "float" or to.kind != "float" or \
+                (to.bits > self.dtype.bits) != wider:
+            raise DSLTypeError(f".{what}() makes a {'wider' if wider else 'narrower'} float; "
+                               f"{self.dtype.name} to {to.name} is not one")
+        return self.to(to)
+
     def bitcast(self, dtype) -> "VectorValue":
         to = values.resolve_dtype(dtype, "bitcast")
         total = self.numel * self.dtype.bits
