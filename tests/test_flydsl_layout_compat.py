@@ -137,6 +137,9 @@ def test_crd2idx_to_py_value_static_and_dynamic():
     """Upstream's MoE GEMM: ``fx.crd2idx((0, m, k), layout).to_py_value()`` is a Python
     int for a static layout (usable in range_constexpr arithmetic) and the kernel value
     for a dynamic one."""
+    shape, stride = fx.get_shape(L((4, (2, 3)), (1, (4, 8)))), fx.get_stride(L((4, (2, 3)), (1, (4, 8))))
+    assert shape[1][1].to_py_value() == 3 and stride[1][0].to_py_value() == 4   # leaves too
+    assert shape.to_py_value() == (4, (2, 3)) and type(shape[0].to_py_value()) is int
     idx = fx.crd2idx((1, 2, 3), L((2, 3, 4), (1, 2, 6)))
     assert idx.to_py_value() == 23 and type(idx.to_py_value()) is int
     sw = fx.make_composed_layout(fx.Swizzle(3, 3, 3), fx.make_ordered_layout((8, 64), (1, 0)))

@@ -866,8 +866,10 @@ def get_shape(L: Layout) -> Any:
 
         >>> fx.get_shape(fx.make_layout((8, 16), (16, 1)))
         (8,16)
+        >>> fx.get_shape(fx.make_layout((8, 16)))[1].to_py_value()
+        16
     """
-    return L.shape
+    return _static_leaves(L.shape)
 
 
 def get_stride(L: Layout) -> Any:
@@ -880,7 +882,17 @@ def get_stride(L: Layout) -> Any:
         >>> fx.get_stride(fx.make_layout((8, 16), (16, 1)))
         (16,1)
     """
-    return L.stride
+    return _static_leaves(L.stride)
+
+
+def _static_leaves(t: Any) -> Any:
+    """``t`` with its int leaves as :class:`StaticInt` (FlyDSL's leaves have
+    ``.to_py_value()``: upstream reads ``fx.get_shape(frag)[1].to_py_value()``)."""
+    if type(t) is int:
+        return StaticInt(t)
+    if isinstance(t, IntTuple):
+        return IntTuple(_static_leaves(x) for x in t)
+    return t
 
 
 def get(t: Any, i: Union[int, Sequence[int]]) -> Any:
