@@ -15,7 +15,6 @@ def perm_b32(src0, src1, selector):
 
     Returns: an Int32 value.
 
-    Example: ``w = fx.rocdl.perm_b32(fx.Int32(0x11223344), fx.Int32(0x55667788),
-    0x07060302)`` is 0x11225566 (the high halves of both words, ``src0``'s on top)
+    Example: ``w = fx.rocdl.perm_b32(fx.Int32(0x11223344), fx.Int32(0x55667788), 0x07060302)``  # 0x11225566
     """
     return _ops().rocdl_perm_b32(src0, src1, selector)
