@@ -44,7 +44,8 @@ WORD = 4
 
 
 def run(module, target=None, options=None) -> None:
-    """Lower every raw buffer operation of ``module``; reject other ROCDL operations."""
+    """Lower every raw buffer operation and the portable ROCDL math of ``module``;
+    reject other ROCDL operations."""
     lowering = _Lowering()
     for op in walk(module.operation, lambda o: o.name in (LOAD, STORE, CMPSWAP)
                    or o.name in ATOMICS):
@@ -57,9 +58,28 @@ def run(module, target=None, options=None) -> None:
                          "run; it runs raw buffer loads, stores and atomics",
                          _op(users[0]))
         make.erase()
+    for op in walk(module.operation, lambda o: o.name in _PORTABLE_MATH):
+        _lower_math(op)
     for op in walk(module.operation, _is_amd_only):
         raise _error(f"'{_amd_name(op)}' is an AMD GPU operation with no equivalent on the "
                      f"{_backend(target)} backend", op)
+
+
+#: ROCDL math operations with a portable meaning (raw ``rocdl.exp2(T.f32, x)`` in
+#: FlyDSL kernels, as ``fx.rocdl.exp2`` computes off ROCm): 2 ** x and 1 / x.
+_PORTABLE_MATH = ("rocdl.exp2", "rocdl.rcp")
+
+
+def _lower_math(op: ir.Operation) -> None:
+    from mlir.dialects import arith, math
+    x = op.operands[0]
+    with ir.InsertionPoint(op), op.location:
+        if op.name == "rocdl.exp2":
+            new = math.exp2(x)
+        else:
+            new = arith.divf(arith.constant(x.type, 1.0), x)
+    op.results[0].replace_all_uses_with(new)
+    op.erase()
 
 
 def _backend(target) -> str:

@@ -224,3 +224,22 @@ def test_vector_extf_and_truncf_convert_every_lane():
     widen_sum_narrow[1, 16](x, y)
     want = (x[:64].astype(np.float32) + x[64:].astype(np.float32)).astype(np.float16)
     np.testing.assert_array_equal(y, want)
+
+
+@flydsl.kernel
+def raw_rocdl_math(x: fx.Tensor, y: fx.Tensor):
+    """Upstream's MoE SiLU: the raw dialect builders ``rocdl.exp2(T.f32, v)`` and
+    ``rocdl.rcp(T.f32, v)`` (not fx.rocdl's)."""
+    from flydsl._mlir.dialects import rocdl as raw
+    t = fx.thread_idx.x
+    v = x[t]
+    y[2 * t] = raw.exp2(T.f32, v)
+    y[2 * t + 1] = raw.rcp(T.f32, v)
+
+
+def test_raw_rocdl_exp2_and_rcp_run_on_the_cpu():
+    x = np.array([0.5, -3.0, 10.0, 1.0], np.float32)
+    y = np.zeros(8, np.float32)
+    raw_rocdl_math[1, 4](x, y)
+    np.testing.assert_allclose(y[0::2], np.exp2(x), rtol=1e-6)
+    np.testing.assert_allclose(y[1::2], 1 / x, rtol=1e-6)
