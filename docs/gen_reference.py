@@ -193,7 +193,7 @@ SECTION_OF_NAME = {
     "rocdl": "fx.rocdl and fx.nvvm", "nvvm": "fx.rocdl and fx.nvvm",
     **{n: "Layout algebra" for n in ["crd2idx", "idx2crd", "recast_layout", "get_layout",
                                      "static"]},
-    **{n: "Copies" for n in ["copy_atom_call", "tiled_copy_partition_src",
+    **{n: "Copies" for n in ["copy_atom_call", "atom_set_value", "tiled_copy_partition_src",
                              "tiled_copy_partition_dst", "tiled_copy_retile"]},
     **{n: "MMA" for n in ["UniversalFMA", "mma_atom_call", "mma_make_fragment",
                           "tiled_mma_partition", "tiled_mma_partition_shape"]},

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
-from .compiler.kernel_function import CompilationContext, merge_compile_hints
+from .compiler.kernel_function import JIT_CALLS, CompilationContext, merge_compile_hints
 from .compiler.options import env_flag
 from .errors import DSLTypeError, FlydslError, KernelSelectionError
 from .tracebacks import trim_traceback
@@ -70,10 +70,15 @@ class JitFunction:
             if _compile_only() and current_context() is DEFAULT_CONTEXT:
                 # FlyDSL's COMPILE_ONLY=1: the kernels compile, none launches
                 context = LaunchContext(None, context.options if context else None, record=[])
-            if context is None:
-                return self.fn(*args, **kwargs)
-            with using(context):
-                return self.fn(*args, **kwargs)
+            calls = JIT_CALLS.stack   # CompilationContext.get_current() answers this call's
+            calls.append(None)
+            try:
+                if context is None:
+                    return self.fn(*args, **kwargs)
+                with using(context):
+                    return self.fn(*args, **kwargs)
+            finally:
+                calls.pop()
         except FlydslError as e:
             trim_traceback(e)   # the user's frames and kernel line, not flydsl's
             raise

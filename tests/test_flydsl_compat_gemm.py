@@ -81,12 +81,14 @@ def test_compilation_context_get_current_answers_the_hints_in_effect():
 
     @flydsl.jit
     def launcher():
-        return CompilationContext.get_current().hints
+        ctx = CompilationContext.get_current()
+        return ctx.hints, ctx.gpu_module_body.owner.name     # the call's GPU module
 
-    assert launcher() == {}
+    assert launcher() == ({}, "gpu.module")
     with CompilationContext.compile_hints({"opt_level": 2}):
-        assert launcher() == {"opt_level": 2}
-    with pytest.raises(AttributeError, match="gpu_module_body.*no GPU module|no GPU module"):
+        assert launcher() == ({"opt_level": 2}, "gpu.module")
+    # outside a @flyc.jit call no compilation is in progress: no GPU module
+    with pytest.raises(AttributeError, match="gpu_module_body: no GPU module outside"):
         CompilationContext.get_current().gpu_module_body
 
 

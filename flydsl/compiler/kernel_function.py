@@ -61,10 +61,9 @@ class CompilationContext:
     @classmethod
     def get_current(cls) -> "CompilationContext":
         """FlyDSL's accessor for the compilation in progress (FlyDSL's kernels call it at
-        the top of a ``@flyc.jit`` body). flydsl compiles each kernel at its launch from
-        the kernel's own trace, with no module a jit body builds into, so the context
-        answered holds what flydsl has: ``hints``, the compile hints in effect on this
-        thread.
+        the top of a ``@flyc.jit`` body). Inside a ``@flyc.jit`` call it answers that
+        call's context (the same object for the whole call); elsewhere a context with
+        no GPU module. Its ``hints`` are the compile hints in effect on this thread.
 
         Example::
 
@@ -72,17 +71,93 @@ class CompilationContext:
             ...     CompilationContext.get_current().hints
             {'opt_level': 2}
         """
-        ctx = cls()
-        ctx.hints = cls.get_compile_hints()
+        stack = JIT_CALLS.stack
+        if not stack:
+            return cls()
+        ctx = stack[-1]
+        if ctx is None:
+            ctx = stack[-1] = cls(in_jit=True)
         return ctx
+
+    def __init__(self, in_jit: bool = False):
+        self._in_jit = in_jit
+        self._gpu_module = None
+
+    @property
+    def hints(self) -> dict:
+        """The compile hints in effect on this thread."""
+        return self.get_compile_hints()
+
+    @property
+    def gpu_module_op(self):
+        """The ``gpu.module`` of this ``@flyc.jit`` call (see :attr:`gpu_module_body`)."""
+        if not self._in_jit:
+            raise AttributeError("gpu_module_op")     # __getattr__ says why
+        if self._gpu_module is None:
+            self._gpu_module = _jit_gpu_module()     # (builtin.module, gpu.module)
+        return self._gpu_module[1]
+
+    @property
+    def gpu_module_body(self):
+        """The body block of this ``@flyc.jit`` call's ``gpu.module`` (FlyDSL's
+        ``ctx.gpu_module_body``), for ``with ir.InsertionPoint(ctx.gpu_module_body):``
+        around module-level setup such as ``SmemAllocator.finalize()``.
+
+        flydsl compiles each kernel from its own trace, so what is built here is not
+        part of the kernels this call launches (flydsl's ``SmemAllocator`` allocates
+        its buffer inside the kernel instead of as a module global); a kernel that
+        names a symbol defined only here fails to compile. Outside a ``@flyc.jit`` call
+        there is no GPU module: an ``AttributeError``.
+        """
+        return self.gpu_module_op.regions[0].blocks[0]
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
+        if name in ("gpu_module_body", "gpu_module_op"):
+            raise AttributeError(f"CompilationContext.{name}: no GPU module outside a "
+                                 "@flyc.jit call (FlyDSL builds one per compilation of a "
+                                 "@flyc.jit function; call get_current() inside its body)")
         raise AttributeError(f"CompilationContext.{name}: flydsl builds no GPU module "
-                             "outside kernels (FlyDSL's gpu_module_body, link_libs, ...): "
+                             "outside kernels (FlyDSL's link_libs, ...): "
                              "shared memory comes from fx.shared_array / fx.SharedAllocator "
                              "inside the kernel")
+
+
+class _JitCalls(threading.local):
+    """Per thread: one entry per ``@flyc.jit`` call running (innermost last), its
+    :class:`CompilationContext` once ``get_current()`` asked for it (else None).
+    ``JitFunction.__call__`` pushes and pops the entries."""
+
+    def __init__(self):
+        self.stack: list = []
+        self.mlir = None          # (ir.Context, the last gpu.module made), made on demand
+
+
+#: This thread's running ``@flyc.jit`` calls (``JIT_CALLS.stack``, see :class:`_JitCalls`).
+JIT_CALLS = _JitCalls()
+
+
+def _jit_gpu_module() -> tuple:
+    """``(builtin.module, gpu.module)``, the latter with an empty body for a ``@flyc.jit`` call: the last one
+    this thread made while nothing was built into it, else a new one (in its own
+    ``builtin.module``, in this thread's MLIR context made once)."""
+    import mlir.ir as ir
+    from mlir.dialects import gpu
+    state = JIT_CALLS.mlir
+    if state is not None:
+        context, last = state
+        if not list(last[1].regions[0].blocks[0].operations):
+            return last
+    else:
+        context = ir.Context()
+    with context, ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            op = gpu.GPUModuleOp("flydsl_jit")
+        op.regions[0].blocks.append()
+    JIT_CALLS.mlir = (context, (module, op))
+    return module, op
 
 
 def _flag_names(value) -> set:
@@ -161,5 +236,5 @@ def reads_launch_block(state: LaunchBlock, compiled) -> bool:
 
 
 __all__ = ["CompilationContext", "LAUNCH_BLOCK", "LAUNCH_BLOCK_PATH", "LaunchBlock",
-           "current_launch_block", "launch_block", "merge_compile_hints", "options_overrides",
+           "current_launch_block", "JIT_CALLS", "launch_block", "merge_compile_hints", "options_overrides",
            "reads_launch_block"]

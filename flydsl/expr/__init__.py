@@ -5,7 +5,7 @@ from .atoms import (
     UniversalAtomicAdd, UniversalAtomicAnd, UniversalAtomicDec, UniversalAtomicInc,
     UniversalAtomicMax, UniversalAtomicMin, UniversalAtomicOr, UniversalCopy,
     UniversalCopy8b, UniversalCopy16b, UniversalCopy32b, UniversalCopy64b, UniversalCopy128b,
-    UniversalFMA, make_copy_atom, make_mma_atom,
+    UniversalFMA, atom_set_value, make_copy_atom, make_mma_atom,
     make_tiled_copy, make_tiled_copy_A, make_tiled_copy_B, make_tiled_copy_C,
     make_tiled_copy_tv, make_tiled_mma,
 )
@@ -60,7 +60,7 @@ __all__ += layout.__all__ + [
     "UniversalAtomicDec", "UniversalAtomicInc", "UniversalAtomicMax", "UniversalAtomicMin",
     "UniversalAtomicOr", "UniversalCopy", "UniversalCopy128b", "UniversalCopy16b",
     "UniversalCopy32b", "UniversalCopy64b", "UniversalCopy8b", "UniversalFMA",
-    "make_copy_atom", "make_mma_atom", "make_tiled_copy", "make_tiled_copy_A",
+    "atom_set_value", "make_copy_atom", "make_mma_atom", "make_tiled_copy", "make_tiled_copy_A",
     "make_tiled_copy_B", "make_tiled_copy_C", "make_tiled_copy_tv", "make_tiled_mma", "nvvm",
     "rocdl",
 ]

@@ -184,6 +184,9 @@ class BufferCopy:
 class CopyAtom:
     """``fx.make_copy_atom(op, dtype)``: ``op`` moving ``dtype`` elements.
 
+    ``state`` holds the atom's run-time fields set by :meth:`set_value` (FlyDSL's
+    stateful atoms: a buffer copy's ``soffset``), as ``(name, value)`` pairs.
+
     Example::
 
         >>> atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float16)
@@ -193,6 +196,45 @@ class CopyAtom:
     __flydsl_constexpr__ = True   # a kernel parameter of this type is a constant
     op: object
     dtype: DType
+    state: Tuple[Tuple[str, object], ...] = ()
+
+    def set_value(self, field, value=None) -> "CopyAtom":
+        """This atom with its state ``field`` set to ``value`` (FlyDSL's
+        ``CopyAtom.set_value``; a dict sets several fields). The only field is a buffer
+        copy's ``soffset``: an element offset (a kernel int) that every
+        :func:`~flydsl.expr.copy` / :func:`~flydsl.expr.copy_atom_call` with this atom
+        adds to its buffer-tensor side, as the ``soffset`` operand of the buffer
+        instruction does (FlyDSL scales it by the element size). An ``soffset=`` given
+        to ``fx.copy`` itself replaces the atom's.
+
+        Returns: a new atom (this one is unchanged).
+
+        Example::
+
+            >>> atom = fx.make_copy_atom(fx.rocdl.BufferCopy32b(), fx.Float32)
+            >>> atom.set_value("soffset", 64)
+            CopyAtom(BufferCopy32b, Float32, soffset=64)
+            >>> atom.set_value("soffset", 64).get_value("soffset"), atom.get_value("soffset")
+            (64, 0)
+        """
+        if isinstance(field, dict):
+            if value is not None:
+                raise DSLTypeError("CopyAtom.set_value: a dict of fields takes no value")
+            out = self
+            for name, v in field.items():
+                out = out.set_value(name, v)
+            return out
+        name = _state_field(self, field)
+        if value is None or isinstance(value, bool) or isinstance(value, float):
+            raise DSLTypeError(f"{self!r}.set_value({name!r}, ...): {name} is an integer "
+                               f"element offset, got {value!r}")
+        kept = tuple((k, v) for k, v in self.state if k != name)
+        return CopyAtom(self.op, self.dtype, kept + ((name, value),))
+
+    def get_value(self, field):
+        """The atom's state ``field`` (``soffset``: 0 until set)."""
+        name = _state_field(self, field)
+        return dict(self.state).get(name, 0)
 
     @property
     def bits(self) -> int:
@@ -217,7 +259,50 @@ class CopyAtom:
         name = type(self.op).__name__
         if isinstance(self.op, UniversalAtomic):
             name += self.op.op.capitalize()
-        return f"CopyAtom({name}{self.op.bits}b, {self.dtype.name})"
+        state = "".join(f", {k}={v!r}" for k, v in self.state)
+        return f"CopyAtom({name}{self.op.bits}b, {self.dtype.name}{state})"
+
+
+#: The state fields of copy atoms, by the copy operation's ``kind`` (FlyDSL's ``fly``
+#: dialect gives its buffer copies one: ``soffset``).
+_STATE_FIELDS = {"buffer": ("soffset",), "buffer_lds": ("soffset",),
+                 "buffer_atomic": ("soffset",)}
+
+
+def _state_field(atom: "CopyAtom", field) -> str:
+    """``field`` (a name or FlyDSL's IntEnum of names) checked against ``atom``'s op."""
+    name = field if isinstance(field, str) else str(field)
+    allowed = _STATE_FIELDS.get(getattr(atom.op, "kind", ""), ())
+    if name not in allowed:
+        has = (f"its fields are {', '.join(allowed)}" if allowed else
+               "it has no state (only buffer copies, fx.rocdl.BufferCopy*, carry soffset)")
+        raise DSLTypeError(f"{atom!r}: no state field {name!r}; {has}")
+    return name
+
+
+def atom_set_value(atom, field, value=None):
+    """FlyDSL's ``fx.atom_set_value(atom, field, value)``: ``atom.set_value(field,
+    value)`` (see :meth:`CopyAtom.set_value`); a dict ``field`` sets several fields.
+
+    Returns: the new atom.
+
+    Example::
+
+        >>> fx.atom_set_value(fx.make_copy_atom(fx.rocdl.BufferCopy64b(), fx.Int8),
+        ...                   "soffset", 16)
+        CopyAtom(BufferCopy64b, Int8, soffset=16)
+    """
+    setter = getattr(atom, "set_value", None)
+    if setter is None:
+        raise DSLTypeError(f"fx.atom_set_value: {atom!r} is not an atom with state "
+                           "(a copy atom of fx.rocdl.BufferCopy*)")
+    return setter(field, value)
+
+
+def copy_state(atom) -> dict:
+    """The state fields of ``atom`` (a copy atom, or a tiled copy of one) as a dict."""
+    atom = getattr(atom, "atom", atom)
+    return dict(getattr(atom, "state", ()) or ())
 
 
 def make_copy_atom(op, dtype: DType) -> CopyAtom:

@@ -26,6 +26,7 @@ from mlir.dialects import arith, memref, rocdl, scf
 
 from ...errors import DSLTypeError
 from ...expr import layout_algebra as la
+from ...expr.atoms import copy_state
 from . import context
 from .values import Value, as_value, bitcast, to_index
 from .tensors import storage_type
@@ -37,8 +38,11 @@ from .buffer_resources import guarded_load as _guarded_load, i32 as _i32
 from .buffer_resources import in_records as _in_records, resource as _resource
 
 def copy(atom, src, dst, pred=None, soffset=None) -> None:
-    """``fx.copy(atom, src, dst, pred=None, soffset=None)``: see the module docstring."""
+    """``fx.copy(atom, src, dst, pred=None, soffset=None)``: see the module docstring.
+    Without ``soffset=``, the atom's own (``atom.set_value("soffset", n)``) applies."""
     src, dst = as_view(src), as_view(dst)
+    if soffset is None:
+        soffset = copy_state(atom).get("soffset")
     if soffset is not None:
         src, dst = _with_soffset(atom, src, dst, soffset)
     if getattr(atom.op, "kind", "").startswith("nvvm_"):    # cp.async, ldmatrix
