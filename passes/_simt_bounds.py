@@ -84,6 +84,8 @@ class BoundsChecks:
         """
         skip = set(skip)
         labels = labels or {}
+        if only is not None:     # a checked view (a shared pool's) checks its whole buffer
+            only = {root_memref(m) for m in only}
         count = 0
         for op in walk(func_op, lambda o: o.name in _CHECKED):
             mem_at, idx_at, kind = _CHECKED[op.name]

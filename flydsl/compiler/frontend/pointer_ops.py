@@ -11,7 +11,14 @@ A :class:`PointerValue` is one of two kinds:
   race checks see them, and ``fx.make_view(ptr, layout)`` is a view of the same memory.
   Memory carved from a byte pool (:class:`PooledMemory`: shared allocations and
   ``fx.get_dyn_shared()``) can be recast to another element type: a ``memref.view``
-  of the pool's bytes from the pointer's byte on.
+  of the pool's bytes from the pointer's byte on. On the CPU, once a view of a pool
+  has a layout that reaches past the pool (a static layout from a static offset; any
+  view of the launch's dynamic shared memory, whose size is known only at launch),
+  every access to that pool is bounds-checked in every build (a located
+  ``OutOfBoundsError``; the access is skipped): such a layout would otherwise write
+  into the CPU's neighbouring memory, while the GPU drops the write (AMD, past the
+  LDS allocation), faults (NVIDIA), or lands in another array. Pools whose views all
+  fit stay unchecked (checks cost a shared-memory-bound kernel 3-5x on the CPU).
 * **raw**: an integer address (``fx.inttoptr``, a recast of a global tensor's
   pointer). On GPUs loads and stores are LLVM ``load``/``store`` through ``inttoptr``
   in the target's address space. ``fx.make_view(p, layout)`` (and, on the CPU, every
@@ -31,6 +38,7 @@ from ...expr import dtypes as dt
 from ...expr import implementation
 from ...expr import layout_algebra as la
 from ...expr.dtypes import DType
+from ...passes.ir import CHECKED_VIEW
 from . import context
 from .memory_ops import _dynamic_shared_base, _space
 from .raw_memory import LLVM_SPACES, element_bytes as _itemsize, raw_memory
@@ -55,6 +63,25 @@ class PooledMemory(Memory):
                  pool: ir.Value, pool_offset):
         super().__init__(mem, dtype, space, name)
         self.pool, self.pool_offset = pool, pool_offset
+
+    def note_view(self, offset, layout: la.Layout) -> None:
+        """Mark this memory checked on the CPU when a view of it may reach past the
+        pool (see the module docstring); a thread's slice (a runtime offset) is judged
+        by the static tiling it was cut from."""
+        if not isinstance(self.mem, ir.OpResult):
+            return
+        view_op = self.mem.owner.operation
+        if view_op.name != "memref.view" or CHECKED_VIEW in view_op.attributes:
+            return
+        (n,) = ir.MemRefType(self.mem.type).shape
+        if n != ir.ShapedType.get_dynamic_size():
+            if not (isinstance(offset, int) and la.is_static(layout)):
+                return
+            reach = offset + int(la.cosize(layout))
+            if offset >= 0 and reach <= n:
+                return
+        if context.current().target.backend not in LLVM_SPACES:      # the CPU
+            view_op.attributes[CHECKED_VIEW] = ir.UnitAttr.get()
 
 
 class PointerValue:
@@ -265,8 +292,8 @@ def shared_pool(nbytes: int, align: int, name: str) -> PointerValue:
     _set_alignment(func_op, k, align)
     if name:
         ops.name_shared_array(t, name)
-    return PointerValue(dt.UInt8, "shared", PooledMemory(t.mem, dt.UInt8, "shared",
-                                                         name or t.name, t.mem, 0), 0)
+    pool = PooledMemory(t.mem, dt.UInt8, "shared", name or t.name, t.mem, 0)
+    return _recast_pooled(pool, 0, dt.UInt8)     # a view of its bytes the CPU may check
 
 
 def _set_alignment(func_op, k: int, align: int) -> None:
@@ -284,8 +311,8 @@ def get_dyn_shared(dtype=None) -> PointerValue:
     """The launch's dynamic shared memory (``extern __shared__``) as a pointer to
     ``dtype`` (UInt8 bytes by default)."""
     pool, _ = _dynamic_shared_base()
-    p = PointerValue(dt.UInt8, "shared",
-                     PooledMemory(pool, dt.UInt8, "shared", "dynamic shared memory", pool, 0), 0)
+    p = _recast_pooled(PooledMemory(pool, dt.UInt8, "shared", "dynamic shared memory", pool, 0),
+                       0, dt.UInt8)
     return p if dtype is None else recast_iter(dtype, p)
 
 

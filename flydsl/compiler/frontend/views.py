@@ -107,6 +107,10 @@ class Memory:
         v = coerce_for_store(value, self.dtype, self.label())
         memref.store(_to_storage(v), self.mem, [to_index(self.physical(offset))])
 
+    def note_view(self, offset, layout: la.Layout) -> None:
+        """A view of ``layout`` from ``offset`` was made over this memory (a shared
+        pool checks whether it reaches past the pool: :class:`~.pointer_ops.PooledMemory`)."""
+
     def label(self) -> str:
         what = {"register": "register fragment", "shared": "shared tensor"}.get(self.space,
                                                                              "tensor")
@@ -165,6 +169,8 @@ class TensorView:
         self.offset = offset
         self.layout = layout
         self.owner = owner          # the TiledMma a fragment belongs to, if any
+        if memory is not None:
+            memory.note_view(offset, layout)
 
     # -- what it is ----------------------------------------------------------
     @property
