@@ -25,6 +25,9 @@ PURE_OPS = frozenset({
     "memref.assume_alignment",   # a view of its operand with an alignment fact
     "affine.apply", "affine.min", "affine.max",
     "llvm.mlir.constant", "llvm.mlir.undef", "llvm.mlir.poison", "llvm.mlir.zero",
+    # address arithmetic and descriptor building (raw pointers, raw memref views)
+    "llvm.inttoptr", "llvm.ptrtoint", "llvm.getelementptr", "llvm.addrspacecast",
+    "llvm.bitcast", "llvm.insertvalue", "llvm.extractvalue",
     "builtin.unrealized_conversion_cast",
     "vector.broadcast", "vector.splat", "vector.extract", "vector.insert",
     "vector.shape_cast", "vector.bitcast", "vector.shuffle", "vector.from_elements",

@@ -43,9 +43,14 @@ How a kernel body (a single block of structured ops) is lowered:
    outside, barriers disappear. A segment that is one lane guard (``if tid < s``)
    loops over the threads passing it only.
 6. Per-thread ``memref.alloca``s (and private attributions) move to the
-   function entry (one per thread if they live across a barrier).
+   function entry (one per thread if they live across a barrier; one of run-time
+   size cannot).
 7. Per-thread values used in a later thread loop are rematerialised when
-   cheap (thread-id arithmetic), else spilled to a per-thread slot.
+   cheap (thread-id arithmetic), else spilled to a per-thread slot
+   (:mod:`._simt_spill`: ``i1`` as bytes, ``!llvm.ptr`` as ``i64``). A memref view
+   is made again in the later loop from its operands, so it views the same buffer;
+   one that cannot be (chosen by a per-thread ``scf.if``, loop-carried) keeps its
+   descriptor in a slot.
 8. With ``CompileOptions.debug``, every user memref access is guarded by a
    bounds check that skips it and records the failure, with the block and
    thread ids, for the runtime to raise (:mod:`._simt_bounds`); with ``debug``
@@ -75,6 +80,7 @@ from ._simt_printf import PrintfLowering
 from ._simt_racecheck import RaceChecks
 from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, lane_guard,
                           lane_range, thread_dim)
+from ._simt_spill import SPILL_ATTR, SlotCodec, codec_for
 from ._simt_split import split_thread_loops
 from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
                        strip_memory_space)
@@ -104,10 +110,6 @@ def _always_checked(op: ir.Operation) -> bool:
     if CHECKED_ARGS in op.attributes:
         return True
     return bool(walk(op, lambda o: CHECKED_VIEW in o.attributes))
-
-
-def _is_i1(t: ir.Type) -> bool:
-    return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 1
 
 
 def run(module: ir.Module, target=None, options=None) -> None:
@@ -184,6 +186,15 @@ def _arg_names(gfunc) -> list:
     if "flydsl.arg_names" not in gfunc.attributes:
         return []
     return [ir.StringAttr(a).value for a in ir.ArrayAttr(gfunc.attributes["flydsl.arg_names"])]
+
+
+def _slot_holds(t: ir.Type) -> bool:
+    """A per-thread slot can hold values of type ``t`` (:func:`._simt_spill.codec_for`)."""
+    try:
+        codec_for(t)
+    except TypeError:
+        return False
+    return True
 
 
 def _sym_name(op) -> str:
@@ -277,13 +288,13 @@ class _KernelLowering:
         self.index = ir.IndexType.get()
         self.loops: list[_ThreadLoop] = []
         self.loop_of_inner: dict = {}
-        self.slot_loads: dict = {}      # load op -> slot value (loads of value slots)
+        self.slot_loads: dict = {}      # op giving a slot's value back -> the slot
         self.value_slots: dict = {}     # value -> slot
         self.exchange: dict = {}        # element type str -> exchange buffer
         self.consts: dict = {}
         self.seeds: set = set()
         self.internal: set = set()      # scratch buffers indexed in bounds by construction
-        self.byte_bools: set = set()    # slots holding i1 values as i8
+        self.codecs: dict = {}          # slot -> how its values are stored (i1 as i8, ...)
         self.mem_labels: dict = {}      # user memref -> how a debug report names it
         self.shared: set = set()        # the block's shared-memory buffers
         self._build_function(gm)
@@ -435,16 +446,13 @@ class _KernelLowering:
         return a
 
     def slot(self, elem_type: ir.Type) -> ir.Value:
-        """A fresh per-thread slot ``memref<?xT>`` with one element per thread."""
-        if isinstance(elem_type, ir.MemRefType):
-            raise TypeError("memref-typed per-thread value")
-        # i1 values are kept as bytes: memrefs of i1 have no LLVM lowering
-        stored = _i8() if _is_i1(elem_type) else elem_type
-        mtype = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], stored)
-        buf = self.entry_alloca(mtype, [self.nthreads])
+        """A fresh per-thread slot for values of ``elem_type``: one row per thread
+        (:mod:`._simt_spill`: i1 as i8, pointers as i64, memrefs as their descriptor).
+        TypeError for a type no slot can hold."""
+        codec = codec_for(elem_type)
+        buf = self.entry_alloca(codec.slot_type(), [self.nthreads])
         self.internal.add(buf)
-        if stored != elem_type:
-            self.byte_bools.add(buf)
+        self.codecs[buf] = codec
         return buf
 
     def exchange_buffer(self, elem_type: ir.Type) -> ir.Value:
@@ -473,9 +481,12 @@ class _KernelLowering:
         return arith.addi(arith.muli(row, self.bdim["x"]), tid)
 
     def store_slot(self, value, slot) -> None:
-        if slot in self.byte_bools:
-            value = arith.extui(_i8(), value)
-        memref.StoreOp(value, slot, [self.linear_tid()])
+        """Store ``value`` in this thread's row of ``slot``."""
+        codec: SlotCodec = self.codecs[slot]
+        words = codec.encode(value)
+        tid = self.linear_tid()
+        for k, word in enumerate(words):
+            memref.StoreOp(word, slot, [tid] if codec.kind != "memref" else [tid, self.const(k)])
 
     def load_slot(self, slot, remat: bool = True) -> ir.Value:
         """Load this thread's element of ``slot``.
@@ -484,12 +495,18 @@ class _KernelLowering:
         (true for value and result slots, not for loop-carried slots, which the
         loop body overwrites), so a later thread loop may simply load it again.
         """
-        load = memref.LoadOp(slot, [self.linear_tid()])
+        value = self.load_slot_row(slot, self.linear_tid())
         if remat:
-            self.slot_loads[op_of(load)] = slot
-        if slot in self.byte_bools:
-            return arith.trunci(ir.IntegerType.get_signless(1), load.result)
-        return load.result
+            self.slot_loads[op_of(value.owner)] = slot
+        return value
+
+    def load_slot_row(self, slot, row) -> ir.Value:
+        """The value in row ``row`` of ``slot``, loaded at the current insertion point."""
+        codec: SlotCodec = self.codecs[slot]
+        if codec.kind != "memref":
+            return codec.decode([memref.LoadOp(slot, [row]).result])
+        return codec.decode([memref.LoadOp(slot, [row, self.const(k)]).result
+                             for k in range(codec.words)])
 
     # -- driver ----------------------------------------------------------
     def run(self) -> None:
@@ -538,6 +555,8 @@ class _KernelLowering:
             del op.attributes[LEVEL_ATTR]
         for op in walk(self.func, lambda o: BROADCAST_ATTR in o.attributes):
             del op.attributes[BROADCAST_ATTR]
+        for op in walk(self.func, lambda o: SPILL_ATTR in o.attributes):
+            del op.attributes[SPILL_ATTR]
 
     def _start_race_checks(self) -> None:
         """Shadows of the shared buffers and the epoch counter (:mod:`._simt_racecheck`)."""
@@ -635,7 +654,7 @@ class _KernelLowering:
                 in_block = arith.cmpi(arith.CmpIPredicate.ult, src, self.nthreads)
                 valid = arith.andi(valid, in_block)
                 src = arith.select(valid, src, ltid)
-                result = memref.LoadOp(buf, [src]).result
+                result = self.load_slot_row(buf, src)
                 ir.Operation.create("gpu.barrier")
             op.results[0].replace_all_uses_with(result)
             op.results[1].replace_all_uses_with(valid)
@@ -701,9 +720,7 @@ class _KernelLowering:
             ir.Operation.create("gpu.barrier")
             load = memref.LoadOp(slot, [self.const(0)])
             load.attributes[BROADCAST_ATTR] = ir.UnitAttr.get()
-            first = load.result
-            if slot in self.byte_bools:
-                first = arith.trunci(ir.IntegerType.get_signless(1), first)
+            first = self.codecs[slot].decode([load.result])   # an index or an i1
             if self.bounds:
                 # debug mode: every thread must have loaded thread 0's value (else a GPU
                 # would run the barriers inside divergently; here the result would be
@@ -1062,19 +1079,31 @@ class _KernelLowering:
             dynamic = False
             for a in allocas:
                 mtype = ir.MemRefType(a.results[0].type)
+                users = self._memref_users(a.results[0])
+                loops = {self._enclosing_loop(u) for u in users}
+                loops.discard(tl)
+                # a view of it kept in a per-thread slot (a loop-carried memref): the
+                # slot holds its address only, so the array must outlive the segment
+                spilled = any(SPILL_ATTR in u.attributes for u in users)
                 if len(a.operands) or not mtype.has_static_shape:
+                    if loops or spilled:
+                        raise _unsupported(
+                            "a per-thread array of run-time size used across a barrier is "
+                            "not supported on the CPU backend (it lives until the next "
+                            "barrier); give it a compile-time size", a, self.name)
                     dynamic = True
                     continue
                 stripped = strip_memory_space(mtype)
-                loops = {self._enclosing_loop(u) for u in self._memref_users(a.results[0])}
-                loops.discard(tl)
-                if not loops:
+                if not loops and not spilled:
                     a.move_before(self.block_loop)
                     a.results[0].set_type(stripped)
                     self.seeds.add(a.results[0])
                     continue
                 # lives across a barrier: one copy per thread, a view per thread
                 shape = list(mtype.shape)
+                if spilled:
+                    self._per_thread_copies(a, mtype)
+                    continue
                 big_t = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] + shape,
                                           mtype.element_type)
                 big = self.entry_alloca(big_t, [self.nthreads])
@@ -1088,6 +1117,35 @@ class _KernelLowering:
                 a.erase()
             if dynamic:
                 self._wrap_alloca_scope(tl)
+
+    def _per_thread_copies(self, a, mtype) -> None:
+        """One copy of alloca ``a`` per thread, each thread's a ``memref.view`` of its
+        bytes: a view of the alloca's own type (a descriptor kept in a slot is rebuilt
+        with that type, which has no offset, so the view must not need one)."""
+        elem = mtype.element_type
+        width = (ir.IntegerType(elem).width if isinstance(elem, ir.IntegerType) else
+                 64 if isinstance(elem, ir.IndexType) else
+                 ir.FloatType(elem).width if isinstance(elem, ir.FloatType) else 0)
+        own_type = strip_memory_space(mtype)
+        if not width or str(own_type) != str(ir.MemRefType.get(list(mtype.shape), elem)):
+            raise _unsupported(f"a per-thread array of type {own_type} kept across a barrier "
+                               "in a loop-carried value is not supported on the CPU backend",
+                               a, self.name)
+        count = 1
+        for d in mtype.shape:
+            count *= d
+        nbytes = -(-count * -(-width // 8) // 16) * 16   # each copy 16-byte aligned
+        big_t = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], _i8())
+        with ir.InsertionPoint(self.block_loop), ir.Location.unknown():
+            total = arith.muli(self.nthreads, self.const(nbytes))
+        big = self.entry_alloca(big_t, [total])
+        if a.results[0] in self.mem_labels:
+            self.mem_labels[big] = self.mem_labels[a.results[0]]
+        with ir.InsertionPoint(a), a.location:
+            shift = arith.muli(self.linear_tid(), self.const(nbytes))
+            view = memref.ViewOp(own_type, big, shift, []).result
+        a.results[0].replace_all_uses_with(view)
+        a.erase()
 
     def _thread_view(self, big, shape, elem) -> ir.Value:
         ltid = self.linear_tid()
@@ -1190,10 +1248,26 @@ class _KernelLowering:
         return cost
 
     def _materialize(self, value, def_loop, use_loop) -> ir.Value:
+        """``value`` (of ``def_loop``) for ``use_loop``: recomputed there when cheap, else
+        loaded from a per-thread slot. A memref (or a value no slot holds, such as an
+        LLVM memref descriptor) made by a side-effect-free op is made again there from
+        its operands, themselves materialised: the memref still views the same buffer,
+        which bounds and race checks follow. Else a memref's descriptor goes through a
+        slot."""
         if value in use_loop.memo:
             return use_loop.memo[value]
         if self._remat_cost(value, def_loop, {}) <= _REMAT_LIMIT:
             new = self._clone_into(value, def_loop, use_loop)
+        elif self._rebuildable(value) and (isinstance(value.type, ir.MemRefType)
+                                           or not _slot_holds(value.type)):
+            d = op_of(value.owner)
+            operands = [self._materialize(o, def_loop, use_loop) for o in d.operands]
+            clone = d.clone(ir.InsertionPoint(use_loop.anchor))
+            for i, o in enumerate(operands):
+                clone.operands[i] = o
+            for old_r, new_r in zip(d.results, clone.results):
+                use_loop.memo.setdefault(old_r, new_r)
+            new = clone.results[list(d.results).index(value)]
         else:
             try:
                 slot = self._value_slot(value)
@@ -1204,8 +1278,18 @@ class _KernelLowering:
                                    "backend", d, self.name) from None
             with ir.InsertionPoint(use_loop.anchor), ir.Location.unknown():
                 new = self.load_slot(slot)
+            if value in self.mem_labels:    # a debug report names it as before
+                self.mem_labels[new] = self.mem_labels[value]
         use_loop.memo[value] = new
         return new
+
+    def _rebuildable(self, value) -> bool:
+        """``value`` is made by a side-effect-free op that cannot trap (a view op), so a
+        later thread loop can make it again from its (materialised) operands."""
+        if not isinstance(value, ir.OpResult):
+            return False
+        d = op_of(value.owner)
+        return is_pure(d) and not may_trap(d)
 
     def _clone_into(self, value, def_loop, use_loop) -> ir.Value:
         if value in use_loop.memo:
