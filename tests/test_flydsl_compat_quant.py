@@ -147,3 +147,49 @@ def test_gpu_module_body_is_the_jit_calls_gpu_module():
     with pytest.raises(AttributeError, match="gpu_module_body: no GPU module outside a "
                                              "@flyc.jit call"):
         CompilationContext.get_current().gpu_module_body
+
+
+# -- an MMA atom the target lacks: built freely, refused at its first fx.gemm --------------
+
+@flydsl.kernel
+def k8_gemm_beside_a_k16_atom(C: fx.Tensor, use_k16: fx.Constexpr[bool]):
+    """Upstream's generic flash attention on gfx942: it builds the gfx950-only
+    MFMA 32x32x16 bf16 atom (and here a tiled MMA of it, and reads its layouts) but
+    multiplies with the gfx942 32x32x8 one."""
+    one = fx.make_layout((1, 1, 1), (0, 0, 0))
+    k16 = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(32, 32, 16, fx.BFloat16)), one)
+    k8 = fx.make_tiled_mma(fx.make_mma_atom(fx.rocdl.MFMA(32, 32, 8, fx.BFloat16)), one)
+    k16_thr = k16.thr_slice(fx.thread_idx.x)
+    assert k16.atom.shape_mnk == (32, 32, 16) and k16.num_threads == 64
+    mma = k16 if fx.const_expr(use_k16) else k8
+    thr = mma.thr_slice(fx.thread_idx.x)
+    tile = fx.make_view(C, fx.make_layout((32, 32), (32, 1)))
+    ab = fx.make_layout((32, 16), (16, 1))
+    fa = thr.make_fragment_A(ab)
+    fb = thr.make_fragment_B(ab)
+    fc = thr.make_fragment_C(tile)
+    k16_thr.make_fragment_A(ab).fill(0.0)
+    fa.fill(1.0)
+    fb.fill(2.0)
+    fc.fill(0.5)
+    fx.gemm(mma, fc, fa, fb, fc)  # mark: the gemm
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy32b(), fx.Float32), fc, thr.partition_C(tile))
+
+
+def test_an_atom_the_target_lacks_builds_and_its_gemm_is_the_located_error():
+    C = np.zeros((32, 32), np.float32)
+    text = flydsl.compile(k8_gemm_beside_a_k16_atom, C, False, backend="rocm",
+                          arch="gfx942").asm["amdgcn"]
+    assert "v_mfma_f32_32x32x8_bf16" in text and "32x32x16" not in text
+    with pytest.raises(flydsl.DSLError, match=r"in kernel 'k8_gemm_beside_a_k16_atom'.*"
+                                              r"32x32x16 bf16->f32 on gfx942.*gfx950") as info:
+        flydsl.compile(k8_gemm_beside_a_k16_atom, C, True, backend="rocm", arch="gfx942")
+    assert "mark: the gemm" in info.value.source_line
+    with pytest.raises(flydsl.DSLError, match="no mfma instruction 32x32x12"):
+        fx.make_mma_atom(fx.rocdl.MFMA(32, 32, 12, fx.BFloat16))   # no arch has it: at once
+
+
+def test_the_cpu_runs_the_k16_atom():
+    C = np.zeros((32, 32), np.float32)
+    k8_gemm_beside_a_k16_atom[1, 64](C, True)
+    np.testing.assert_array_equal(C, np.full((32, 32), 16 * 2.0 + 0.5, np.float32))

@@ -665,7 +665,21 @@ class MmaAtom:
     @property
     def spec(self):
         """The instruction table entry for the target being traced (any generation's
-        outside a trace or on the CPU)."""
+        outside a trace, on the CPU, or when the target lacks the instruction: as on the
+        hardware, an atom the target lacks can be built and its layouts read; only
+        :meth:`target_spec`, i.e. ``fx.gemm``, refuses it)."""
+        arch = _gpu_arch()
+        try:
+            return self.op.spec(arch)
+        except DSLTypeError:
+            if arch is None:
+                raise
+            return self.op.spec(None)
+
+    def target_spec(self):
+        """The table entry of the target being traced; a ``DSLTypeError`` naming the
+        arches that have the instruction when the target lacks it (``fx.gemm`` and
+        ``fx.mma_atom_call`` ask, at the call's source line)."""
         return self.op.spec(_gpu_arch())
 
     @property
@@ -756,8 +770,10 @@ def make_mma_atom(op: MmaOp) -> MmaAtom:
     """An MMA atom from ``fx.rocdl.MFMA(...)``, ``fx.rocdl.WMMA(...)`` or
     ``fx.nvvm.MMA(...)``.
 
-    Returns: an :class:`MmaAtom`; a shape the target lacks is a ``DSLTypeError`` naming
-    the arches that have it.
+    Returns: an :class:`MmaAtom`; a shape no target has is a ``DSLTypeError`` naming
+    the shapes that exist. One the current target lacks (a gfx950 MFMA built while
+    compiling for gfx942) is built, as on the hardware; its first ``fx.gemm`` is the
+    error, naming the arches that have it.
 
     Example::
 
@@ -769,8 +785,8 @@ def make_mma_atom(op: MmaOp) -> MmaAtom:
     if not isinstance(op, MmaOp):
         raise DSLTypeError(f"fx.make_mma_atom needs an MMA operation such as "
                            f"fx.rocdl.MFMA(16, 16, 4, fx.Float32), got {op!r}")
-    op.spec(_gpu_arch())   # an unknown shape, or one the GPU target lacks, is an error
-    # here, naming the shapes and arches that exist
+    op.spec(None)   # an unknown shape is an error here, naming the shapes that exist;
+    # one the GPU target lacks is refused where it is used (MmaAtom.target_spec)
     return MmaAtom(op)
 
 

@@ -604,6 +604,8 @@ def gemm(atom, d, a, b, c, *, traversal_order=None, traversal_layout=None) -> No
     if isinstance(getattr(atom, "op", None), _atoms.FmaOp):
         _ops().fma_gemm(d, a, b, c)
         return
+    if isinstance(atom, _atoms.MmaAtom):
+        atom.target_spec()    # an instruction the target lacks is refused at its use
     _ops().gemm(atom, d, a, b, c)
 
 
