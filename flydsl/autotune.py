@@ -869,37 +869,14 @@ def do_bench(fn: Callable[[], Any], warmup: int = 5, rep: int = 25,
 
         ms = flydsl.autotune.do_bench(lambda: add[1, 64](x, y), warmup=1, rep=3)
     """
-    from .testing.bench import _driver   # the active backend's driver, as do_bench finds it
+    from .testing.bench import call_times
     if not callable(fn):
         raise TypeError(f"do_bench: fn must be callable, got {type(fn).__name__}")
     for name, n in (("warmup", warmup), ("rep", rep)):
         if isinstance(n, bool) or not isinstance(n, int) or n < (0 if name == "warmup" else 1):
             raise ValueError(f"do_bench: {name} is a number of calls (FlyDSL's autotune "
                              f"timer), got {n!r}")
-    driver = _driver(None)
-    index = driver.current_device()
-    times = []
-    with driver.on_device(index):
-        for _ in range(warmup):
-            fn()
-        driver.synchronize(index)
-        for _ in range(rep):
-            start, end = driver.create_event(), driver.create_event()
-            if start is None:   # a host driver: the host clock around a synchronous call
-                t0 = time.perf_counter_ns()
-                fn()
-                driver.synchronize(index)
-                times.append((time.perf_counter_ns() - t0) / 1e6)
-                continue
-            try:
-                driver.record_event(start)
-                fn()
-                driver.record_event(end)
-                driver.synchronize(index)
-                times.append(driver.event_elapsed_ms(start, end))
-            finally:
-                driver.destroy_event(start)
-                driver.destroy_event(end)
+    times = call_times(fn, warmup, rep)
     times.sort()
     if quantiles:
         return [times[min(int(q * len(times)), len(times) - 1)] for q in quantiles]

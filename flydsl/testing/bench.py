@@ -132,27 +132,35 @@ def _iterations(estimate_ms: float, warmup: float, rep: float) -> tuple[int, int
 
 def _event_times(driver, index: int, first, fn, warmup: float, rep: float,
                  flush: bool) -> list[float]:
-    """Per-call milliseconds from device events (``first`` already created)."""
-    events = [first]
-
-    def event():
-        events.append(driver.create_event())
-        return events[-1]
-
+    """Per-call milliseconds from device events (``first`` already created), as many
+    calls as the budgets fit."""
+    end = driver.create_event()
     try:
         driver.synchronize(index)   # nothing queued before us is timed
-        start, end = first, event()
-        driver.record_event(start)
+        driver.record_event(first)
         for _ in range(ESTIMATE_CALLS):
             if flush:
                 driver.flush_cache()
             fn()
         driver.record_event(end)
         n_warmup, n_rep = _iterations(
-            driver.event_elapsed_ms(start, end) / ESTIMATE_CALLS, warmup, rep)
+            driver.event_elapsed_ms(first, end) / ESTIMATE_CALLS, warmup, rep)
+    finally:
+        driver.destroy_event(first)
+        driver.destroy_event(end)
+    return _event_calls(driver, fn, n_warmup, n_rep, flush)
+
+
+def _event_calls(driver, fn, n_warmup: int, n_rep: int, flush: bool) -> list[float]:
+    """Milliseconds of each of ``n_rep`` calls after ``n_warmup`` untimed ones, from
+    device events."""
+    events = []
+    try:
         for _ in range(n_warmup):
             fn()
-        pairs = [(event(), event()) for _ in range(n_rep)]
+        for _ in range(2 * n_rep):
+            events.append(driver.create_event())
+        pairs = list(zip(events[::2], events[1::2]))
         # Everything is queued before waiting on any event, so the device never idles
         # on the host between calls (beyond fn's own launch cost).
         for start, end in pairs:
@@ -170,33 +178,58 @@ def _event_times(driver, index: int, first, fn, warmup: float, rep: float,
 def _host_times(driver, index: int, fn, warmup: float, rep: float,
                 flush: bool) -> list[float]:
     """Per-call milliseconds from the host clock (drivers without device events;
-    ``driver.synchronize`` waits for each call, a no-op for synchronous ones)."""
+    ``driver.synchronize`` waits for each call, a no-op for synchronous ones), as
+    many calls as the budgets fit."""
     clock, sync = host_clock, driver.synchronize
-
-    def flush_caches() -> None:
-        if not driver.flush_cache():   # no device cache of its own: the host's
-            flush_host_cache()
-
     sync(index)
     t0 = clock()
     for _ in range(ESTIMATE_CALLS):
         if flush:
-            flush_caches()
+            _flush_caches(driver)
         fn()
     sync(index)
     n_warmup, n_rep = _iterations((clock() - t0) / 1e6 / ESTIMATE_CALLS, warmup, rep)
+    return _host_calls(driver, index, fn, n_warmup, n_rep, flush)
+
+
+def _host_calls(driver, index: int, fn, n_warmup: int, n_rep: int,
+                flush: bool) -> list[float]:
+    """Milliseconds of each of ``n_rep`` calls after ``n_warmup`` untimed ones, from
+    the host clock."""
+    clock, sync = host_clock, driver.synchronize
     for _ in range(n_warmup):
         fn()
     sync(index)
     times = []
     for _ in range(n_rep):
         if flush:
-            flush_caches()
+            _flush_caches(driver)
         t0 = clock()
         fn()
         sync(index)
         times.append((clock() - t0) / 1e6)
     return times
+
+
+def _flush_caches(driver) -> None:
+    if not driver.flush_cache():   # no device cache of its own: the host's
+        flush_host_cache()
+
+
+def call_times(fn: Callable[[], Any], n_warmup: int, n_rep: int, *, flush: bool = False,
+               backend: Optional[str] = None) -> list[float]:
+    """Milliseconds of each of ``n_rep`` calls of ``fn()`` after ``n_warmup`` untimed
+    ones (counts, not budgets), timed as :func:`do_bench` times them: device events
+    on a GPU driver, the host clock on a host one."""
+    driver = _driver(backend)
+    index = driver.current_device()
+    with driver.on_device(index):
+        driver.synchronize(index)
+        probe = driver.create_event()
+        if probe is None:
+            return _host_calls(driver, index, fn, n_warmup, n_rep, flush)
+        driver.destroy_event(probe)
+        return _event_calls(driver, fn, n_warmup, n_rep, flush)
 
 
 def _summary(times: list[float], quantiles: Optional[list[float]],
