@@ -106,11 +106,15 @@ def test_f32_mfma_of_the_tiled_mma_example():
 def test_an_atom_the_target_lacks_is_an_error_naming_the_arches_that_have_it():
     @flydsl.kernel
     def uses_mfma(A: fx.Tensor):
-        fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32))
+        atom = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, 4, fx.Float32))   # built: no error
+        ab = fx.make_rmem_tensor(1, fx.Float32)
+        c = fx.make_rmem_tensor(4, fx.Float32)
+        fx.gemm(atom, c, ab, ab, c)                                     # used: refused
 
     with pytest.raises(flydsl.DSLError) as e:
         flydsl.compile(uses_mfma, np.zeros(4, np.float32), backend="cuda", arch="sm_90")
     assert "gfx942" in str(e.value) and "test_layout_model.py" in str(e.value)
+    assert "fx.gemm" in e.value.source_line
 
 
 def test_unknown_mma_shape_lists_the_shapes_that_exist():
