@@ -853,7 +853,7 @@ class _KernelLowering:
         yld = terminator(body)
         yielded = list(yld.operands)
         perset = set(per)
-        slots = {i: self.slot(inner[i].type) for i in per}
+        slots = {i: self._carried_slot(inner[i].type, op) for i in per}
         # readers of each slot's value from the previous iteration (the loads
         # go right before them)
         late = {i: [op_of(u.owner) for u in inner[i].uses if op_of(u.owner) != yld]
@@ -888,6 +888,16 @@ class _KernelLowering:
         keep = [i for i in range(len(inner)) if i not in perset]
         self._rebuild_for(op, keep)
 
+    def _carried_slot(self, t: ir.Type, op) -> ir.Value:
+        """A slot for a per-thread value of type ``t`` that the barrier-containing ``op``
+        carries (an iter arg or result); a located error for a type no slot holds."""
+        try:
+            return self.slot(t)
+        except TypeError:
+            raise _unsupported(f"a per-thread value of type {t} carried by this "
+                               f"'{op.name}' across a barrier is not supported on the CPU "
+                               "backend", op, self.name) from None
+
     def _rebuild_for(self, op, keep) -> None:
         operands = list(op.operands)
         body = op.regions[0].blocks[0]
@@ -916,7 +926,7 @@ class _KernelLowering:
         blocks = [r.blocks[0] for r in op.regions if len(r.blocks)]
         perset = set(per)
         for i in per:
-            slot = self.slot(op.results[i].type)
+            slot = self._carried_slot(op.results[i].type, op)
             for blk in blocks:
                 yld = terminator(blk)
                 self._store_early(list(yld.operands)[i], slot, yld)

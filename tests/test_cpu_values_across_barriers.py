@@ -277,3 +277,33 @@ def test_a_pointer_keeps_its_address_space_in_its_slot():
 def test_a_run_time_sized_per_thread_array_across_a_barrier_is_a_located_error():
     with pytest.raises(UnsupportedConstructError, match="run-time size used across a barrier"):
         compile_cpu(DYNAMIC_ARRAY)
+
+
+# a loop-carried value of a type no slot holds (an LLVM struct)
+CARRIED_STRUCT = r'''
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @pairs(%x: memref<?xi32>, %n: index) kernel {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %v = memref.load %x[%tid] : memref<?xi32>
+      %u = llvm.mlir.undef : !llvm.struct<(i32, i32)>
+      %s = llvm.insertvalue %v, %u[0] : !llvm.struct<(i32, i32)>
+      %r = scf.for %k = %c0 to %n step %c1 iter_args(%a = %s) -> (!llvm.struct<(i32, i32)>) {
+        gpu.barrier
+        scf.yield %a : !llvm.struct<(i32, i32)>
+      }
+      %e = llvm.extractvalue %r[0] : !llvm.struct<(i32, i32)>
+      memref.store %e, %x[%tid] : memref<?xi32>
+      gpu.return
+    }
+  }
+}
+'''
+
+
+def test_a_carried_value_no_slot_holds_is_a_located_error():
+    with pytest.raises(UnsupportedConstructError,
+                       match=r"in kernel 'pairs'.*struct.*carried by this 'scf.for'"):
+        lower_only(CARRIED_STRUCT)
