@@ -571,12 +571,15 @@ def _indexed(offsets, operand, pred):
                    None if pred is None else pred_grouped.sliced((v, i)))
 
 
-def gemm(atom, d, a, b, c, *, traversal_order=None, traversal_layout=None) -> None:
+def gemm(atom, d, a, b, c, *, traversal_order=None, traversal_layout=None,
+         scale_a=None, scale_b=None) -> None:
     """``d = a * b + c`` with MMA ``atom`` over fragments ``(values, m, k)``,
     ``(values, n, k)``, ``(values, m, n)`` (``make_fragment_A/B/C``), i.e.
     ``D = A @ B.T + C``; one instruction per atom and M, N, K repeat. ``atom`` may also
     be the tiled MMA (FlyDSL's spelling); FlyDSL's ``traversal_order`` /
     ``traversal_layout`` hints are accepted and leave the result unchanged.
+    ``scale_a``/``scale_b``: the E8M0 scale registers of a block-scaled atom
+    (``fx.rocdl.cdna4.MFMA_Scale``, gfx950); other atoms take none.
 
     Backends: CUDA ``mma.sync`` (sm_80+), CDNA ``v_mfma_*``, RDNA3/4 ``v_wmma_*``; the
     CPU emulates each atom with the hardware's per-lane fragment layout through
@@ -604,6 +607,14 @@ def gemm(atom, d, a, b, c, *, traversal_order=None, traversal_layout=None) -> No
     if isinstance(getattr(atom, "op", None), _atoms.FmaOp):
         _ops().fma_gemm(d, a, b, c)
         return
+    if getattr(getattr(atom, "op", None), "family", None) == "mfma_scale":
+        from importlib import import_module     # gfx950's block-scaled MFMA
+        import_module(".mma_scale_ops", _ops().__package__).gemm(
+            atom, d, a, b, c, scale_a=scale_a, scale_b=scale_b)
+        return
+    if scale_a is not None or scale_b is not None:
+        raise _atoms.DSLTypeError(f"fx.gemm: scale_a/scale_b are for block-scaled atoms "
+                                  f"(fx.rocdl.cdna4.MFMA_Scale), not {atom!r}")
     if isinstance(atom, _atoms.MmaAtom):
         atom.target_spec()    # an instruction the target lacks is refused at its use
     _ops().gemm(atom, d, a, b, c)

@@ -1,20 +1,22 @@
 """``fx.rocdl.cdna4``: FlyDSL's CDNA4 (gfx950-only) atoms, by name.
 
-flydsl does not target gfx950's new instructions (scaled MFMA, async LDS loads, LDS
-transpose reads, stochastic rounding); each name here exists so that FlyDSL code
-imports, and calling it is a ``DSLTypeError`` that says so (located at the kernel line
-when called in a kernel). The gfx942 equivalents are ``fx.rocdl.MFMA`` and
-``fx.rocdl.BufferCopyLDS32b``.
+``MFMA_Scale`` (also ``MFMAScale``) is gfx950's block-scaled MFMA
+``v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4`` (:mod:`.mfma_scale`): the instruction
+on gfx950, exact on the CPU. The other names (async LDS loads, LDS transpose reads,
+stochastic rounding) exist so that FlyDSL code imports; calling one is a
+``DSLTypeError`` that says so (located at the kernel line when called in a kernel). The
+gfx942 equivalents are ``fx.rocdl.MFMA`` and ``fx.rocdl.BufferCopyLDS32b``.
 
 Example::
 
-    >>> fx.rocdl.cdna4.MFMA_Scale(16, 16, 128, fx.Float32)
+    >>> fx.rocdl.cdna4.LDSReadTrans(8, 64)
     Traceback (most recent call last):
-    flydsl.errors.DSLTypeError: fx.rocdl.cdna4.MFMA_Scale: ...
+    flydsl.errors.DSLTypeError: fx.rocdl.cdna4.LDSReadTrans: ...
 """
 from __future__ import annotations
 
 from ...errors import DSLTypeError
+from .mfma_scale import MFMA_Scale, MFMAScale
 
 __all__ = [
     "BufferLoadAsyncLDS", "BufferLoadAsyncLDS128b", "BufferLoadAsyncLDS32b",
@@ -24,8 +26,6 @@ __all__ = [
 ]
 
 _INSTEAD = {
-    "MFMA_Scale": "fx.rocdl.MFMA (and scale the inputs or the result)",
-    "MFMAScale": "fx.rocdl.MFMA (and scale the inputs or the result)",
     "LDSReadTrans": "a plain shared-memory copy (fx.copy with fx.UniversalCopy*)",
     "cvt_sr_f32_to_bf16": "fx.BFloat16(x) (round to nearest even)",
 }
@@ -46,5 +46,6 @@ def _gfx950_only(name: str):
 
 
 for _name in __all__:
-    globals()[_name] = _gfx950_only(_name)
+    if _name not in ("MFMA_Scale", "MFMAScale"):
+        globals()[_name] = _gfx950_only(_name)
 del _name

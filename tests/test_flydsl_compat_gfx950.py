@@ -1,0 +1,165 @@
+"""gfx950 (CDNA4) atoms that upstream FlyDSL's kernels take on ``gfx95x``
+(``FLYDSL_GPU_ARCH=gfx950``): the block-scaled MFMA
+``fx.rocdl.cdna4.MFMA_Scale`` (``v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4``), used
+by upstream's conv3d fp8, MXFP4 MoE and FP8/FP4 GEMM kernels as
+``fx.gemm(atom, acc, a_i32xN, b_i32xN, acc, scale_a=..., scale_b=...)``.
+
+On the CPU each lane's packed registers are decoded exactly (OCP fp8/fp6/fp4) and scaled
+by its E8M0 byte; checked here against a NumPy model built from the instruction's lane
+layouts. On gfx950 it is the instruction (checked in the AMDGCN).
+"""
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import DSLTypeError
+from flydsl.expr import dtypes as dt
+from flydsl.expr.mma_layouts import lane_value_coords
+from conftest import gpu_asm_or_skip
+
+_KERNELS: dict = {}
+
+
+def _kernel(m: int, fa, fb, scaled: bool, opsel_a: int = 0, opsel_b: int = 0):
+    key = (m, fa.name, fb.name, scaled, opsel_a, opsel_b)
+    if key in _KERNELS:
+        return _KERNELS[key]
+    k = 128 if m == 16 else 64
+    atom = fx.make_mma_atom(fx.rocdl.cdna4.MFMA_Scale(m, m, k, fa, fb, opsel_a=opsel_a,
+                                                      opsel_b=opsel_b))
+    wa, wb, nc = fa.bits, fb.bits, m * m // 64
+
+    @flydsl.kernel
+    def scaled_mfma(a: fx.Tensor, b: fx.Tensor, sa: fx.Tensor, sb: fx.Tensor, out: fx.Tensor):
+        t = fx.thread_idx.x
+        ra = fx.make_rmem_tensor(wa, fx.Int32)
+        rb = fx.make_rmem_tensor(wb, fx.Int32)
+        acc = fx.make_rmem_tensor(nc, fx.Float32)
+        for i in fx.range_constexpr(wa):
+            ra[i] = a[t * wa + i]
+        for i in fx.range_constexpr(wb):
+            rb[i] = b[t * wb + i]
+        for i in fx.range_constexpr(nc):
+            acc[i] = out[t * nc + i]
+        if fx.const_expr(scaled):
+            fx.gemm(atom, acc, ra, rb, acc, scale_a=sa[t], scale_b=sb[t])
+        else:
+            fx.gemm(atom, acc, ra, rb, acc)
+        for i in fx.range_constexpr(nc):
+            out[t * nc + i] = acc[i]
+
+    _KERNELS[key] = (scaled_mfma, atom)
+    return _KERNELS[key]
+
+
+def _codes(rng, fmt, shape):
+    """Random finite codes of ``fmt`` and their values."""
+    n = 1 << fmt.bits
+    table = np.array([fmt.format.decode(c) for c in range(n)])
+    codes = rng.integers(0, n, size=shape)
+    codes[~np.isfinite(table[codes])] = 0
+    return codes, table[codes]
+
+
+def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Per lane, 32 codes of ``bits`` bits packed from bit 0 into ``bits`` int32 words."""
+    out = np.zeros((codes.shape[0], bits), np.uint64)
+    for j in range(32):
+        bit = bits * j
+        w, lo = divmod(bit, 32)
+        v = codes[:, j].astype(np.uint64)
+        out[:, w] |= (v << np.uint64(lo)) & np.uint64(0xFFFFFFFF)
+        if lo + bits > 32:
+            out[:, w + 1] |= v >> np.uint64(32 - lo)
+    return out.astype(np.uint32).view(np.int32).reshape(-1)
+
+
+def _run(m, fa, fb, scaled, opsel_a=0, opsel_b=0, seed=0):
+    rng = np.random.default_rng(seed)
+    kern, atom = _kernel(m, fa, fb, scaled, opsel_a, opsel_b)
+    spec = atom.spec
+    k = spec.k
+    ca, va = _codes(rng, fa, (64, 32))      # lane, value (register order)
+    cb, vb = _codes(rng, fb, (64, 32))
+    sbytes_a = rng.integers(122, 133, size=(64, 4))
+    sbytes_b = rng.integers(122, 133, size=(64, 4))
+    sa = (sbytes_a.astype(np.uint32) << (8 * np.arange(4, dtype=np.uint32))).sum(1).astype(np.uint32)
+    sb = (sbytes_b.astype(np.uint32) << (8 * np.arange(4, dtype=np.uint32))).sum(1).astype(np.uint32)
+    fac_a = 2.0 ** (sbytes_a[:, opsel_a] - 127) if scaled else np.ones(64)
+    fac_b = 2.0 ** (sbytes_b[:, opsel_b] - 127) if scaled else np.ones(64)
+    A, B = np.zeros((m, k)), np.zeros((m, k))
+    for lane, coords in enumerate(lane_value_coords(spec, "a")):
+        for v, (r, kk) in enumerate(coords):
+            A[r, kk] = va[lane, v] * fac_a[lane]
+    for lane, coords in enumerate(lane_value_coords(spec, "b")):
+        for v, (r, kk) in enumerate(coords):
+            B[r, kk] = vb[lane, v] * fac_b[lane]
+    nc = m * m // 64
+    c0 = rng.standard_normal((64, nc)).astype(np.float32)
+    want = A @ B.T
+    # the CPU sums in Float32, k in order: allow its rounding, relative to the magnitudes
+    tol = 4e-7 * (np.abs(A) @ np.abs(B).T) + 1e-6
+    out = c0.copy().reshape(-1)
+    kern[1, 64](_pack(ca, fa.bits), _pack(cb, fb.bits), sa.view(np.int32),
+                sb.view(np.int32), out)
+    got = out.reshape(64, nc)
+    for lane, coords in enumerate(lane_value_coords(spec, "c")):
+        for i, (r, n) in enumerate(coords):
+            want_v = want[r, n] + c0[lane, i]
+            assert abs(got[lane, i] - want_v) <= tol[r, n], (lane, i, r, n, got[lane, i], want_v)
+
+
+def test_scaled_mfma_16x16x128_fp4_by_fp6_on_the_cpu_matches_the_lane_layouts():
+    _run(16, dt.Float4E2M1FN, dt.Float6E2M3FN, scaled=True, opsel_a=1, opsel_b=2)
+
+
+def test_scaled_mfma_32x32x64_fp6_e3m2_by_bf8_on_the_cpu():
+    _run(32, dt.Float6E3M2FN, dt.Float8E5M2, scaled=True, opsel_a=3, opsel_b=0)
+
+
+def test_scaled_mfma_without_scales_is_the_unscaled_product():
+    _run(16, dt.Float8E4M3FN, dt.Float8E4M3FN, scaled=False)
+
+
+def test_scaled_mfma_is_the_gfx950_instruction():
+    kern, _ = _kernel(16, dt.Float4E2M1FN, dt.Float6E2M3FN, True, 1, 2)
+    z = np.zeros(64 * 6, np.int32)
+    asm = gpu_asm_or_skip(kern, (z, z, z[:64], z[:64], np.zeros(256, np.float32)),
+                          "rocm", "gfx950")
+    assert "v_mfma_scale_f32_16x16x128_f8f6f4" in asm
+    assert "cbsz:4" in asm and "blgp:2" in asm
+
+
+def test_scaled_mfma_without_scales_is_the_unscaled_gfx950_instruction():
+    kern, _ = _kernel(16, dt.Float8E4M3FN, dt.Float8E4M3FN, False)
+    z = np.zeros(64 * 8, np.int32)
+    asm = gpu_asm_or_skip(kern, (z, z, z[:64], z[:64], np.zeros(256, np.float32)),
+                          "rocm", "gfx950")
+    assert "v_mfma_f32_16x16x128_f8f6f4" in asm
+
+
+def test_scaled_mfma_on_gfx942_is_an_error_naming_gfx950():
+    kern, _ = _kernel(16, dt.Float8E4M3FN, dt.Float8E4M3FN, False)
+    z = np.zeros(64 * 8, np.int32)
+    with pytest.raises(DSLTypeError, match="gfx950"):
+        flydsl.compile(kern, z, z, z[:64], z[:64], np.zeros(256, np.float32),
+                       backend="rocm", arch="gfx942")
+
+
+def test_scaled_mfma_rejects_shapes_formats_and_wrong_fragments():
+    with pytest.raises(DSLTypeError, match="16x16x128 and 32x32x64"):
+        fx.rocdl.cdna4.MFMA_Scale(16, 16, 64, fx.Float8E4M3FN)
+    with pytest.raises(DSLTypeError, match="Float4E2M1FN"):
+        fx.rocdl.cdna4.MFMA_Scale(16, 16, 128, fx.Float16)
+
+    atom = fx.make_mma_atom(fx.rocdl.cdna4.MFMA_Scale(16, 16, 128, fx.Float8E4M3FN))
+
+    @flydsl.kernel
+    def short_a(out: fx.Tensor):
+        ra = fx.make_rmem_tensor(4, fx.Int32)     # fp8 needs 8 registers
+        acc = fx.make_rmem_tensor(4, fx.Float32)
+        fx.gemm(atom, acc, ra, ra, acc)
+
+    with pytest.raises(DSLTypeError, match="8 32-bit registers"):
+        short_a[1, 64](np.zeros(4, np.float32))
