@@ -163,3 +163,28 @@ def test_scaled_mfma_rejects_shapes_formats_and_wrong_fragments():
 
     with pytest.raises(DSLTypeError, match="8 32-bit registers"):
         short_a[1, 64](np.zeros(4, np.float32))
+
+
+# ---------------------------------------------------------------------------
+# one atom through a one-element view (upstream's conv3d fp8 transpose kernel):
+# fx.copy(BufferCopy128b of u8, fx.slice(flat_div, (None, i)), regs16) moves the 16
+# contiguous bytes from element i
+
+@flydsl.kernel
+def copy_16_bytes_at(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    src = fx.logical_divide(fx.rocdl.make_buffer_tensor(x), fx.make_layout(1, 1))
+    regs = fx.make_rmem_tensor(16, fx.Uint8)
+    fx.copy(fx.make_copy_atom(fx.rocdl.BufferCopy128b(), fx.Uint8),
+            fx.slice(src, (None, t * 16 + 8)), regs)
+    dst = fx.logical_divide(out, fx.make_layout(1, 1))
+    fx.copy(fx.make_copy_atom(fx.UniversalCopy128b(), fx.Uint8), regs,
+            fx.slice(dst, (None, t * 16)))
+
+
+def test_a_copy_atom_through_a_one_element_view_moves_the_atoms_width_from_there():
+    x = (np.arange(80) % 251).astype(np.uint8)
+    out = np.zeros(64, np.uint8)
+    copy_16_bytes_at[1, 4](x, out)
+    want = np.concatenate([x[t * 16 + 8:t * 16 + 24] for t in range(4)])
+    np.testing.assert_array_equal(out, want)

@@ -49,6 +49,7 @@ def copy(atom, src, dst, pred=None, soffset=None) -> None:
         from .nvvm_copy_ops import nvvm_copy
         nvvm_copy(atom, src, dst, pred)
         return
+    src, dst = _widen_one_element(atom, src, dst)
     _check_views(atom, src, dst)
     n = src.size()
     width = max(atom.bits // src.dtype.bits, 1) if src.dtype.kind != "bool" else 1
@@ -115,6 +116,27 @@ def _rocdl_copy(kind: str, atom, src: TensorView, dst: TensorView, pred, width: 
             continue
         with when(predicate_bit(pred[j])):
             one()
+
+
+def _widen_one_element(atom, src: TensorView, dst: TensorView) -> tuple:
+    """FlyDSL's one-atom copy through a one-element view: ``fx.copy(BufferCopy128b of
+    u8, fx.slice(flat_div, (None, i)), regs16)`` moves the atom's 16 contiguous elements
+    from element ``i`` (the view names the address, the atom the width). A one-element
+    side whose other side holds exactly one atom's bits becomes the atom's contiguous
+    run there."""
+    bits = getattr(atom, "bits", None)
+    if not bits or src.memory is None or dst.memory is None:
+        return src, dst
+    views = [src, dst]
+    for i, (one, other) in enumerate(((src, dst), (dst, src))):
+        w = bits // one.dtype.bits if one.dtype.bits else 0
+        n_one, n_other = la.size(one.layout), la.size(other.layout)
+        if not (isinstance(n_one, int) and isinstance(n_other, int)):
+            continue
+        if n_one == 1 and w > 1 and bits % one.dtype.bits == 0 \
+                and n_other * other.dtype.bits == bits and n_other > 1:
+            views[i] = one.with_layout(la.make_layout(w, 1))
+    return tuple(views)
 
 
 def _check_views(atom, src: TensorView, dst: TensorView) -> None:
