@@ -19,7 +19,9 @@
    partitioned again without it);
 4. replace every kept group by one generated kernel (its pattern from
    :mod:`flydsl.torch.patterns`; :class:`flydsl.torch.kernels.FusedModule` or
-   :class:`flydsl.torch.row_kernels.RowModule`). Everything else runs as eager
+   :class:`flydsl.torch.row_kernels.RowModule`), and independent groups of one
+   pattern (an optimizer's per-parameter chains) by one launch
+   (:mod:`flydsl.torch.multi_tensor`). Everything else runs as eager
    ATen calls. A graph whose forward fusions save less than AOTAutograd costs
    (nothing fused, or :data:`~flydsl.torch.fusion_cost.AOT_INFERENCE_TAX` /
    ``AOT_TRAINING_TAX`` of its estimated time) runs as dynamo's graph module
@@ -41,6 +43,7 @@ from torch.fx import GraphModule
 from . import kernels
 from .fusion_cost import (AOT_INFERENCE_TAX, AOT_TRAINING_TAX, eager_cost_us,
                           fused_cost_us, graph_cost_us, savings_us, worth_fusing)
+from .multi_tensor import MultiTensorModule, merge_independent
 from .partition import MIN_GROUP_SIZE, fusible, is_row_group, op_count, partition
 from .patterns import build_pattern, build_row_pattern, output_layouts
 from .pointwise import decompositions, inline_decompositions
@@ -221,7 +224,8 @@ def compile_aten_graph(gm: GraphModule, example_inputs: Sequence[Any], *,
 
 def _graph_trial(fused: GraphModule, gm: GraphModule) -> GraphTrial:
     """``fused`` timed against ``gm`` once its groups have decided (trials.py)."""
-    modules = [m for m in fused.modules() if isinstance(m, kernels.FusedModule)]
+    modules = [m for m in fused.modules()
+               if isinstance(m, (kernels.FusedModule, MultiTensorModule))]
 
     def settled() -> bool:     # every group ran, and its trials (if any) ended
         return all(m.plans and all(p is None or p.trial is None for p in m.plans.values())
@@ -269,6 +273,8 @@ def fuse_pointwise(gm: GraphModule, device_type: str, min_group_size: int = MIN_
             module = kind(pattern, sub, device_type, output_layouts(sub), measure=cost_rule)
             setattr(new, node.target, module)
     new.recompile()
+    # independent groups of one pattern (an optimizer's per-parameter chains): one launch
+    merge_independent(new)
     new.flydsl_savings_us = saved
     stats["fused_groups"] += len(groups)
     stats["fused_ops"] += sum(op_count(g) for g in groups)
