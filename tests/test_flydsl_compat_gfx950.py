@@ -188,3 +188,38 @@ def test_a_copy_atom_through_a_one_element_view_moves_the_atoms_width_from_there
     copy_16_bytes_at[1, 4](x, out)
     want = np.concatenate([x[t * 16 + 8:t * 16 + 24] for t in range(4)])
     np.testing.assert_array_equal(out, want)
+
+
+# ---------------------------------------------------------------------------
+# AMD inline assembly on the CPU (upstream's conv3d transpose kernels wait and barrier
+# with llvm.InlineAsmOp(None, [], "s_waitcnt lgkmcnt(0)\n\ts_barrier", ...)): LLVM's CPU
+# streamer aborted the process on it
+
+@flydsl.kernel
+def reverse_through_shared(x: fx.Tensor, out: fx.Tensor):
+    from flydsl._mlir.dialects import llvm
+    t = fx.thread_idx.x
+    buf = fx.shared_array((64,), fx.Float32)
+    buf[t] = x[t]
+    llvm.InlineAsmOp(None, [], "s_waitcnt lgkmcnt(0)\n\ts_barrier", "", has_side_effects=True)
+    out[t] = buf[63 - t]
+
+
+def test_amd_wait_and_barrier_inline_asm_runs_on_the_cpu_as_a_barrier():
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    reverse_through_shared[1, 64](x, out)
+    np.testing.assert_array_equal(out, x[::-1])
+
+
+def test_other_inline_asm_on_the_cpu_is_a_located_error():
+    from flydsl.errors import UnsupportedConstructError
+
+    @flydsl.kernel
+    def raw_mov(out: fx.Tensor):
+        from flydsl._mlir.dialects import llvm
+        llvm.InlineAsmOp(None, [], "v_mov_b32 v0, 0", "", has_side_effects=True)
+        out[0] = 1.0
+
+    with pytest.raises(UnsupportedConstructError, match="v_mov_b32 v0, 0.*cannot run"):
+        raw_mov[1, 1](np.zeros(1, np.float32))

@@ -48,6 +48,8 @@ class CpuBackend(BaseBackend):
         return [
             # FlyDSL's raw buffer loads/stores with the hardware's range check
             PythonPass("rocdl-buffers", "flydsl.passes.rocdl_buffers:run"),
+            # AMD inline asm (s_waitcnt, s_barrier): LLVM's CPU streamer aborts on any
+            PythonPass("amd-inline-asm", "flydsl.passes.amd_inline_asm:run"),
             PythonPass("simt-to-cpu", "flydsl.passes.simt_to_cpu:run"),
             PythonPass("cpu-interrupts", "flydsl.passes.cpu_interrupts:run"),
             PythonPass("noalias-record", "flydsl.passes.noalias:record"),
