@@ -660,6 +660,26 @@ def test_warm_calls_store_only_data_pointers_and_misaligned_ones_launch_the_usua
     assert usual == [1] and len(fused.plans) == 1
 
 
+def test_warm_prepared_calls_make_no_views(monkeypatch):
+    """2-D operands coalesce to a 1-D kernel: the first launch takes 1-D views; a
+    prepared launch reads only data pointers (a view's is its tensor's), so warm
+    calls pass the tensors as they are."""
+    gm = db.fuse_pointwise(_fake_graph(_add_mul, _rand(4, 16), _rand(4, 16)), "cpu",
+                           cost_rule=False)
+    (fused,) = _fused_modules(gm)
+    a, b = _rand(4, 16), _rand(4, 16, seed=1)
+    gm(a, b)
+    (plan,) = fused.plans.values()
+    assert plan.prepared is not None and not plan.direct
+    views = []
+    as_strided = torch.as_strided
+    monkeypatch.setattr(torch, "as_strided", lambda *x: views.append(1) or as_strided(*x))
+    for seed in range(2):
+        a = _rand(4, 16, seed=seed + 2)
+        torch.testing.assert_close(gm(a, b)[0], (a + b) * b)
+    assert views == []
+
+
 def test_flydsl_torch_log_shows_fused_groups_and_kernels(monkeypatch, capfd):
     monkeypatch.setenv("FLYDSL_TORCH_LOG", "1")
     monkeypatch.setattr(kernels, "_KERNELS", {})
