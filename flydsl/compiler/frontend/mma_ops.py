@@ -6,14 +6,17 @@
   per-lane fragment layouts (``flydsl.expr.mma_layouts``): every lane writes the A and
   B values it holds to their (row, k) places in block-shared scratch, a barrier, then
   every lane computes the accumulators it holds (``fma`` over k in order, one
-  ``scf.for`` per atom: unrolled, FlyDSL's preshuffle GEMM traced to 328,000 ops), and
-  a barrier before the scratch is reused. Integer atoms (int8 MFMA) run the same loop
+  ``scf.for`` per atom), and a barrier before the scratch is reused. The atoms of a call
+  are runtime loops (a call of 32 atoms traces to ~300 ops, not ~2,000 to 6,000
+  unrolled: FlyDSL's preshuffle GEMM makes 96 such calls). Integer atoms (int8 MFMA) run the same loop
   in i32: exact products, sums wrapping at 32 bits as the hardware's. A lane that holds the wrong values gives the
   wrong answer on the CPU exactly as on the GPU.
 
 An atom the target does not have is an error naming the arches that have it.
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import mlir.ir as ir
 from mlir.dialects import arith, gpu, llvm, memref, nvvm, rocdl, scf, vector
@@ -210,7 +213,13 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
     ``(n, k)`` at ``(n * rk + k) * N * K``, each ``row + M * kk`` inside (column-major), so
     element ``(row, k * K + kk)`` of a whole K-row of atoms is ``row + M * t`` past its
     first: the loop steps one index by ``M`` and one by ``N``. A TV layout maps
-    ``(lane, v)`` to ``lane part + value part``, so each lane's part is computed once."""
+    ``(lane, v)`` to ``lane part + value part``, so each lane's part is computed once.
+
+    The atoms of a call are runtime loops, not unrolled copies, so a call's traced size
+    does not grow with ``rm * rn * rk`` (FlyDSL's kernels issue hundreds of atoms): one
+    loop stores every A value of the lane, one every B value, one over the ``(m, n)``
+    atoms runs their K loops (the accumulators of an atom unrolled, as before). Index
+    arithmetic is on non-negative ``index`` values (unsigned division)."""
     lanes = spec.lanes
     acc_t = _ACC[spec.acc_dtype]    # also the scratch's type: int8 inputs widened to i32
     mk, nk = spec.m * spec.k, spec.n * spec.k
@@ -218,47 +227,162 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
     owner = a.owner
     groups = (owner[0].num_threads if owner else MAX_BLOCK_THREADS) // lanes
     scratch = _scratch(groups * per_group, acc_t)
-    tid = implementation.ops().block_thread_index()
-    lane = tid % lanes
-    base = (tid // lanes) * per_group
-    member = tid < groups * lanes     # threads outside the tiled MMA take no part
-    a_tv, b_tv, c_tv = (la.make_layout(*tv) for tv in (spec.a_tv, spec.b_tv, spec.c_tv))
+    tid = to_index(implementation.ops().block_thread_index())
+    lane = _rem(tid, lanes)
+    base = _mul(_div(tid, lanes), per_group)
+    # threads outside the tiled MMA take no part
+    member = arith.cmpi(arith.CmpIPredicate.ult, tid, _ci(groups * lanes))
     na, nb, nc = _counts(spec)
     b_start = rk * rm * mk
 
     with when(member):
-        a_at, b_at = base + a_tv((lane, 0)), base + b_start + b_tv((lane, 0))
-        for m in range(rm):
-            for k in range(rk):
-                vals = _values(a, na, m, k)
-                for v in range(na):
-                    scratch[a_at + ((m * rk + k) * mk + a_tv((0, v)))] = _operand(spec, vals[v])
-        for n in range(rn):
-            for k in range(rk):
-                vals = _values(b, nb, n, k)
-                for v in range(nb):
-                    scratch[b_at + ((n * rk + k) * nk + b_tv((0, v)))] = _operand(spec, vals[v])
+        _scatter(spec, scratch, a, (na, rm, rk), spec.a_tv, lane, base, mk)
+        _scatter(spec, scratch, b, (nb, rn, rk), spec.b_tv, lane, _add(base, b_start), nk)
     gpu.barrier()
     with when(member):
-        idx = [c_tv((lane, v)) for v in range(nc)]
-        # the first A and B element each accumulator reads, as indexes
-        rows = [to_index(base + i % spec.m) for i in idx]
-        cols = [to_index(base + b_start + i // spec.m) for i in idx]
-        for m in range(rm):
-            for n in range(rn):
-                acc = [cast(x, acc_t) for x in _values(c, nc, m, n)]
-                out = _k_loop(spec, scratch, rk, [_add(r, m * rk * mk) for r in rows],
-                              [_add(q, n * rk * nk) for q in cols], acc)
-                _store(d, [cast(x, d.dtype) for x in out], m, n)
+        c_lane = _tv_part(spec.c_tv, 0, lane)
+        idx = [_add(c_lane, _tv_part(spec.c_tv, 1, v)) for v in range(nc)]
+        # the first A and B element each accumulator reads
+        rows = [_add(base, _rem(i, spec.m)) for i in idx]
+        cols = [_add(base, _add(_div(i, spec.m), b_start)) for i in idx]
+        with _runtime_range(rm * rn) as t:          # atom (m, n), m outer as unrolled
+            m, n = _div(t, rn), _rem(t, rn)
+            c_at, d_at = _atom_values(c, m, n), _atom_values(d, m, n)
+            a_off, b_off = _mul(m, rk * mk), _mul(n, rk * nk)
+            out = _k_loop(spec, scratch, rk, [_add(r, a_off) for r in rows],
+                          [_add(q, b_off) for q in cols],
+                          [cast(c_at.get(v), acc_t) for v in range(nc)])
+            for v, x in enumerate(out):
+                d_at.set(v, cast(x, d.dtype))
     gpu.barrier()
 
 
-def _add(i: ir.Value, k: int) -> ir.Value:
-    return arith.addi(i, _ci(k)) if k else i
+def _scatter(spec, scratch, frag: TensorView, counts: tuple, tv: tuple, lane, first,
+             size: int) -> None:
+    """Value ``v`` of atom ``(x, k)`` of the lane's fragment, as the instruction sees it,
+    to ``scratch[first + (x * rk + k) * size + tv((lane, v))]``: one runtime loop over
+    every value of every atom, its body traced once."""
+    values, rest, rk = counts
+    lane_part = _add(first, _tv_part(tv, 0, lane))
+    with _runtime_range(values * rest * rk) as i:
+        v, atom = _rem(i, values), _div(i, values)
+        val = _atom_values(frag, _div(atom, rk), _rem(atom, rk)).get(v)
+        at = _add(_add(lane_part, _mul(atom, size)), _tv_part(tv, 1, v))
+        memref.store(_operand(spec, val).v, scratch.mem, [to_index(at)])
+
+
+# -- index arithmetic: non-negative ``index`` values or Python ints (folded) ---------------
+
+@contextmanager
+def _runtime_range(count: int):
+    """Yields ``0`` when ``count`` is 1 (no loop), else the induction variable of an
+    ``scf.for`` over ``0 .. count`` whose body the block emits."""
+    if count == 1:
+        yield 0
+        return
+    loop = scf.ForOp(_ci(0), _ci(count), _ci(1))
+    with ir.InsertionPoint(loop.body):
+        yield loop.induction_variable
+        scf.YieldOp([])
 
 
 def _ci(k: int) -> ir.Value:
-    return arith.constant(ir.IndexType.get(), k)
+    """The index constant ``k``, made once per kernel at its entry (a call with its
+    loops would otherwise trace dozens of copies of the same few constants)."""
+    ctx = context.current()
+    cache = ctx.extra.setdefault("mma_index_constants", {})
+    if k not in cache:
+        with ir.InsertionPoint.at_block_begin(ctx.func_op.regions[0].blocks[0]):
+            cache[k] = arith.constant(ir.IndexType.get(), k)
+    return cache[k]
+
+
+def _add(i, k):
+    if isinstance(i, int) and isinstance(k, int):
+        return i + k
+    if isinstance(i, int):
+        i, k = k, i
+    if isinstance(k, int):
+        return arith.addi(i, _ci(k)) if k else i
+    return arith.addi(i, k)
+
+
+def _mul(i, k: int):
+    if isinstance(i, int):
+        return i * k
+    return i if k == 1 else _ci(0) if k == 0 else arith.muli(i, _ci(k))
+
+
+def _div(i, k: int):
+    if isinstance(i, int):
+        return i // k
+    return i if k == 1 else arith.divui(i, _ci(k))
+
+
+def _rem(i, k: int):
+    if isinstance(i, int):
+        return i % k
+    return 0 if k == 1 else arith.remui(i, _ci(k))
+
+
+def _mode(shape, stride, x):
+    """The offset of the 1-D coordinate ``x`` (< the mode's size) of a static mode:
+    ``sum((x // before) % size * stride)`` over its leaves, colexicographically."""
+    leaves = [(s, d) for s, d in zip(la._flatten(shape), la._flatten(stride))]
+    out, before = 0, 1
+    for j, (size, step) in enumerate(leaves):
+        if size != 1 and step != 0:
+            part = _div(x, before)
+            if j < len(leaves) - 1:         # the last leaf's coordinate is < its size
+                part = _rem(part, size)
+            out = _add(out, _mul(part, step))
+        before *= size
+    return out
+
+
+def _tv_part(tv: tuple, mode: int, x):
+    """The lane (``mode`` 0) or value (1) part of a TV layout ``(shape, stride)``."""
+    return _mode(tv[0][mode], tv[1][mode], x)
+
+
+class _atom_values:
+    """The values of atom ``(x, y)`` of a ``(values, x, y)`` or rank-1 fragment, ``x``
+    and ``y`` ints or index values: the atom's offset is computed once; with a static
+    layout the value ``v`` is at a constant past it (else the view's general path)."""
+
+    def __init__(self, frag: TensorView, x, y):
+        self.frag, self.x, self.y = frag, x, y
+        layout = frag.layout
+        self.static = frag.memory.remap is None and all(
+            isinstance(e, int) for e in la._flatten(layout.shape) + la._flatten(layout.stride))
+        if not self.static:
+            return
+        off = frag.offset if isinstance(frag.offset, int) else to_index(frag.offset)
+        if la.rank(layout) == 3:
+            for j, coord in ((1, x), (2, y)):
+                off = _add(off, _mode(layout.shape[j], layout.stride[j], coord))
+            self.value_mode = (layout.shape[0], layout.stride[0])
+        else:
+            self.value_mode = (layout.shape, layout.stride)
+        self.base = off
+
+    def _offset(self, v):
+        return to_index(_add(self.base, _mode(*self.value_mode, v)))
+
+    def _coord(self, v):
+        return _element(self.frag, *(x if isinstance(x, int) else Value(x, dt.Index)
+                                     for x in (v, self.x, self.y)))
+
+    def get(self, v) -> Value:
+        if self.static:
+            return self.frag.memory.load(self._offset(v))
+        return self.frag[self._coord(v)]
+
+    def set(self, v, val: Value) -> None:
+        if self.static:
+            self.frag.memory.store(self._offset(v), val)
+        else:
+            self.frag[self._coord(v)] = val
 
 
 def _k_loop(spec, scratch, rk: int, a_first: list, b_first: list, acc: list) -> list:
