@@ -1,5 +1,7 @@
 """Bundles of precompiled kernels: written by `flydsl compile --bundle`, read through
 FLYDSL_CACHE_BUNDLE or flydsl.load_bundle, with no compiler work at run time."""
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -28,6 +30,13 @@ def cli(*args, env=None, ok=True):
     return p
 
 
+@pytest.fixture(scope="module")
+def build_cache(tmp_path_factory):
+    """The build machine's cache, shared by this module's bundle builds: the first
+    `flydsl compile --bundle` compiles, the later ones write their bundles from it."""
+    return tmp_path_factory.mktemp("build-cache")
+
+
 def make_bundle(stem, cache_dir, suffix=""):
     """Two bundles: add_kernel, and scale_kernel with S = 2 and 3."""
     env = {"FLYDSL_CACHE_DIR": str(cache_dir), "FLYDSL_COMPILE_BACKEND": "cpu"}
@@ -38,6 +47,16 @@ def make_bundle(stem, cache_dir, suffix=""):
             "--configs", "[{'S': 2}, {'S': 3}]", "--bundle", paths[1], env=env)
     assert "wrote 2 kernel(s)" in p.stderr
     return paths
+
+
+def cli_in_process(*args) -> str:
+    """What `flydsl ARGS` printed to stderr, run by the CLI's ``main`` in this process;
+    it must fail (exit code 1)."""
+    from flydsl.cli import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(list(args)) == 1, err.getvalue()
+    return err.getvalue()
 
 
 def run_child(cache_dir, bundle_paths, *kernels):
@@ -51,8 +70,8 @@ def run_child(cache_dir, bundle_paths, *kernels):
 
 @pytest.mark.parametrize("suffix", ["", ".tar.gz"])
 def test_a_process_with_a_bundle_compiles_nothing_and_never_imports_the_compiler(
-        tmp_path, suffix):
-    paths = make_bundle(tmp_path / "bundle", tmp_path / "build-cache", suffix)
+        tmp_path, build_cache, suffix):
+    paths = make_bundle(tmp_path / "bundle", build_cache, suffix)
     if suffix:
         assert all(os.path.isfile(p) for p in paths)
     else:
@@ -66,8 +85,8 @@ def test_a_process_with_a_bundle_compiles_nothing_and_never_imports_the_compiler
     assert more["ok"] and len(more["compiled"]) == 1
 
 
-def test_a_corrupt_file_in_a_bundle_is_skipped_and_the_kernel_compiled(tmp_path):
-    paths = make_bundle(tmp_path / "bundle", tmp_path / "build-cache")
+def test_a_corrupt_file_in_a_bundle_is_skipped_and_the_kernel_compiled(tmp_path, build_cache):
+    paths = make_bundle(tmp_path / "bundle", build_cache)
     entries = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(paths[0], "entries"))
                for f in fs]
     assert len(entries) == 1
@@ -181,16 +200,17 @@ def test_bundle_errors(tmp_path):
         flydsl.load_bundle(str(tmp_path / "missing"))
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious" / "notes.txt").write_text("keep")
-    p = cli("compile", f"{CHILD}::add_kernel", "--signature", "f32[1],f32[1],f32[1],i32",
-            "--bundle", str(tmp_path / "precious"), ok=False)
-    assert "not a bundle folder" in p.stderr
+    # the CLI's checks, run in this process (`main` is what `python -m flydsl.cli` runs)
+    err = cli_in_process("compile", f"{CHILD}::add_kernel", "--signature",
+                         "f32[1],f32[1],f32[1],i32", "--bundle", str(tmp_path / "precious"))
+    assert "not a bundle folder" in err
     assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
-    p = cli("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
-            "--configs", "[{'S': 2}, {'S': 3}]", ok=False)
-    assert "add --bundle PATH" in p.stderr
-    p = cli("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
-            "--configs", "S=2", ok=False)
-    assert "list of dicts" in p.stderr
+    err = cli_in_process("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
+                         "--configs", "[{'S': 2}, {'S': 3}]")
+    assert "add --bundle PATH" in err
+    err = cli_in_process("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
+                         "--configs", "S=2")
+    assert "list of dicts" in err
     with pytest.warns(RuntimeWarning, match="cannot be read"):
         os.environ["FLYDSL_CACHE_BUNDLE"] = str(tmp_path / "nope")
         try:
