@@ -127,7 +127,7 @@ def test_a_tma_load_needs_its_mbarrier_wait():
     _tma(D, out, True)
     np.testing.assert_array_equal(out.numpy(), A.flatten().numpy())
     e = _race(lambda: _tma(D, out, False), "_tma_kernel", "TMA_READ")
-    assert e.op == "load" and e.other_op == "store" and e.other_thread == (0, 0, 0)
+    assert e.op == "load" and e.other_op == "async copy" and e.other_thread == (0, 0, 0)
 
 
 # -- stmatrix, and ldmatrix (a warp collective: shuffles on the CPU) -------------------------

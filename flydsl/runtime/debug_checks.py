@@ -62,6 +62,8 @@ OTHER_THREAD = 14  #: 14, 15, 16: a race's other thread x, y, z (-1: several thr
 # INDEX the element's offset in its shared array (in elements of the array).
 RACE_STORE = 0    #: the other thread stored the element
 RACE_LOAD = 1     #: the other thread(s) loaded it
+RACE_ASYNC = 2    #: the other thread's asynchronous copy writes it, not yet waited for
+RACE_ATOMIC = 3   #: the other thread(s) updated it atomically
 
 #: Exported by a kernel library whose kernels print (``fx.printf``).
 PRINTF_SYMBOL = "__flydsl_printf"
@@ -108,13 +110,17 @@ class DeviceAssertError(FlydslRuntimeError, AssertionError):
 class SharedMemoryRaceError(FlydslRuntimeError):
     """Two threads of a block accessed one shared-memory element with no barrier
     between them, and at least one of them stored it (a kernel compiled with
-    ``FLYDSL_DEBUG=1`` or ``FLYDSL_RACECHECK=1``; atomics are not races).
+    ``FLYDSL_DEBUG=1`` or ``FLYDSL_RACECHECK=1``; atomics of several threads do not
+    race with each other, an atomic and a plain access do); or a thread accessed an
+    element that an asynchronous copy (cp.async, LDS DMA, TMA) writes before the
+    copy's wait and a barrier.
 
     Describes the first race of the launch: ``thread`` made the ``op``
-    (``"load"``/``"store"``) at ``filename:lineno`` on element ``index`` of
-    ``tensor``; ``other_thread`` (None: several threads) made the
-    ``other_op`` before it, since the last barrier.  ``count`` races were
-    found in all.  The accesses are not skipped.
+    (``"load"``/``"store"``/``"atomic"``) at ``filename:lineno`` on element ``index``
+    of ``tensor``; ``other_thread`` (None: several threads) made the ``other_op``
+    (``"load"``/``"store"``/``"atomic"``, or ``"async copy"``: its copy not yet waited
+    for) before it, since the last barrier.  ``count`` races were found in all.  The
+    accesses are not skipped.
     """
 
     def __init__(self, message: str, *, kernel: str = "", filename: str = "", lineno: int = 0,
@@ -248,17 +254,27 @@ def race_error(record: Sequence[int], site: dict, kernel: str = "") -> SharedMem
     thread = tuple(record[THREAD:THREAD + 3])
     other = tuple(record[OTHER_THREAD:OTHER_THREAD + 3])
     other_thread = None if other[0] < 0 else other
-    other_op = "store" if record[DIM] == RACE_STORE else "load"
+    other_op = {RACE_STORE: "store", RACE_ASYNC: "async copy",
+                RACE_ATOMIC: "atomic"}.get(record[DIM], "load")
     count = record[RACES]
     where = f" at {filename}:{lineno}" if filename else ""
     lines = [f"shared-memory race in kernel {kernel!r}{where}"]
     if source:
         lines.append(f"    {source.strip()}")
     who = f"thread {_dim3(other_thread)}" if other_thread else "another thread"
-    past = {"store": "stored", "load": "loaded"}[other_op]
     at = str(index[0]) if len(index) == 1 else _dim3(index)
-    lines.append(f"  {tensor}, {site.get('unit', 'index')} {at}: thread {_dim3(thread)} {op}s an element that "
-                 f"{who} {past} with no barrier between (a missing fx.barrier()?)")
+    does = {"atomic": "updates atomically"}.get(op, f"{op}s")
+    if other_op == "async copy":
+        lines.append(f"  {tensor}, {site.get('unit', 'index')} {at}: thread {_dim3(thread)} "
+                     f"{does} an element that an asynchronous copy (cp.async, LDS DMA or "
+                     f"TMA) of {who} writes, before that thread's wait for it and a "
+                     "barrier (a missing cp.async.wait_group / s_waitcnt vmcnt / "
+                     "mbarrier wait?)")
+    else:
+        past = {"store": "stored", "load": "loaded", "atomic": "updated atomically"}[other_op]
+        lines.append(f"  {tensor}, {site.get('unit', 'index')} {at}: thread {_dim3(thread)} "
+                     f"{does} an element that {who} {past} with no barrier between (a "
+                     "missing fx.barrier()?)")
     lines.append(f"  block {_dim3(block)}")
     if count > 1:
         more = count - 1

@@ -8,7 +8,9 @@
   copy (or the zero fill) happens at once: a copy that completes before its
   ``cp.async.wait_group`` is one of the orders PTX allows, so every program that is
   correct on the GPU (reads the destination only after a covering wait and a barrier)
-  computes the same on the CPU. ``commit_group``/``wait_group`` are no-ops there.
+  computes the same on the CPU. ``commit_group``/``wait_group`` are no-ops there (in
+  race-check builds, marks: the checker keeps the writes pending until the wait,
+  :mod:`.async_marks`).
 * **ldmatrix** (shared -> registers, ``m8n8.x{1,2,4}{.trans}.b16``): a warp-collective.
   Lane ``i`` supplies the address of row ``i % 8`` of matrix ``i // 8`` (its ``src``
   view: 8 contiguous 16-bit elements; lanes past ``8 * num`` are ignored) and receives
@@ -30,7 +32,7 @@ from mlir.dialects import arith, llvm, nvvm, scf, vector
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
-from . import context
+from . import async_marks, context
 from .buffer_resources import address
 from .tensors import storage_type
 from .values import Value, as_value, cast
@@ -126,7 +128,8 @@ def _cp_async(atom, src: TensorView, dst: TensorView, pred) -> None:
         if gpu:
             _cp_async_ptx(op, src.memory, so, dst.memory, do, ok)
         else:
-            _cp_async_emulated(src.memory, so, dst.memory, do, width, ok)
+            with async_marks.async_writes("cp.async"):
+                _cp_async_emulated(src.memory, so, dst.memory, do, width, ok)
 
 
 def _cp_async_ptx(op, sm: Memory, so, dm: Memory, do, ok) -> None:
@@ -177,6 +180,8 @@ def cp_async_commit_group() -> None:
     _require_arch("cp.async.commit_group")
     if _target().backend == "cuda":
         nvvm.CpAsyncCommitGroupOp()
+    else:
+        async_marks.event("cp.async.commit")
 
 
 def cp_async_wait_group(n: int) -> None:
@@ -187,6 +192,8 @@ def cp_async_wait_group(n: int) -> None:
     _require_arch("cp.async.wait_group")
     if _target().backend == "cuda":
         nvvm.CpAsyncWaitGroupOp(ir.IntegerAttr.get(ir.IntegerType.get_signless(32), n))
+    else:
+        async_marks.event("cp.async.wait", n)
 
 
 # -- ldmatrix ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from mlir.dialects import arith, cf, gpu, llvm, memref, nvvm
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
-from . import context
+from . import async_marks, context
 from .nvvm_copy_ops import shared_ptr
 from .pointer_ops import PointerValue
 from .values import Value, as_value, cast
@@ -247,6 +247,7 @@ def _cpu_wait(fname: str, mem: Memory, el, parity: ir.Value) -> ir.Value:
     op = gpu.BarrierOp()
     op.operation.attributes[WAIT_ATTR] = ir.StringAttr.get(fname)
     state = memref.atomic_rmw(arith.AtomicRMWKind.ori, _c(0), mem.mem, [to_index(el)])
+    async_marks.mark_mbarrier_wait(state.owner)
     now = arith.trunci(_i32(), arith.shrui(state, _c(PHASE)))
     return arith.cmpi(arith.CmpIPredicate.ne, now, parity)
 

@@ -17,6 +17,7 @@ from mlir.dialects import arith, scf
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
+from . import async_marks
 from .buffer_resources import address
 from .nvvm_copy_ops import physical_memory, shared_ptr
 from .nvvm_hopper_ops import barrier_slot, inline_ptx, mbarrier_complete_tx, require_hopper
@@ -103,7 +104,8 @@ def tma_load(desc, dst, bar, coords) -> None:
                           shared_ptr(bmem, bel)], text, "r,l," + "r," * n + "r")
         return
     box = _HostBox(dmem, doff, n, smem)
-    box.copy(cs, smem, base, load=True)
+    with async_marks.async_writes("tma", async_marks.tma_issue(bmem, bel)):
+        box.copy(cs, smem, base, load=True)
     mbarrier_complete_tx(bmem, bel, box.bytes())
 
 

@@ -21,7 +21,7 @@ from mlir.dialects import arith, llvm, memref, rocdl, scf, vector
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from ...expr import implementation
-from . import context
+from . import async_marks, context
 from .buffer_resources import address, byte_offset, guarded_load, in_records, resource, \
     tensor_pointer
 from .values import Value, as_value, cast, to_index
@@ -110,6 +110,10 @@ def rocdl_hint(kind: str, *args: int) -> None:
     checked compile-time ints: the instruction on ROCm, nothing elsewhere."""
     context.current()
     if _backend() != "rocm":
+        if kind == "s_waitcnt":     # the race checker's mark (race-check builds only)
+            vmcnt = (args[0] & 0xF) | ((args[0] >> 10) & 0x30)
+            if vmcnt < 0x3F:
+                async_marks.event("vmcnt.wait", vmcnt)
         return
     if kind == "sched_barrier":
         rocdl.sched_barrier(args[0])
@@ -511,7 +515,9 @@ def buffer_lds_copy(atom, src: TensorView, dst: TensorView, first: int, width: i
     with ir.InsertionPoint(branch.else_block):
         elems = [guarded_load(sm, so + t if t else so).v for t in range(width)]
         scf.YieldOp([vector.from_elements(vtype, elems)])
-    vector_store(dm, dst_off, branch.results[0], dm.itemsize)
+    async_marks.event("lds_dma.issue")
+    with async_marks.async_writes("lds_dma"):
+        vector_store(dm, dst_off, branch.results[0], dm.itemsize)
 
 
 def _as_i32(offset) -> Value:
