@@ -223,3 +223,39 @@ def test_other_inline_asm_on_the_cpu_is_a_located_error():
 
     with pytest.raises(UnsupportedConstructError, match="v_mov_b32 v0, 0.*cannot run"):
         raw_mov[1, 1](np.zeros(1, np.float32))
+
+
+# ---------------------------------------------------------------------------
+# make_copy_atom(BufferCopyLDS128b(), 128): one 128-bit element per call between views
+# of narrow elements (upstream's fp8 G2S loaders: a one-element fp8 slice of the buffer
+# to a one-element view of LDS moves 16 bytes)
+
+@flydsl.kernel
+def lds_dma_16_bytes(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    lds = fx.shared_array((16,), fx.Uint8)
+    src = fx.logical_divide(fx.rocdl.make_buffer_tensor(x), fx.make_layout(1, 1))
+    dst = fx.logical_divide(lds, fx.make_layout(1, 1))
+    if t == 0:
+        fx.copy(fx.make_copy_atom(fx.rocdl.BufferCopyLDS128b(), 128),
+                fx.slice(src, (None, 5)), fx.slice(dst, (None, 0)))
+    fx.barrier()
+    out[t] = lds[t]
+
+
+def test_a_128_bit_element_copy_atom_moves_16_bytes_between_one_element_views():
+    x = np.arange(40, dtype=np.uint8)
+    out = np.zeros(16, np.uint8)
+    lds_dma_16_bytes[1, 16](x, out)
+    np.testing.assert_array_equal(out, x[5:21])
+
+
+def test_a_pointer_type_of_an_mlir_narrow_float_type():
+    """Upstream's fp8 buffer views: fx.PointerType.get(elem_ty=<f8E4M3FN MLIR type>, ...)."""
+    from mlir import ir
+    with ir.Context():
+        p = fx.PointerType.get(elem_ty=ir.Type.parse("f8E4M3FN"),
+                               address_space=fx.AddressSpace.Global)
+        assert p.dtype is fx.Float8E4M3FN
+        assert fx.PointerType.get(elem_ty=ir.Type.parse("f4E2M1FN"),
+                                  address_space=fx.AddressSpace.Global).dtype is fx.Float4E2M1FN

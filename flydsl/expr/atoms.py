@@ -336,10 +336,11 @@ def _dtype_of_bits(bits: int, op) -> DType:
     """FlyDSL's ``make_copy_atom(op, 16)``: elements given by their width; the unsigned
     integer of that width stands for them (a copy moves bits)."""
     from . import dtypes
-    table = {8: dtypes.UInt8, 16: dtypes.UInt16, 32: dtypes.UInt32, 64: dtypes.UInt64}
+    table = {8: dtypes.UInt8, 16: dtypes.UInt16, 32: dtypes.UInt32, 64: dtypes.UInt64,
+             128: dtypes.UInt128}    # 128: one element per 128-bit call (FlyDSL's LDS DMA)
     if bits not in table:
-        raise DSLTypeError(f"fx.make_copy_atom: element width {bits} bits is not 8, 16, 32 "
-                           "or 64")
+        raise DSLTypeError(f"fx.make_copy_atom: element width {bits} bits is not 8, 16, 32, "
+                           "64 or 128")
     return table[bits]
 
 

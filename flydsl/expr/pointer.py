@@ -76,6 +76,9 @@ def _dtype(x) -> DType:
         d = getattr(dt, name)
         if d.mlir == text:
             return d
+    for d in dt.NARROW_FLOATS:     # FlyDSL's fp8 buffer views: PointerType.get(T.f8E4M3FN)
+        if d.mlir == text:
+            return d
     raise TypeError(f"{x!r} is not an element type (use fx.Float32, fx.Int32, ...)")
 
 

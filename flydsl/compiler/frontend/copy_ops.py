@@ -128,15 +128,23 @@ def _widen_one_element(atom, src: TensorView, dst: TensorView) -> tuple:
     if not bits or src.memory is None or dst.memory is None:
         return src, dst
     views = [src, dst]
+    whole = _whole_width_atom(atom)
     for i, (one, other) in enumerate(((src, dst), (dst, src))):
         w = bits // one.dtype.bits if one.dtype.bits else 0
         n_one, n_other = la.size(one.layout), la.size(other.layout)
         if not (isinstance(n_one, int) and isinstance(n_other, int)):
             continue
-        if n_one == 1 and w > 1 and bits % one.dtype.bits == 0 \
-                and n_other * other.dtype.bits == bits and n_other > 1:
+        fills = (n_other * other.dtype.bits == bits and n_other > 1) or (whole and n_other == 1)
+        if n_one == 1 and w > 1 and bits % one.dtype.bits == 0 and fills:
             views[i] = one.with_layout(la.make_layout(w, 1))
     return tuple(views)
+
+
+def _whole_width_atom(atom) -> bool:
+    """``make_copy_atom(op, 128)``: one 128-bit element per call, whatever the views'
+    element type (FlyDSL's ``BufferCopyLDS128b`` between fp8 views)."""
+    d = getattr(atom, "dtype", None)
+    return d is not None and d.bits == 128 and getattr(atom, "bits", None) == 128
 
 
 def _check_views(atom, src: TensorView, dst: TensorView) -> None:
@@ -151,7 +159,8 @@ def _check_views(atom, src: TensorView, dst: TensorView) -> None:
     if src.size() != dst.size():
         raise DSLTypeError(f"fx.copy: source has {src.size()} elements ({src.layout!r}), "
                            f"destination {dst.size()} ({dst.layout!r})")
-    if atom.dtype is not None and atom.dtype.bits != src.dtype.bits:
+    if atom.dtype is not None and atom.dtype.bits != src.dtype.bits \
+            and not (_whole_width_atom(atom) and 128 % src.dtype.bits == 0):
         raise DSLTypeError(f"fx.copy: {atom!r} moves {atom.dtype.name} elements but the "
                            f"tensors hold {src.dtype.name}")
 
