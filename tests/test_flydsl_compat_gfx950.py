@@ -259,3 +259,21 @@ def test_a_pointer_type_of_an_mlir_narrow_float_type():
         assert p.dtype is fx.Float8E4M3FN
         assert fx.PointerType.get(elem_ty=ir.Type.parse("f4E2M1FN"),
                                   address_space=fx.AddressSpace.Global).dtype is fx.Float4E2M1FN
+
+
+@flydsl.kernel
+def shifts(x: fx.Tensor, out: fx.Tensor):
+    t = fx.thread_idx.x
+    v = x[t]
+    out[2 * t] = v.shrui(fx.Int32(4)) & fx.Int32(0xFF)
+    out[2 * t + 1] = v.shli(3)
+
+
+def test_integer_values_have_flydsl_shrui_and_shli():
+    """Upstream's a16w4 MoE unpacks bytes with ``packed_i32.shrui(shift) & 0xFF``."""
+    x = np.array([-1, 0x12345678, 7, -256], np.int32)
+    out = np.zeros(8, np.int32)
+    shifts[1, 4](x, out)
+    u = x.view(np.uint32)
+    np.testing.assert_array_equal(out[0::2], ((u >> 4) & 0xFF).astype(np.int32))
+    np.testing.assert_array_equal(out[1::2], (u << 3).astype(np.uint32).view(np.int32))

@@ -107,6 +107,21 @@ class Value(ir.Value):
     def minimumf(self, other, *, fastmath=None) -> "Value":
         return with_fastmath(_ops().minimum(self, other), fastmath)
 
+    def shrui(self, amount) -> "Value":
+        """Logical (zero-filling) right shift by ``amount``, keeping this integer's dtype
+        (FlyDSL's ``x.shrui(8)``, whatever the signedness)."""
+        return self._shift(arith.shrui, amount, "shrui")
+
+    def shli(self, amount) -> "Value":
+        """Left shift by ``amount``, keeping this integer's dtype (FlyDSL's ``x.shli(4)``)."""
+        return self._shift(arith.shli, amount, "shli")
+
+    def _shift(self, op, amount, name: str) -> "Value":
+        if not self.dtype.is_int or self.dtype is dt.Bool or isinstance(self.v.type, ir.VectorType):
+            raise DSLTypeError(f".{name}: a shift of an integer scalar, not of a "
+                               f"{self.dtype.name} value")
+        return Value(op(self.v, cast(amount, self.dtype).v), self.dtype)
+
     def exp2(self, *, fastmath=None) -> "Value":
         return _ops().exp2(self)
 
