@@ -17,6 +17,14 @@ WARP = 32   # the CPU backend's warp
 # divisibility specialization, are under test; each compile is seconds of LLVM -O3).
 
 
+@pytest.fixture
+def llvm_o0(monkeypatch):
+    """FLYDSL_OPT_LEVEL=0 for the heaviest kernels: the same results, a fifth of the
+    compile (LLVM -O3 took ~7 s of CPU for each). The votes, lane ids, float warp
+    reductions, shuffles and counting barriers below still run at -O3."""
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "0")
+
+
 def linear_ids(block):
     """Linear thread id of each thread of a block, in launch order (x fastest)."""
     return np.arange(int(np.prod(block)))
@@ -224,6 +232,7 @@ def per_warp(x, n, block, fn):
     return out
 
 
+@pytest.mark.usefixtures("llvm_o0")
 @pytest.mark.parametrize("block,n", [(64, 128), (48, 96), (64, 100), (96, 37)])
 def test_warp_reduce_named_ops_int(block, n):
     size = -(-n // block) * block
@@ -275,6 +284,7 @@ def suffix_lanes(x: fx.Tensor, out: fx.Tensor, m: fx.Int32):
         out[i, 2] = fx.warp_reduce(x[i])
 
 
+@pytest.mark.usefixtures("llvm_o0")
 @pytest.mark.parametrize("m", [0, 5, 37, 100])
 def test_warp_collectives_over_a_suffix_of_lanes(m):
     x = RNG.integers(-100, 100, 128).astype(np.int32)
@@ -302,6 +312,7 @@ def warp_scans(x: fx.Tensor, out: fx.Tensor, f: fx.Tensor, fout: fx.Tensor, n: f
         fout[i, 1] = fx.warp_scan(f[i], "max", inclusive=False)
 
 
+@pytest.mark.usefixtures("llvm_o0")
 @pytest.mark.parametrize("block,n", [(64, 128), (48, 96), (64, 90)])
 def test_warp_scan_inclusive_exclusive_and_custom(block, n):
     size = -(-n // block) * block
@@ -340,6 +351,7 @@ def block_reductions(x: fx.Tensor, total: fx.Tensor, biggest: fx.Tensor, rounds:
     rounds[b * n + t] = acc
 
 
+@pytest.mark.usefixtures("llvm_o0")
 @pytest.mark.parametrize("block", [(256, 1, 1), (100, 1, 1), (16, 12, 1), (8, 4, 3), (1, 1, 1),
                                    (1024, 1, 1)])
 def test_block_reduce_any_block_shape(block):
@@ -372,6 +384,7 @@ def block_scans(x: fx.Tensor, incl: fx.Tensor, excl: fx.Tensor, low: fx.Tensor,
     shifted[i] = fx.block_scan(x[i], lambda a, b: b, inclusive=False, identity=-99)
 
 
+@pytest.mark.usefixtures("llvm_o0")
 @pytest.mark.parametrize("block", [(128, 1), (100, 1), (24, 5), (7, 1), (32, 32)])
 def test_block_scan_in_linear_thread_order(block):
     n, grid = block[0] * block[1], 2
