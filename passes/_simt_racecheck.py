@@ -309,7 +309,7 @@ class RaceChecks:
                     phase = arith.shrui(state, _const(63, _i64()))
                     if kind == "tma.issue":
                         tags[ir.IntegerAttr(op.attributes[ID]).value] = arith.ori(
-                            _const(TMA << _FAMILY_SHIFT | 0, _i64()),
+                            _const(TMA << _FAMILY_SHIFT, _i64()),
                             arith.ori(arith.shli(phase, _const(_PARITY_SHIFT, _i64())),
                                       arith.index_cast(_i64(), word)))
                         continue
