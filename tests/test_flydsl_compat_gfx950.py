@@ -277,3 +277,22 @@ def test_integer_values_have_flydsl_shrui_and_shli():
     u = x.view(np.uint32)
     np.testing.assert_array_equal(out[0::2], ((u >> 4) & 0xFF).astype(np.int32))
     np.testing.assert_array_equal(out[1::2], (u << 3).astype(np.uint32).view(np.int32))
+
+
+def test_a_kernel_local_class_holds_constants():
+    """Upstream's conv3d bf16 transpose kernel: ``class BF16Ty: ir_type = elem_ty.ir_type``."""
+    scale = 3.0
+
+    @flydsl.kernel
+    def scaled(x: fx.Tensor, out: fx.Tensor):
+        class Consts:
+            factor = scale * 2
+            dtype = fx.Float32
+
+        t = fx.thread_idx.x
+        out[t] = x[t] * fx.cast(Consts.factor, Consts.dtype)
+
+    x = np.arange(4, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    scaled[1, 4](x, out)
+    np.testing.assert_array_equal(out, x * 6)

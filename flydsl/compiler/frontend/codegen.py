@@ -294,6 +294,21 @@ class Codegen(ControlFlow):
         from .nested_functions import define     # a kernel-local helper (FlyDSL's kernels)
         self.scope[node.name] = define(self, node, Codegen)
 
+    def stmt_ClassDef(self, node: ast.ClassDef) -> None:
+        """A kernel-local class (FlyDSL's kernels keep type constants in one: ``class
+        BF16Ty: ir_type = elem_ty.ir_type``) is made by Python while tracing: its body
+        runs once as plain Python over the kernel's names, as a comprehension does."""
+        code = compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])),
+                       self.src.filename, "exec")
+        env = _EvalScope(self, node, {k: strip(v) for k, v in self.scope.items() if k != RETURN})
+        for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
+            try:        # a class body reads globals without __missing__: resolve them now
+                env[name] = env[name]
+            except KeyError:
+                pass
+        exec(code, env, env)
+        self.scope[node.name] = env[node.name]
+
 
 
 
