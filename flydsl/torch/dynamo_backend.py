@@ -19,8 +19,8 @@
    partitioned again without it);
 4. replace every kept group by one generated kernel (its pattern from
    :mod:`flydsl.torch.patterns`; :class:`flydsl.torch.kernels.FusedModule` or
-   :class:`flydsl.torch.row_kernels.RowModule`), and independent groups of one
-   pattern (an optimizer's per-parameter chains) by one launch
+   :class:`flydsl.torch.row_kernels.RowModule`), and on the CPU independent groups
+   of one pattern (an optimizer's per-parameter chains) by one launch
    (:mod:`flydsl.torch.multi_tensor`). Everything else runs as eager
    ATen calls. A graph whose forward fusions save less than AOTAutograd costs
    (nothing fused, or :data:`~flydsl.torch.fusion_cost.AOT_INFERENCE_TAX` /
@@ -273,8 +273,10 @@ def fuse_pointwise(gm: GraphModule, device_type: str, min_group_size: int = MIN_
             module = kind(pattern, sub, device_type, output_layouts(sub), measure=cost_rule)
             setattr(new, node.target, module)
     new.recompile()
-    # independent groups of one pattern (an optimizer's per-parameter chains): one launch
-    merge_independent(new)
+    if device_type == "cpu":
+        # independent groups of one pattern (an optimizer's per-parameter chains): one
+        # launch (its kernel is shaped for the CPU: a thread per block loops over a chunk)
+        merge_independent(new)
     new.flydsl_savings_us = saved
     stats["fused_groups"] += len(groups)
     stats["fused_ops"] += sum(op_count(g) for g in groups)

@@ -7,7 +7,9 @@ partitioner cannot join (their iteration spaces differ), so as many launches.
 :class:`~flydsl.torch.kernels.FusedPattern`, none depending on another, every
 operand of the group's own shape) by one :class:`MultiTensorModule`, whose
 kernel takes every group's tensors and gives each group a range of blocks: one
-launch, as torch's foreach/fused optimizers do with their tensor lists. At run
+launch, as torch's foreach/fused optimizers do with their tensor lists. The
+kernel is shaped for the CPU backend (one thread per block loops over a contiguous
+chunk, which LLVM vectorizes): the backend merges groups only for the CPU. At run
 time the launch needs each group's operands contiguous (no broadcast, no
 strides); otherwise, or while it loses its trial against the groups' eager ops
 (:mod:`~flydsl.torch.trials`), the groups run one by one as before.
