@@ -16,6 +16,7 @@ An atom the target does not have is an error naming the arches that have it.
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 
 import mlir.ir as ir
@@ -240,11 +241,8 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
         _scatter(spec, scratch, b, (nb, rn, rk), spec.b_tv, lane, _add(base, b_start), nk)
     gpu.barrier()
     with when(member):
-        c_lane = _tv_part(spec.c_tv, 0, lane)
-        idx = [_add(c_lane, _tv_part(spec.c_tv, 1, v)) for v in range(nc)]
-        # the first A and B element each accumulator reads
-        rows = [_add(base, _rem(i, spec.m)) for i in idx]
-        cols = [_add(base, _add(_div(i, spec.m), b_start)) for i in idx]
+        rows, cols = _first_elements(spec.c_tv, spec.m, nc, lanes, lane, base,
+                                     _add(base, b_start))
         with _runtime_range(rm * rn) as t:          # atom (m, n), m outer as unrolled
             m, n = _div(t, rn), _rem(t, rn)
             c_at, d_at = _atom_values(c, m, n), _atom_values(d, m, n)
@@ -255,6 +253,36 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
             for v, x in enumerate(out):
                 d_at.set(v, cast(x, d.dtype))
     gpu.barrier()
+
+
+def _first_elements(c_tv: tuple, m: int, nc: int, lanes: int, lane, a_first,
+                    b_first) -> tuple:
+    """The scratch indexes of the first A and B element each of the lane's ``nc``
+    accumulators reads: ``a_first + row`` and ``b_first + column`` of its C index."""
+    c_lane = _tv_part(c_tv, 0, lane)
+    value_rc = _value_rows_cols(c_tv, m, nc, lanes)
+    if value_rc is not None:
+        row, col = _add(a_first, _rem(c_lane, m)), _add(b_first, _div(c_lane, m))
+        return [_add(row, r) for r, _ in value_rc], [_add(col, c) for _, c in value_rc]
+    idx = [_add(c_lane, _tv_part(c_tv, 1, v)) for v in range(nc)]
+    return [_add(a_first, _rem(i, m)) for i in idx], [_add(b_first, _div(i, m)) for i in idx]
+
+
+@functools.lru_cache(maxsize=None)
+def _value_rows_cols(c_tv: tuple, m: int, nc: int, lanes: int):
+    """Each value's (row, column) in C when no lane's part carries into another row or
+    column as the value's part is added (so the lane's row and column are computed once
+    and each value adds constants: true of every table's layout); else None."""
+    def row_col(i: int) -> tuple:
+        return i % m, i // m
+    value_rc = [row_col(_tv_part(c_tv, 1, v)) for v in range(nc)]
+    for x in range(lanes):
+        part = _tv_part(c_tv, 0, x)
+        lr, lc = row_col(part)
+        for v, (vr, vc) in enumerate(value_rc):
+            if row_col(part + _tv_part(c_tv, 1, v)) != (lr + vr, lc + vc):
+                return None
+    return tuple(value_rc)
 
 
 def _scatter(spec, scratch, frag: TensorView, counts: tuple, tv: tuple, lane, first,
