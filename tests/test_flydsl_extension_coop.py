@@ -32,6 +32,13 @@ def check(out, expected):
         np.testing.assert_array_equal(out, expected)
 
 
+def fast_compile(monkeypatch):
+    """LLVM -O0 for a kernel of its own: the same results for a fraction of the -O3
+    compile (seconds of CPU for each of these). One warp case (UInt8) and one block
+    case (128 x Int32, warp reductions) still compile at -O3, as users do."""
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "0")
+
+
 def cumsum(x, axis=-1):
     """Inclusive sum in the array's own dtype (integers wrap)."""
     with np.errstate(over="ignore"):
@@ -70,7 +77,9 @@ WARP_DTYPES = [DTYPES[0], DTYPES[1], DTYPES[3], DTYPES[4]]   # UInt8 Int16 Int64
 
 @pytest.mark.parametrize("dtype,np_dtype", WARP_DTYPES,
                          ids=[d.__name__ for d, _ in WARP_DTYPES])
-def test_warp_collectives_over_every_width(dtype, np_dtype):
+def test_warp_collectives_over_every_width(dtype, np_dtype, monkeypatch):
+    if dtype is not fx.Uint8:
+        fast_compile(monkeypatch)
     a = sample(np_dtype, 64)
     o = np.zeros((len(WIDTHS), 7, 64), np_dtype)
     _warp_launch(a, o)
@@ -149,7 +158,9 @@ BLOCK_CASES = [
 @pytest.mark.parametrize("block,dtype,np_dtype,algo", BLOCK_CASES,
                          ids=[f"{c[0][0]}x{c[0][1]}x{c[0][2]}-{c[1].__name__}-{c[3]}"
                               for c in BLOCK_CASES])
-def test_block_reduce_and_scan(block, dtype, np_dtype, algo):
+def test_block_reduce_and_scan(block, dtype, np_dtype, algo, monkeypatch):
+    if algo != "WARP_REDUCTIONS" or dtype is not fx.Int32:
+        fast_compile(monkeypatch)
     n = block[0] * block[1] * block[2]
     a = sample(np_dtype, n, seed=n)
     o = np.zeros((4, n), np_dtype)
@@ -165,7 +176,8 @@ def test_block_reduce_and_scan(block, dtype, np_dtype, algo):
 
 
 @pytest.mark.parametrize("items", [3, 9])
-def test_block_scan_of_several_items_per_thread(items):
+def test_block_scan_of_several_items_per_thread(items, monkeypatch):
+    fast_compile(monkeypatch)
     block = (64, 1, 1)
     a = sample(np.int32, 64 * items, seed=items)
     o = np.zeros((4, 64 * items), np.int32)
