@@ -6,6 +6,7 @@ runs with their own empty local cache folders.
 """
 import contextlib
 import gc
+import io
 import json
 import os
 import socket
@@ -361,15 +362,24 @@ def test_bad_store_settings_warn_and_use_the_local_cache(tmp_path, monkeypatch):
     shift(time.time_ns() % 1000 + 40)
 
 
-def test_cache_cli_understands_the_store(server, tmp_path):
+def cache_cli_here(monkeypatch, *args, **env) -> str:
+    """What `flydsl cache ARGS` printed (stdout and stderr) with ``env`` set, run by the
+    CLI's ``main`` in this process (what ``python -m flydsl.cli`` runs); it must succeed."""
+    from flydsl.cli import main
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["cache", *args]) == 0, err.getvalue()
+    return out.getvalue() + err.getvalue()
+
+
+def test_cache_cli_understands_the_store(server, tmp_path, monkeypatch):
     child(tmp_path / "a", server.url, "add")
-    env = dict(os.environ, FLYDSL_CACHE_DIR=str(tmp_path / "b"), FLYDSL_CACHE_STORE=server.url)
+    env = {"FLYDSL_CACHE_DIR": str(tmp_path / "b"), "FLYDSL_CACHE_STORE": server.url}
 
     def cli(*args):
-        p = subprocess.run([sys.executable, "-m", "flydsl.cli", "cache", *args], env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0, p.stderr
-        return p.stdout
+        return cache_cli_here(monkeypatch, *args, **env)
     assert f"store:     {server.url}: 1 entries" in cli("info")
     listed = cli("list")
     assert "(store)" in listed and "add_kernel cpu/" in listed
@@ -378,22 +388,25 @@ def test_cache_cli_understands_the_store(server, tmp_path):
 
 
 def cache_cli(*args, ok=True, **env) -> str:
+    """`flydsl cache ARGS` in a process of its own: all it printed, warnings included."""
     p = subprocess.run([sys.executable, "-m", "flydsl.cli", "cache", *args],
                        env=dict(os.environ, **env), capture_output=True, text=True, timeout=60)
     assert (p.returncode == 0) == ok, p.stderr
     return p.stdout + p.stderr
 
 
-def test_listing_the_store_without_the_fleets_secret_deletes_nothing(server, tmp_path):
+def test_listing_the_store_without_the_fleets_secret_deletes_nothing(server, tmp_path,
+                                                                    monkeypatch):
     fleet = child(tmp_path / "a", server.url, "add", "scale2", FLYDSL_CACHE_STORE_SECRET="fleet")
     before = sorted(redis_keys(server, "flydsl:*"))
     env = {"FLYDSL_CACHE_DIR": str(tmp_path / "b"), "FLYDSL_CACHE_STORE": server.url,
            "FLYDSL_CACHE_STORE_SECRET": ""}
-    listed = cache_cli("list", **env)
+    listed = cache_cli_here(monkeypatch, "list", **env)
     assert listed.count("(signed with another secret") == 2, listed
-    assert "0 entries, 2 more signed with other secrets" in cache_cli("info", **env)
+    assert "0 entries, 2 more signed with other secrets" in cache_cli_here(monkeypatch, "info",
+                                                                           **env)
     assert sorted(redis_keys(server, "flydsl:*")) == before
-    mine = cache_cli("list", **dict(env, FLYDSL_CACHE_STORE_SECRET="fleet"))
+    mine = cache_cli_here(monkeypatch, "list", **dict(env, FLYDSL_CACHE_STORE_SECRET="fleet"))
     assert "add_kernel cpu/" in mine and "another secret" not in mine
     assert len(fleet["compiled"]) == 2
 
