@@ -44,7 +44,7 @@ from mlir.dialects import arith, func, memref, scf, ub
 from flydsl.runtime import debug_checks as rec
 
 from ._simt_ir import source_location, strip_memory_space
-from .ir import MEMREF_VIEW_OPS, op_of, walk
+from .ir import op_of, root_memref, walk
 
 #: Module attribute holding the JSON site table.
 SITES_ATTR = "flydsl.debug_sites"
@@ -234,19 +234,6 @@ def count_failure(slot: int) -> None:
     record = memref.get_global(ir.MemRefType.get([rec.RECORD_SLOTS], i64), rec.OOB_SYMBOL)
     memref.atomic_rmw(arith.AtomicRMWKind.addi, arith.ConstantOp(i64, 1).result, record,
                       [arith.ConstantOp(ir.IndexType.get(), slot).result])
-
-
-def root_memref(mem: ir.Value) -> ir.Value:
-    """The memref ``mem`` is a view of (through view-like ops and the base buffer of
-    ``memref.extract_strided_metadata``, which flattened tensor views are cast from)."""
-    while isinstance(mem, ir.OpResult):
-        owner = op_of(mem.owner)
-        if owner.name in MEMREF_VIEW_OPS or (owner.name == "memref.extract_strided_metadata"
-                                             and mem.result_number == 0):
-            mem = owner.operands[0]
-        else:
-            break
-    return mem
 
 
 def _vector_length(op: ir.Operation) -> int:

@@ -33,6 +33,24 @@ CHECKED_ARGS = "flydsl.checked_args"
 #: bounds-checks, in every build.
 CHECKED_VIEW = "flydsl.checked_view"
 
+#: ``gpu.func`` attribute: the indices of the shared arrays (workgroup attributions)
+#: whose every access the CPU backend bounds-checks in every build: a view of one
+#: reaches past it (:meth:`flydsl.compiler.frontend.views.Memory.note_view`).
+CHECKED_SHARED = "flydsl.checked_shared"
+
+
+def root_memref(mem: ir.Value) -> ir.Value:
+    """The memref ``mem`` is a view of (through view-like ops and the base buffer of
+    ``memref.extract_strided_metadata``, which flattened tensor views are cast from)."""
+    while isinstance(mem, ir.OpResult):
+        owner = op_of(mem.owner)
+        if owner.name in MEMREF_VIEW_OPS or (owner.name == "memref.extract_strided_metadata"
+                                             and mem.result_number == 0):
+            mem = owner.operands[0]
+        else:
+            break
+    return mem
+
 
 def op_of(x) -> ir.Operation:
     """The ``ir.Operation`` behind an OpView / Operation."""

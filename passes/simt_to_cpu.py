@@ -85,7 +85,7 @@ from ._simt_split import split_thread_loops
 from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
                        strip_memory_space)
 from ._simt_uniformity import BROADCAST_ATTR, Uniformity
-from .ir import (CHECKED_ARGS, CHECKED_VIEW, ancestor_in_block, block_ops, defining_op,
+from .ir import (CHECKED_ARGS, CHECKED_SHARED, CHECKED_VIEW, ancestor_in_block, block_ops, defining_op,
                  gpu_modules, op_of, terminator, walk)
 
 _DIMS = ("x", "y", "z")
@@ -106,8 +106,9 @@ _RAW_VIEW_LABEL = ("raw pointer view (its size: the elements left in the kernel 
 
 def _always_checked(op: ir.Operation) -> bool:
     """Whether kernel ``op`` has accesses the CPU checks in every build (host views whose
-    layout may reach past their memory, raw pointers' views)."""
-    if CHECKED_ARGS in op.attributes:
+    layout may reach past their memory, raw pointers' views, shared arrays or pools a
+    view reaches past)."""
+    if CHECKED_ARGS in op.attributes or CHECKED_SHARED in op.attributes:
         return True
     return bool(walk(op, lambda o: CHECKED_VIEW in o.attributes))
 
@@ -282,6 +283,10 @@ class _KernelLowering:
         # else only those of these arguments (host views reaching past their memory)
         self.checked_args = (list(ir.DenseI32ArrayAttr(gfunc.attributes[CHECKED_ARGS]))
                              if CHECKED_ARGS in gfunc.attributes else [])
+        # and those of these shared arrays (a view reaches past one): their buffers
+        self.checked_shared = (set(ir.DenseI32ArrayAttr(gfunc.attributes[CHECKED_SHARED]))
+                               if CHECKED_SHARED in gfunc.attributes else set())
+        self.checked_buffers: set = set()
         self.check_races = races and checks is not None   # debug or race-check mode
         self.races: Optional[RaceChecks] = None
         self.recorder = recorder        # FLYDSL_PROFILE=memory: record shared/global accesses
@@ -371,6 +376,8 @@ class _KernelLowering:
             label = f"shared array {named!r}" if named else f"shared array {k}"
             self.mem_labels[buf] = {"tensor": label}
             self.shared.add(buf)
+            if k in self.checked_shared:
+                self.checked_buffers.add(buf)
         private = kargs[n + n_wg:]
         with ir.InsertionPoint(self.block_yield), loc:
             for k, old in enumerate(private):  # per-thread memory: like an alloca in the body
@@ -532,7 +539,7 @@ class _KernelLowering:
                                      skip=self.internal, labels=self.mem_labels)
         elif self.checks is not None:   # the always-checked memrefs only
             args = list(self.entry.arguments)
-            only = {args[i] for i in self.checked_args} | set(raw_views)
+            only = {args[i] for i in self.checked_args} | set(raw_views) | self.checked_buffers
             if only:
                 self.checks.guard_kernel(self.func, self.name, self._report_ids,
                                          labels=self.mem_labels, only=only)

@@ -98,3 +98,45 @@ def test_read_past_dynamic_shared_memory_is_an_error():
     y2 = np.zeros(16, np.float32)
     read_past_dynamic_shared[1, 16, 64](x, y2)
     np.testing.assert_array_equal(y2[:8], x)
+
+
+@flydsl.kernel
+def plain_array_past_its_end(x: fx.Tensor, y: fx.Tensor):
+    """fx.shared_array with a 32-element view of its 16: the same check, in every build."""
+    t = fx.thread_idx.x
+    a = fx.shared_array((16,), fx.Float32)
+    b = fx.shared_array((16,), fx.Float32)
+    if t < 16:
+        b[t] = -1.0
+    fx.barrier()
+    wide = fx.make_view(a, fx.make_layout(32, 1))
+    wide[t] = x[t]                                             # mark: past plain
+    fx.barrier()
+    if t < 16:
+        y[t] = b[t]
+
+
+@flydsl.kernel
+def plain_array_in_bounds(x: fx.Tensor, y: fx.Tensor):
+    t = fx.thread_idx.x
+    a = fx.shared_array((32,), fx.Float32)
+    v = fx.make_view(a, fx.make_layout(32, 1))
+    v[t] = x[t]
+    fx.barrier()
+    y[t] = v[31 - t]
+
+
+def test_plain_shared_array_reached_past_is_checked_in_every_build():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(16, np.float32)
+    with pytest.raises(OutOfBoundsError) as err:
+        plain_array_past_its_end[1, 32](x, y)
+    assert f":{marked_line(__file__, 'mark: past plain')}" in str(err.value)
+    np.testing.assert_array_equal(y, -1.0)
+
+
+def test_a_view_that_fits_runs_as_before():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    plain_array_in_bounds[1, 32](x, y)
+    np.testing.assert_array_equal(y, x[::-1])

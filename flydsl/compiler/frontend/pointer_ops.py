@@ -44,8 +44,8 @@ from .memory_ops import _dynamic_shared_base, _space
 from .raw_memory import LLVM_SPACES, element_bytes as _itemsize, raw_memory
 from .tensors import TensorValue, coerce_for_store, storage_type
 from .values import Value, as_value, cast, to_index
-from .views import (FragmentValue, Memory, TensorView, add_offsets, as_view, vector_load,
-                    vector_store)
+from .views import (FragmentValue, Memory, TensorView, add_offsets, as_view, reaches_past,
+                    static_elements, vector_load, vector_store)
 
 __all__ = [
     "PointerValue", "add_offset", "bind_pointer_params", "get_dyn_shared", "get_iter", "inttoptr", "is_pointer",
@@ -73,13 +73,8 @@ class PooledMemory(Memory):
         view_op = self.mem.owner.operation
         if view_op.name != "memref.view" or CHECKED_VIEW in view_op.attributes:
             return
-        (n,) = ir.MemRefType(self.mem.type).shape
-        if n != ir.ShapedType.get_dynamic_size():
-            if not (isinstance(offset, int) and la.is_static(layout)):
-                return
-            reach = offset + int(la.cosize(layout))
-            if offset >= 0 and reach <= n:
-                return
+        if not reaches_past(offset, layout, static_elements(self.mem)):
+            return
         if context.current().target.backend not in LLVM_SPACES:      # the CPU
             view_op.attributes[CHECKED_VIEW] = ir.UnitAttr.get()
 

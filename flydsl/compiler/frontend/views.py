@@ -34,6 +34,7 @@ from ...expr import dtypes as dt
 from ...expr import layout_algebra as la
 from ...expr.dtypes import DType
 from ...expr.swizzle import ComposedLayout
+from ...passes.ir import CHECKED_SHARED, root_memref
 from . import context
 from .tensors import TensorValue, coerce_for_store, storage_type
 from .values import Value, as_value, cast, resolve_dtype, to_index
@@ -108,13 +109,62 @@ class Memory:
         memref.store(_to_storage(v), self.mem, [to_index(self.physical(offset))])
 
     def note_view(self, offset, layout: la.Layout) -> None:
-        """A view of ``layout`` from ``offset`` was made over this memory (a shared
-        pool checks whether it reaches past the pool: :class:`~.pointer_ops.PooledMemory`)."""
+        """A view of ``layout`` from ``offset`` was made over this memory. On the CPU, a
+        shared array it reaches past (the flat memref's static size; a thread's slice,
+        at a runtime offset, is judged by the static tiling it was cut from) is checked
+        in every build: such accesses would otherwise land in the CPU's neighbouring
+        memory, while a GPU drops them (AMD), faults (NVIDIA) or puts them in another
+        array. Shared pools: :meth:`.pointer_ops.PooledMemory.note_view`."""
+        if self.space != "shared":
+            return
+        root = root_memref(self.mem)
+        if not isinstance(root, ir.BlockArgument):
+            return
+        rtype = ir.MemRefType(root.type)
+        if rtype.element_type == ir.MemRefType(self.mem.type).element_type and \
+                reaches_past(offset, layout, static_elements(root)):
+            _check_shared_array(root)
 
     def label(self) -> str:
         what = {"register": "register fragment", "shared": "shared tensor"}.get(self.space,
                                                                              "tensor")
         return f"{what} {self.name!r}" if self.name else what
+
+
+def reaches_past(offset, layout: la.Layout, n: Optional[int]) -> bool:
+    """Whether a view of ``layout`` from element ``offset`` of flat memory of ``n``
+    elements may reach past its end: a static layout from a static offset past ``n``,
+    or any view when ``n`` is None (a size known only at run time)."""
+    if n is None:
+        return True
+    if not (isinstance(offset, int) and la.is_static(layout)):
+        return False
+    return offset < 0 or offset + int(la.cosize(layout)) > n
+
+
+def static_elements(mem: ir.Value) -> Optional[int]:
+    """How many elements memref ``mem`` has, None when not static."""
+    t = ir.MemRefType(mem.type)
+    if not t.has_static_shape:
+        return None
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n
+
+
+def _check_shared_array(arg: ir.BlockArgument) -> None:
+    """List workgroup attribution ``arg`` in the kernel's CHECKED_SHARED (CPU only)."""
+    ctx = context.current()
+    if ctx.target.backend in ("cuda", "rocm"):
+        return
+    func_op = ctx.func_op
+    k = arg.arg_number - len(ir.FunctionType(
+        ir.TypeAttr(func_op.attributes["function_type"]).value).inputs)
+    have = (list(ir.DenseI32ArrayAttr(func_op.attributes[CHECKED_SHARED]))
+            if CHECKED_SHARED in func_op.attributes else [])
+    if k >= 0 and k not in have:
+        func_op.attributes[CHECKED_SHARED] = ir.DenseI32ArrayAttr.get(sorted(have + [k]))
 
 
 def _is_zero(x) -> bool:
