@@ -7,10 +7,11 @@
   B values it holds to their (row, k) places in block-shared scratch, a barrier, then
   every lane computes the accumulators it holds (``fma`` over k in order, one
   ``scf.for`` per atom), and a barrier before the scratch is reused. The atoms of a call
-  are runtime loops (a call of 32 atoms traces to ~300 ops, not ~2,000 to 6,000
-  unrolled: FlyDSL's preshuffle GEMM makes 96 such calls). Integer atoms (int8 MFMA) run the same loop
-  in i32: exact products, sums wrapping at 32 bits as the hardware's. A lane that holds the wrong values gives the
-  wrong answer on the CPU exactly as on the GPU.
+  are runtime loops (a call of 32 atoms traces to 140 to 290 ops, not 1,600 to 6,000
+  unrolled: FlyDSL's preshuffle GEMM makes 96 such calls). Integer atoms (int8 MFMA)
+  run the same loop in i32: exact products, sums wrapping at 32 bits as the hardware's.
+  A lane that holds the wrong values gives the wrong answer on the CPU exactly as on
+  the GPU.
 
 An atom the target does not have is an error naming the arches that have it.
 """
