@@ -245,7 +245,7 @@ class _Describer:
         if isinstance(v, (types.BuiltinFunctionType, types.WrapperDescriptorType,
                           types.MethodDescriptorType, types.MethodWrapperType,
                           types.ClassMethodDescriptorType, types.GetSetDescriptorType,
-                          types.MemberDescriptorType)):
+                          types.MemberDescriptorType)) or _is_nanobind_function(t):
             return self._builtin(v)
         if isinstance(v, types.MethodType):
             self.tag("method")
@@ -389,6 +389,12 @@ def _code_source(code: types.CodeType) -> Optional[str]:
         return inspect.getsource(code)
     except (OSError, TypeError):
         return None
+
+
+def _is_nanobind_function(t: type) -> bool:
+    """A function of a nanobind extension (the MLIR bindings' ``ir.F32Type.get``): a
+    builtin, named by its module and qualified name."""
+    return t.__module__ == "nanobind" and t.__name__ in ("nb_func", "nb_method", "nb_bound_method")
 
 
 def _is_flydsl(t: type) -> bool:

@@ -382,14 +382,16 @@ def _vector_width(result_type, dtype: DType) -> tuple:
         return dtype, 0
     if isinstance(result_type, DType):
         return result_type, 0
-    if isinstance(result_type, ir.Type) and _is_vector(result_type):
+    if isinstance(result_type, ir.Type):      # an MLIR type: T.bf16(), vector<8xbf16>
+        if not _is_vector(result_type):
+            return _dtype_of(result_type, dtype), 0
         vt = ir.VectorType(result_type)
         return _dtype_of(vt.element_type, dtype), vt.shape[0]
     alias = getattr(result_type, "_alias", None)   # a vector type: fx.Int32x4
     if isinstance(alias, tuple) and len(alias) == 2 and isinstance(alias[0], DType):
         return alias
     ir_type = getattr(result_type, "ir_type", None)
-    if isinstance(ir_type, ir.Type) and _is_vector(ir_type):
+    if isinstance(ir_type, ir.Type):
         return _vector_width(ir_type, dtype)
     lanes = getattr(result_type, "lanes", None) or getattr(result_type, "numel", None) \
         or getattr(result_type, "size", None)
