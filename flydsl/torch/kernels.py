@@ -98,20 +98,29 @@ def module_header(what: str) -> list:
             ""]
 
 
+def input_params(pattern: FusedPattern, rank: int, index: str,
+                 suffix: str = "") -> tuple[list, list]:
+    """(kernel parameters, register loads) of ``pattern``'s inputs: a scalar is
+    parameter ``x<k>``; a tensor is ``t<k>`` of rank ``rank``, read at ``index`` into
+    ``x<k>`` (in its register dtype). Every name ends in ``suffix``."""
+    params, loads = [], []
+    for k, (kind, dtype) in enumerate(pattern.inputs):
+        if kind == "scalar":
+            params.append(f"x{k}{suffix}: fx.{dtype}")
+            continue
+        params.append(f"t{k}{suffix}: fx.Tensor[{fx_dtype(dtype)}, {rank}]")
+        load = f"t{k}{suffix}[{index}]"
+        if register_dtype(dtype) is not dtype:
+            load = f"fx.cast({load}, {fx_dtype(register_dtype(dtype))})"
+        loads.append(f"x{k}{suffix} = {load}")
+    return params, loads
+
+
 def kernel_source(pattern: FusedPattern, rank: int) -> tuple[str, str]:
     """(kernel name, module source) of ``pattern`` over a rank-``rank`` iteration space."""
     name = f"fused_{pattern.key}_r{rank}"
-    params, loads = [], []
     idx = ", ".join([f"i{d}" for d in range(rank - 1)] + ["j"])
-    for k, (kind, dtype) in enumerate(pattern.inputs):
-        if kind == "scalar":
-            params.append(f"x{k}: fx.{dtype}")
-            continue
-        params.append(f"t{k}: fx.Tensor[{fx_dtype(dtype)}, {rank}]")
-        load = f"t{k}[{idx}]"
-        if register_dtype(dtype) is not dtype:
-            load = f"fx.cast({load}, {fx_dtype(register_dtype(dtype))})"
-        loads.append(f"x{k} = {load}")
+    params, loads = input_params(pattern, rank, idx)
     params += [f"o{k}: fx.Tensor[{fx_dtype(d)}, {rank}]" for k, (_, d) in
                enumerate(pattern.outputs)]
     params.append("inner: fx.Int32")

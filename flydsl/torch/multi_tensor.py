@@ -30,7 +30,7 @@ from torch.fx import GraphModule, Node
 
 from ..errors import FlydslError
 from . import kernels
-from .pointwise import fx_dtype, register_dtype
+from .pointwise import fx_dtype
 from .trials import Trial
 
 log = logging.getLogger("flydsl.torch")
@@ -90,16 +90,8 @@ def multi_kernel_source(pattern: kernels.FusedPattern, segments: int) -> tuple[s
               "    b = fx.block_idx.x"]
     for s in range(segments):
         ren = functools.partial(_NAME.sub, lambda m: f"{m.group(1)}_{s}")
-        loads = []
-        for k, (kind, dtype) in enumerate(pattern.inputs):
-            if kind == "scalar":
-                params.append(f"x{k}_{s}: fx.{dtype}")
-                continue
-            params.append(f"t{k}_{s}: fx.Tensor[{fx_dtype(dtype)}, 1]")
-            load = f"t{k}_{s}[j_{s}]"
-            if register_dtype(dtype) is not dtype:
-                load = f"fx.cast({load}, {fx_dtype(register_dtype(dtype))})"
-            loads.append(f"x{k}_{s} = {load}")
+        segment_params, loads = kernels.input_params(pattern, 1, f"j_{s}", f"_{s}")
+        params += segment_params
         body = loads + [ren(stmt) for stmt in pattern.body]
         body += [f"out{q}[{counts[q]} * p_{s} + {r} * m_{s} + j_{s}] = "
                  f"fx.cast({ren(var)}, {fx_dtype(d)})"
