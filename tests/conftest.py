@@ -43,6 +43,26 @@ def marked_line(path: str, marker: str) -> int:
     return hits[0]
 
 
+@pytest.fixture
+def debug_build_o0(monkeypatch):
+    """FLYDSL_DEBUG=1 builds at LLVM -O0: the same bounds and race checks, a faster
+    compile."""
+    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "0")
+
+
+def expect_race(run, kernel: str, path: str, marker: str):
+    """The ``SharedMemoryRaceError`` that ``run()`` raises, checked to name ``kernel``
+    and the line of ``path`` marked ``# marker``."""
+    from flydsl.runtime.debug_checks import SharedMemoryRaceError
+    with pytest.raises(SharedMemoryRaceError) as info:
+        run()
+    e = info.value
+    assert e.kernel == kernel
+    assert (e.filename, e.lineno) == (path, marked_line(path, marker)), str(e)
+    return e
+
+
 def count_slow_launches(monkeypatch, kernel) -> list:
     """A list that gets one entry per launch of ``kernel`` taking the slow path (bind,
     specialize, bind the launcher) instead of a warm one."""

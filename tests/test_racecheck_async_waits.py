@@ -17,22 +17,14 @@ import flydsl
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 from flydsl.runtime.debug_checks import SharedMemoryRaceError
-from conftest import marked_line
+from conftest import expect_race
 
 
-@pytest.fixture(autouse=True)
-def debug_mode(monkeypatch):
-    monkeypatch.setenv("FLYDSL_DEBUG", "1")
-    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "0")     # the same checks, a faster compile
+pytestmark = pytest.mark.usefixtures("debug_build_o0")
 
 
 def _race(run, kernel: str, marker: str) -> SharedMemoryRaceError:
-    with pytest.raises(SharedMemoryRaceError) as info:
-        run()
-    e = info.value
-    assert e.kernel == kernel
-    assert (e.filename, e.lineno) == (__file__, marked_line(__file__, marker)), str(e)
-    return e
+    return expect_race(run, kernel, __file__, marker)
 
 
 # Each kernel compiles once: what a case changes is a runtime argument (a uniform branch).
