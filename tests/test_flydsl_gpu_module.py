@@ -17,7 +17,7 @@ def test_module_paths():
     assert derived.make_tiled_copy is fx.make_tiled_copy
     assert set(primitive.__all__) <= set(primitive.FLYDSL_NAMES)
     with pytest.raises(AttributeError, match="not implemented by flydsl"):
-        primitive.atom_set_value   # a FlyDSL name flydsl lacks (if it ever lands, pick another)
+        primitive.CoordSwizzleType   # a FlyDSL name flydsl lacks (if it ever lands, pick another)
     assert callable(gpu.shuffle_idx) and callable(gpu.known_block_size)
 
 

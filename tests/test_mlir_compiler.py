@@ -23,7 +23,7 @@ def test_cpu_backend_executes_hand_built_vector_add():
         artifact = MlirCompiler.compile(ir.Module.parse(VADD), backend="cpu")
     assert artifact.kernel_names == ["vadd"]
     assert list(artifact.asm)[:2] == ["mlir", "llvm-mlir"] and "llir" in artifact.asm
-    assert list(artifact.stages)[:2] == ["rocdl-buffers", "simt-to-cpu"]
+    assert list(artifact.stages)[:3] == ["rocdl-buffers", "amd-inline-asm", "simt-to-cpu"]
     assert len(artifact.stages) >= 4
     assert "gpu.module" not in artifact.stages["simt-to-cpu"]
     n = 1000

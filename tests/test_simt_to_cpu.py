@@ -691,9 +691,10 @@ def test_the_cpu_pipeline_starts_with_the_pass():
     from flydsl.compiler.options import CompileOptions
     backend = CpuBackend(CpuBackend.make_target("host"))
     fragments = backend.pipeline_fragments(CompileOptions())
-    # FlyDSL's raw AMD buffer ops become checked loads/stores first; then the threads
-    assert [f.name for f in fragments[:2]] == ["rocdl-buffers", "simt-to-cpu"]
-    run = fragments[1].resolve() if hasattr(fragments[1], "resolve") else fragments[1].run
+    # FlyDSL's raw AMD buffer ops become checked loads/stores and its AMD inline asm
+    # barriers and waits first; then the threads
+    assert [f.name for f in fragments[:3]] == ["rocdl-buffers", "amd-inline-asm", "simt-to-cpu"]
+    run = fragments[2].resolve() if hasattr(fragments[2], "resolve") else fragments[2].run
     assert run is simt_to_cpu.run
 
 
