@@ -129,6 +129,7 @@ SECTION_OF_MODULE = {
     "flydsl.expr.debug": "Debugging",
     "flydsl.expr.dtypes": "Types",
     "flydsl.expr.layout_algebra": "Layout algebra",
+    "flydsl.expr.layout_types": "Layout algebra",
     "flydsl.expr.rocdl": "fx.rocdl and fx.nvvm",
     "flydsl.expr.rocdl.copies": "fx.rocdl and fx.nvvm",
     "flydsl.expr.rocdl.cdna3": "fx.rocdl and fx.nvvm",

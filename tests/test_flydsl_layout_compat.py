@@ -87,6 +87,70 @@ def test_int_tuple_like_ops_on_a_layout():
         fx.take(lay, 1, 3)
 
 
+
+def test_static_types_print_and_answer_as_flydsls():
+    """FlyDSL's `x.type` of layout values: the fly dialect's spelling and structure queries."""
+    lay = L((128, 64), (1, 128))
+    assert [str(x.type) for x in (lay[0], fx.select(lay, [1, 0]), fx.group(lay, 0, 2),
+                                  fx.coalesce(lay))] == [
+        "!fly.layout<128:1>", "!fly.layout<(64,128):(128,1)>",
+        "!fly.layout<((128,64)):((1,128))>", "!fly.layout<8192:1>"]
+    assert str(fx.make_identity_layout((4, 8)).type) == "!fly.layout<(4,8):(1E0,1E1)>"
+    assert str(fx.LayoutType.get(((2, 3), 4))) == "!fly.layout<((2,3),4):((1,2),6)>"
+    t = fx.make_int_tuple((9, (4, 8))).type
+    assert (str(t), t.rank, t.depth, t.is_leaf, t.is_static) == \
+        ("!fly.int_tuple<(9,(4,8))>", 2, 2, False, True)
+    assert t.at(1).at(0).get_static_leaf_int == 4 and t.at(1) == fx.IntTupleType.get((4, 8))
+    leaf = fx.make_int_tuple(fx.Basis(2, [0]))
+    assert leaf.type.is_leaf_basis and not leaf.type.is_leaf_int
+    assert (leaf.type.get_leaf_as_basis.value, leaf.type.get_leaf_as_basis.modes) == (2, [0])
+    assert fx.make_int_tuple(6).type.get_static_leaf_int == 6
+    with pytest.raises(ValueError, match="not a static int leaf"):
+        leaf.type.get_static_leaf_int
+    with pytest.raises(ValueError, match="not a basis leaf"):
+        t.get_leaf_as_basis
+
+
+def test_a_run_time_leaf_prints_as_a_question_mark_inside_a_kernel():
+    seen = {}
+
+    @flydsl.kernel
+    def k(out: fx.Tensor, s: fx.Int32):
+        lay = fx.make_layout((2, 6), (1, s))
+        seen["t"] = (str(lay.type), lay.type.is_static_shape, lay.type.is_static)
+        out[0] = 1
+
+    k[1, 1](np.zeros(1, np.int32), 3)
+    assert seen["t"] == ("!fly.layout<(2,6):(1,?)>", True, False)
+
+
+def test_the_fly_dialects_layout_operations_are_fxs():
+    from flydsl._mlir.dialects import fly
+    assert fly.coalesce(L((3, (1, 9)), (1, (9, 3)))) == L(27, 1)
+    assert fly.complement(L((3,), (1,)), codomain_size=12) == fx.complement(L(3, 1), 12)
+    assert fly.composition(L((6, 9), (19, 69)), L((6, 3), (3, 1))) == \
+        fx.composition(L((6, 9), (19, 69)), L((6, 3), (3, 1)))
+    assert fly.right_inverse(L((4, 8), (8, 1))) == fx.right_inverse(L((4, 8), (8, 1)))
+    assert fly.left_inverse(L((4, 8), (8, 1))) == fx.left_inverse(L((4, 8), (8, 1)))
+    with pytest.raises(AttributeError, match="no 'fly' MLIR dialect"):
+        fly.make_layout
+
+
+def test_a_coordinate_tensors_static_element_is_a_static_leaf():
+    """Upstream's test_coord_tensor: `ct[6, None][0].get_static_leaf_int == 6` at trace time."""
+    seen = {}
+
+    @flydsl.kernel
+    def k(out: fx.Tensor, i: fx.Int32):
+        ct = fx.Tensor(fx.make_view(fx.make_int_tuple(0), fx.make_layout((128, 64), (1, 0))))
+        seen["leaf"] = ct[6, None][0].get_static_leaf_int
+        out[0] = fx.get_scalar(ct[6, None][0])
+        out[1] = fx.get_scalar(ct[i, None][0])
+
+    out = np.zeros(2, np.int32)
+    k[1, 1](out, 6)
+    assert seen["leaf"] == 6 and out.tolist() == [6, 6]
+
 # -- basis elements ----------------------------------------------------------------------
 
 def test_basis_construction_and_equality():

@@ -29,6 +29,7 @@ from .memory import *     # noqa: F401,F403
 from .pipeline import Pipeline, pipeline  # noqa: F401
 from .numeric import *    # noqa: F401,F403
 from .pointer import *    # noqa: F401,F403
+from .layout_types import BasisType, IntTupleType  # noqa: F401  (LayoutType: from .pointer)
 # fx.struct is the decorator (flydsl.expr.struct the module, as in FlyDSL)
 from .struct import (Align, Arena, Array, SharedAllocator, Storage, Struct,  # noqa: F401
                      Union, struct, union)
@@ -53,6 +54,8 @@ __all__ += enum.__all__ + ["const_expr", "gpu", "known_block_size", "num_warp_th
 #: Pointers, element access and structured shared memory (FlyDSL's names).
 __all__ += pointer.__all__ + ["Align", "Arena", "Array", "SharedAllocator", "Storage",
                               "Struct", "Union", "struct", "union"]
+#: FlyDSL's static types of layout values (``x.type``; LayoutType is in pointer's list).
+__all__ += ["BasisType", "IntTupleType"]
 #: The layout model (CuTe's algebra, views, copy and MMA atoms; fx.rocdl, fx.nvvm).
 __all__ += layout.__all__ + [
     "BufferCopy", "Boolean", "CopyAtom", "MmaAtom", "Stream", "ThrCopy", "ThrMma", "TiledCopy",

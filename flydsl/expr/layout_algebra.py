@@ -32,6 +32,8 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from flydsl.errors import FlydslError
 
+from .layout_types import IntTupleType, LayoutType
+
 __all__ = [
     # types
     "IntTuple", "StaticInt", "ArithTuple", "ScaledBasis", "Layout", "LayoutError",
@@ -79,6 +81,16 @@ class StaticInt(int):
         return int(self)
 
     to_py_value = unpack    # FlyDSL's name: fx.size(frag).to_py_value()
+
+    @property
+    def get_static_leaf_int(self) -> int:
+        """The value as a plain int (FlyDSL's name for a static leaf's value)."""
+        return int(self)
+
+    @property
+    def type(self) -> IntTupleType:
+        """FlyDSL's static type of this leaf, ``!fly.int_tuple<32>``."""
+        return IntTupleType(int(self))
 
     def __repr__(self) -> str:
         return int.__repr__(self)
@@ -134,6 +146,18 @@ class IntTuple(tuple):
             2
         """
         return depth(self)
+
+    @property
+    def type(self) -> IntTupleType:
+        """FlyDSL's static type of this tuple: ``str(t.type)`` is
+        ``!fly.int_tuple<(9,(4,8))>`` (``?`` for a run-time leaf).
+
+        Example::
+
+            >>> fx.make_int_tuple((9, (4, 8))).type.is_static
+            True
+        """
+        return IntTupleType(self)
 
     def __getitem__(self, i):
         r = tuple.__getitem__(self, i)
@@ -220,6 +244,11 @@ class ScaledBasis:
     def __hash__(self):
         return hash((self.value if isinstance(self.value, int) else id(self.value),
                      self.path))
+
+    @property
+    def type(self) -> IntTupleType:
+        """FlyDSL's static type of this basis as an int-tuple leaf (``is_leaf_basis``)."""
+        return IntTupleType(self)
 
     def __repr__(self) -> str:
         return _leaf_str(self.value) + "".join(f"@{i}" for i in self.path)
@@ -608,6 +637,12 @@ class Layout:
     def rank(self) -> int:
         return rank(self)
 
+    @property
+    def type(self) -> LayoutType:
+        """FlyDSL's static type of this layout: ``str(L.type)`` is
+        ``!fly.layout<(128,64):(1,128)>``."""
+        return LayoutType(self._shape, self._stride)
+
     def size(self):
         return size(self)
 
@@ -725,14 +760,16 @@ def make_coord(*xs: Any) -> IntTuple:
 def make_int_tuple(x: Any) -> Any:
     """``x`` as an :class:`IntTuple` (a scalar stays a scalar).
 
-    Returns: an :class:`IntTuple` for a tuple, else ``x`` itself.
+    Returns: an :class:`IntTuple` for a tuple, a :class:`StaticInt` for an int, else
+    ``x`` itself.
 
     Example::
 
         >>> fx.make_int_tuple((2, (3, 4)))
         (2,(3,4))
     """
-    return _to_it(x)
+    x = _to_it(x)
+    return StaticInt(x) if type(x) is int else x
 
 
 def make_layout(*args: Any, shape: Any = None, stride: Any = None) -> Layout:

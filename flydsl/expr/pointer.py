@@ -21,6 +21,7 @@ from typing import Any, Optional
 from .dtypes import DType
 from .implementation import kernel_or_host_ops as _kernel_or_host_ops
 from .implementation import ops as _ops
+from .layout_types import LayoutType
 
 __all__ = [
     "AddressSpace", "LayoutType", "MemRefType", "Pointer", "PointerType", "add_offset", "get_dyn_shared", "get_iter",
@@ -113,42 +114,6 @@ class PointerType:
             f"{', align ' + str(self.alignment) if self.alignment else ''})" \
             if not isinstance(self.address_space, str) else \
             f"PointerType({self.dtype!r}, {self.address_space})"
-
-
-class LayoutType:
-    """A layout's type, its shape and stride (FlyDSL's ``fx.LayoutType``), for
-    :class:`MemRefType`.
-
-    Example::
-
-        >>> fx.LayoutType.get((4, 2), (1, 4))
-        LayoutType((4, 2), (1, 4))
-    """
-
-    def __init__(self, shape, stride=None):
-        self.shape, self.stride = shape, stride
-
-    @classmethod
-    def get(cls, shape, stride=None) -> "LayoutType":
-        """The type of the layout ``shape : stride`` (compact column-major when no
-        stride is given)."""
-        return cls(shape, stride)
-
-    def layout(self):
-        """The layout of this type: ``fx.make_layout(shape, stride)``."""
-        from .layout import make_layout
-        return make_layout(self.shape, self.stride) if self.stride is not None else \
-            make_layout(self.shape)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, LayoutType) and (self.shape, self.stride) == \
-            (other.shape, other.stride)
-
-    def __hash__(self) -> int:
-        return hash((repr(self.shape), repr(self.stride)))
-
-    def __repr__(self) -> str:
-        return f"LayoutType({self.shape!r}, {self.stride!r})"
 
 
 class MemRefType:
@@ -436,14 +401,16 @@ def memref_alloca(memref_type, layout=None):
         regs.fill(x[i] * 2.0)
         y[i] = acc[2] + regs[1]
     """
-    from .layout import make_rmem_tensor
+    from .layout import make_layout, make_rmem_tensor
     if isinstance(memref_type, MemRefType):
         if memref_type.address_space != AddressSpace.Register:
             raise ValueError(f"fx.memref_alloca allocates registers: {memref_type!r} is in "
                              f"the {memref_type.address_space.name} address space (use "
                              "fx.SharedAllocator for shared memory)")
         if layout is None:
-            layout = memref_type.layout.layout()
+            lt = memref_type.layout
+            layout = make_layout(lt.shape, lt.stride) if lt.stride is not None else \
+                make_layout(lt.shape)
     if layout is None:
         raise TypeError("fx.memref_alloca(memref_type, layout): give a layout (or a "
                         "fx.MemRefType, whose layout is used)")

@@ -2,8 +2,10 @@
 
 The module imports (so upstream helper modules that import it load). Of its operations it
 has the one upstream kernels build AMD buffer resources and raw pointers from,
-:func:`extract_aligned_pointer_as_index`; every other name read from it raises an
-AttributeError saying so: flydsl expresses layouts, pointers and copies with
+:func:`extract_aligned_pointer_as_index`, and the layout-algebra operations whose results
+are layouts (``coalesce``, ``composition``, ``complement``, ``right_inverse``,
+``left_inverse``: flydsl's fx functions of the same name, with the dialect's keyword
+names); every other name read from it raises an AttributeError saying so: flydsl expresses layouts, pointers and copies with
 ``flydsl.expr`` (fx.make_layout, fx.make_view, fx.copy, fx.ptr_load, ...) and lowers them
 to standard MLIR dialects itself.
 """
@@ -54,6 +56,42 @@ def extract_aligned_pointer_as_index(result, tensor, *, loc=None, ip=None):
             raise DSLError("fly.extract_aligned_pointer_as_index can only be used inside a "
                            "@flydsl.kernel body")
         return build(ptr_type, tensor, "fly.extract_aligned_pointer_as_index")
+
+
+def coalesce(layout, pattern=None):
+    """``fly.coalesce``: :func:`flydsl.expr.coalesce` (``pattern`` is its target profile).
+
+    Example::
+
+        >>> fly.coalesce(fx.make_layout((3, (1, 9)), (1, (9, 3))))
+        27:1
+    """
+    from ...expr import layout_algebra
+    return layout_algebra.coalesce(layout, pattern)
+
+
+def composition(layout, tiler):
+    """``fly.composition``: :func:`flydsl.expr.composition`."""
+    from ...expr import layout_algebra
+    return layout_algebra.composition(layout, tiler)
+
+
+def complement(layout, codomain_size=None):
+    """``fly.complement``: :func:`flydsl.expr.complement`."""
+    from ...expr import layout_algebra
+    return layout_algebra.complement(layout, codomain_size=codomain_size)
+
+
+def right_inverse(layout):
+    """``fly.right_inverse``: :func:`flydsl.expr.right_inverse`."""
+    from ...expr import layout_algebra
+    return layout_algebra.right_inverse(layout)
+
+
+def left_inverse(layout):
+    """``fly.left_inverse``: :func:`flydsl.expr.left_inverse`."""
+    from ...expr import layout_algebra
+    return layout_algebra.left_inverse(layout)
 
 
 __getattr__ = absent_dialect("fly")

@@ -201,10 +201,12 @@ def add_offsets(a, b):
 
 
 def as_coordinate(x):
-    """A coordinate view's element as a tuple (a lone basis element ``k@i`` included)."""
+    """A coordinate view's element as a tuple (a lone basis element ``k@i`` included;
+    a static int is a :class:`~flydsl.expr.layout_algebra.StaticInt`, FlyDSL's static
+    leaf with ``.get_static_leaf_int``)."""
     if isinstance(x, la.ScaledBasis):
         return la.ArithTuple(()) + x
-    return x
+    return la.StaticInt(x) if type(x) is int else x
 
 
 class TensorView:
