@@ -18,7 +18,7 @@ An atom the target does not have is an error naming the arches that have it.
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import mlir.ir as ir
 from mlir.dialects import arith, gpu, llvm, memref, nvvm, rocdl, scf, vector
@@ -215,45 +215,168 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
     ``(n, k)`` at ``(n * rk + k) * N * K``, each ``row + M * kk`` inside (column-major), so
     element ``(row, k * K + kk)`` of a whole K-row of atoms is ``row + M * t`` past its
     first: the loop steps one index by ``M`` and one by ``N``. A TV layout maps
-    ``(lane, v)`` to ``lane part + value part``, so each lane's part is computed once.
+    ``(lane, v)`` to ``lane part + value part``, so each lane's part is computed once
+    per kernel (:func:`_lane_indexes`).
 
     The atoms of a call are runtime loops, not unrolled copies, so a call's traced size
     does not grow with ``rm * rn * rk`` (FlyDSL's kernels issue hundreds of atoms): one
     loop stores every A value of the lane, one every B value, one over the ``(m, n)``
-    atoms runs their K loops (the accumulators of an atom unrolled, as before). Index
-    arithmetic is on non-negative ``index`` values (unsigned division)."""
+    atoms runs their K loops (the accumulators of an atom as :func:`_k_loop` runs).
+    Index arithmetic is on non-negative ``index`` values (unsigned division)."""
     lanes = spec.lanes
     acc_t = _ACC[spec.acc_dtype]    # also the scratch's type: int8 inputs widened to i32
     mk, nk = spec.m * spec.k, spec.n * spec.k
     per_group = rk * (rm * mk + rn * nk)
     owner = a.owner
     groups = (owner[0].num_threads if owner else MAX_BLOCK_THREADS) // lanes
-    scratch = _scratch(groups * per_group, acc_t)
-    tid = to_index(implementation.ops().block_thread_index())
-    lane = _rem(tid, lanes)
-    base = _mul(_div(tid, lanes), per_group)
-    # threads outside the tiled MMA take no part
-    member = arith.cmpi(arith.CmpIPredicate.ult, tid, _ci(groups * lanes))
+    scratch = _next_scratch(groups * per_group, acc_t)
     na, nb, nc = _counts(spec)
-    b_start = rk * rm * mk
+    idx = _lane_indexes(spec, groups, per_group, rk * rm * mk)
 
-    with when(member):
-        _scatter(spec, scratch, a, (na, rm, rk), spec.a_tv, lane, base, mk)
-        _scatter(spec, scratch, b, (nb, rn, rk), spec.b_tv, lane, _add(base, b_start), nk)
+    with _members(idx.member):
+        _scatter(spec, scratch, a, (na, rm, rk), spec.a_tv, idx.a_first, mk)
+        _scatter(spec, scratch, b, (nb, rn, rk), spec.b_tv, idx.b_first, nk)
     gpu.barrier()
-    with when(member):
-        rows, cols = _first_elements(spec.c_tv, spec.m, nc, lanes, lane, base,
-                                     _add(base, b_start))
+    with _members(idx.member):
+        runs = _runs(spec, idx)
         with _runtime_range(rm * rn) as t:          # atom (m, n), m outer as unrolled
             m, n = _div(t, rn), _rem(t, rn)
             c_at, d_at = _atom_values(c, m, n), _atom_values(d, m, n)
             a_off, b_off = _mul(m, rk * mk), _mul(n, rk * nk)
-            out = _k_loop(spec, scratch, rk, [_add(r, a_off) for r in rows],
-                          [_add(q, b_off) for q in cols],
-                          [cast(c_at.get(v), acc_t) for v in range(nc)])
-            for v, x in enumerate(out):
-                d_at.set(v, cast(x, d.dtype))
+            vals = [cast(c_at.get(v), acc_t) for v in range(nc)]
+            accs = [vals[r.first] if r.length == 1 else
+                    vector.from_elements(_vec_type(r.length, acc_t), [x.v for x in
+                                                                      vals[r.first:r.end]])
+                    for r in runs]
+            out = _k_loop(spec, scratch, rk, [r.moved(a_off, b_off) for r in runs],
+                          [x.v if isinstance(x, Value) else x for x in accs])
+            for r, x in zip(runs, out):
+                for j in range(r.length):
+                    elem = x if r.length == 1 else vector.extract(x, [], [j])
+                    d_at.set(r.first + j, cast(Value(elem, acc_t), d.dtype))
+    _trailing_barrier(scratch)
+
+
+def emulated_mfma(spec, a_vals: list, b_vals: list, c: ir.Value) -> ir.Value:
+    """One raw MFMA call (``fx.rocdl.mfma_*(result_type, [a, b, c, 0, 0, 0])``) on a host
+    backend, on the lane's values: its A and B values to their places in scratch (a few
+    stores, no loop), a barrier, the K loop over the accumulators of ``c`` (a vector)
+    as :func:`_k_loop` runs, a barrier. Returns the new accumulator vector.
+
+    The same scratch layout, products and fma order as :func:`_emulated_gemm` on one
+    atom, in a fifth of the traced operations (upstream's flash attention makes 128
+    such calls per kernel: 347 traced operations each through register fragments)."""
+    acc_t = _ACC[spec.acc_dtype]
+    mk, nk = spec.m * spec.k, spec.n * spec.k
+    groups = MAX_BLOCK_THREADS // spec.lanes      # every thread of any block takes part
+    scratch = _next_scratch(groups * (mk + nk), acc_t)
+    idx = _lane_indexes(spec, groups, mk + nk, mk)
+    for vals, tv, first in ((a_vals, spec.a_tv, idx.a_first), (b_vals, spec.b_tv, idx.b_first)):
+        for v, val in enumerate(vals):
+            at = _add(first, _tv_part(tv, 1, v))
+            memref.store(_operand(spec, val).v, scratch.mem, [at])
     gpu.barrier()
+    runs = _runs(spec, idx)
+    nc = ir.VectorType(c.type).shape[0]
+    whole = len(runs) == 1 and runs[0].length == nc
+    accs = [c if whole else vector.extract(c, [], [r.first]) if r.length == 1 else
+            vector.shuffle(c, c, list(range(r.first, r.end))) for r in runs]
+    out = _k_loop(spec, scratch, 1, runs, accs)
+    _trailing_barrier(scratch)
+    return out[0] if whole else _concat([x if r.length > 1 else
+                                         vector.from_elements(_vec_type(1, acc_t), [x])
+                                         for r, x in zip(runs, out)])
+
+
+def _concat(parts: list) -> ir.Value:
+    """The vectors ``parts`` end to end (shuffles, pairwise)."""
+    while len(parts) > 1:
+        joined = []
+        for x, y in zip(parts[::2], parts[1::2]):
+            n = ir.VectorType(x.type).shape[0] + ir.VectorType(y.type).shape[0]
+            joined.append(vector.shuffle(x, y, list(range(n))))
+        parts = joined + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0]
+
+
+def _members(member):
+    """``if member:`` around what the body emits; nothing when every thread takes part."""
+    return nullcontext() if member is None else when(member)
+
+
+def _vec_type(n: int, dtype) -> ir.Type:
+    return ir.VectorType.get([n], dtype.mlir_type())
+
+
+class _LaneIndexes:
+    """Where a lane's values go in (and come from) its group's MMA scratch."""
+
+    def __init__(self, spec, groups: int, per_group: int, b_start: int):
+        tid = to_index(implementation.ops().block_thread_index())
+        lane = _rem(tid, spec.lanes)
+        base = _mul(_div(tid, spec.lanes), per_group)
+        #: threads outside the tiled MMA take no part (None: every thread does)
+        self.member = (None if groups * spec.lanes >= MAX_BLOCK_THREADS else
+                       arith.cmpi(arith.CmpIPredicate.ult, tid, _ci(groups * spec.lanes)))
+        self.a_first = _add(base, _tv_part(spec.a_tv, 0, lane))
+        self.b_first = _add(_add(base, b_start), _tv_part(spec.b_tv, 0, lane))
+        #: the first A and B scratch index each accumulator reads
+        self.rows, self.cols = _first_elements(spec.c_tv, spec.m, values_per_lane(spec, "c"),
+                                               spec.lanes, lane, base, _add(base, b_start))
+
+
+def _lane_indexes(spec, groups: int, per_group: int, b_start: int) -> _LaneIndexes:
+    """The calling lane's scratch indexes, computed once per kernel at its entry (a
+    kernel's threads keep their ids, so every call of the kernel can use them)."""
+    ctx = context.current()
+    cache = ctx.extra.setdefault("mma_lane_indexes", {})
+    key = (spec.m, spec.n, spec.k, spec.lanes, spec.a_tv, spec.b_tv, spec.c_tv, groups,
+           per_group, b_start)
+    if key not in cache:
+        entry = ctx.func_op.regions[0].blocks[0]
+        anchor = ctx.extra.get("mma_entry_anchor")
+        if anchor is None:      # after the cached constants (they go to the very top)
+            anchor = ctx.extra["mma_entry_anchor"] = _entry_anchor(entry)
+        with ir.InsertionPoint(anchor):
+            cache[key] = _LaneIndexes(spec, groups, per_group, b_start)
+    return cache[key]
+
+
+def _entry_anchor(entry: ir.Block):
+    """An op of the kernel's entry block to insert per-kernel values before: a no-op
+    constant made at its top (the block may be empty yet)."""
+    with ir.InsertionPoint.at_block_begin(entry):
+        return arith.ConstantOp(ir.IndexType.get(), 0).operation
+
+
+class _Run:
+    """Accumulators ``first .. end`` of a lane whose A rows follow each other in one C
+    column: one vector load of A and one B value per K step (``length`` 1: a scalar)."""
+
+    def __init__(self, first: int, length: int, a, b):
+        self.first, self.length, self.a, self.b = first, length, a, b
+
+    @property
+    def end(self) -> int:
+        return self.first + self.length
+
+    def moved(self, a_off, b_off) -> "_Run":
+        return _Run(self.first, self.length, _add(self.a, a_off), _add(self.b, b_off))
+
+
+def _runs(spec, idx: _LaneIndexes) -> list:
+    """The lane's accumulators as runs of consecutive C rows in one column (the value
+    parts of every MFMA C table have runs of 4: 32x32x8's 16 values are 4 runs)."""
+    value_rc = _value_rows_cols(spec.c_tv, spec.m, len(idx.rows), spec.lanes)
+    runs, v = [], 0
+    while v < len(idx.rows):
+        n = 1
+        while value_rc is not None and v + n < len(idx.rows) and \
+                value_rc[v + n] == (value_rc[v][0] + n, value_rc[v][1]):
+            n += 1
+        runs.append(_Run(v, n, idx.rows[v], idx.cols[v]))
+        v += n
+    return runs
 
 
 def _first_elements(c_tv: tuple, m: int, nc: int, lanes: int, lane, a_first,
@@ -286,17 +409,16 @@ def _value_rows_cols(c_tv: tuple, m: int, nc: int, lanes: int):
     return tuple(value_rc)
 
 
-def _scatter(spec, scratch, frag: TensorView, counts: tuple, tv: tuple, lane, first,
+def _scatter(spec, scratch, frag: TensorView, counts: tuple, tv: tuple, lane_first,
              size: int) -> None:
     """Value ``v`` of atom ``(x, k)`` of the lane's fragment, as the instruction sees it,
-    to ``scratch[first + (x * rk + k) * size + tv((lane, v))]``: one runtime loop over
+    to ``scratch[lane_first + (x * rk + k) * size + tv((0, v))]``: one runtime loop over
     every value of every atom, its body traced once."""
     values, rest, rk = counts
-    lane_part = _add(first, _tv_part(tv, 0, lane))
     with _runtime_range(values * rest * rk) as i:
         v, atom = _rem(i, values), _div(i, values)
         val = _atom_values(frag, _div(atom, rk), _rem(atom, rk)).get(v)
-        at = _add(_add(lane_part, _mul(atom, size)), _tv_part(tv, 1, v))
+        at = _add(_add(lane_first, _mul(atom, size)), _tv_part(tv, 1, v))
         memref.store(_operand(spec, val).v, scratch.mem, [to_index(at)])
 
 
@@ -414,22 +536,38 @@ class _atom_values:
             self.frag[self._coord(v)] = val
 
 
-def _k_loop(spec, scratch, rk: int, a_first: list, b_first: list, acc: list) -> list:
+def _k_loop(spec, scratch, rk: int, runs: list, accs: list) -> list:
     """``acc[v] = fma(A[v, t], B[v, t], acc[v])`` for ``t`` in ``0 .. rk * K``: one
-    ``scf.for`` whatever ``rk * K`` (an unrolled chain is 5 ops per product). Integer
-    accumulators: ``acc + A * B`` in i32, wrapping as the instruction's adders."""
+    ``scf.for`` whatever ``rk * K`` (an unrolled chain is 5 ops per product). Each run's
+    accumulators are one vector (``accs[i]``, a scalar for a run of 1): a vector load
+    of its A rows, its one B value broadcast, an elementwise fma (the same fma per
+    accumulator, so the same bits). Integer accumulators: ``acc + A * B`` in i32,
+    wrapping as the instruction's adders. Returns the runs' new accumulators."""
     integer = spec.acc_dtype == "i32"
-    loop = scf.ForOp(_ci(0), _ci(rk * spec.k), _ci(1), [x.v for x in acc])
+    elem = _ACC[spec.acc_dtype].mlir_type()
+    loop = scf.ForOp(_ci(0), _ci(rk * spec.k), _ci(1), accs)
     with ir.InsertionPoint(loop.body):
         t = loop.induction_variable
-        tm, tn = arith.muli(t, _ci(spec.m)), arith.muli(t, _ci(spec.n))
-        sums = []
-        for ai, bi, s in zip(a_first, b_first, loop.inner_iter_args):
-            x = memref.load(scratch.mem, [arith.addi(ai, tm)])
-            y = memref.load(scratch.mem, [arith.addi(bi, tn)])
+        tm = arith.muli(t, _ci(spec.m))
+        tn = tm if spec.n == spec.m else arith.muli(t, _ci(spec.n))
+        b_values, sums = {}, []
+        for r, s in zip(runs, loop.inner_iter_args):
+            at = arith.addi(r.a, tm)
+            if r.length == 1:
+                x = memref.load(scratch.mem, [at])
+            else:
+                x = vector.load(ir.VectorType.get([r.length], elem), scratch.mem, [at])
+            key = (r.b, r.length)
+            if key not in b_values:      # runs of one column share its B value
+                y = b_values.get(r.b)
+                if y is None:
+                    y = b_values[r.b] = memref.load(scratch.mem, [arith.addi(r.b, tn)])
+                b_values[key] = y if r.length == 1 else \
+                    vector.broadcast(ir.VectorType.get([r.length], elem), y)
+            y = b_values[key]
             sums.append(arith.addi(s, arith.muli(x, y)) if integer else mmath.fma(x, y, s))
         scf.YieldOp(sums)
-    return [Value(r, _ACC[spec.acc_dtype]) for r in loop.results]
+    return list(loop.results)
 
 
 def _operand(spec, v: Value) -> Value:
@@ -445,12 +583,53 @@ def _operand(spec, v: Value) -> Value:
     return x
 
 
+def _next_scratch(count: int, dtype):
+    """The scratch of the next emulated MMA call, and the trailing barrier of the one
+    before dropped where that is safe.
+
+    A call writes its scratch, a barrier, reads it, a barrier (so that no lane writes
+    the next call's values while another still reads). When the call before was made
+    in the same block (straight-line code, nothing between them can branch back) this
+    call writes the other of two scratch arrays: its own first barrier orders the
+    previous call's reads before anything writes that array again, so the previous
+    call's trailing barrier is removed (a dense run of N MFMAs has N + 1 barriers, not
+    2N: each is a thread-loop split on the CPU)."""
+    ctx = context.current()
+    prev = ctx.extra.pop("mma_last_call", None)
+    block = ir.InsertionPoint.current.block
+    parity = 0
+    if prev is not None and prev[0] == block:
+        _, barrier, (prev_count, prev_dtype, prev_parity) = prev
+        if (prev_count, prev_dtype) == (count, dtype.name):
+            parity = 1 - prev_parity
+        barrier.erase()
+    ctx.extra["mma_next_key"] = (count, dtype.name, parity)
+    return _scratch_array(count, dtype, parity)
+
+
+def _trailing_barrier(scratch) -> None:
+    """The barrier after a call's reads of its scratch (:func:`_next_scratch` may remove
+    it when the next call comes)."""
+    ctx = context.current()
+    barrier = gpu.BarrierOp()
+    ctx.extra["mma_last_call"] = (ir.InsertionPoint.current.block, barrier.operation,
+                                  ctx.extra.pop("mma_next_key"))
+
+
 def _scratch(count: int, dtype=dt.Float32):
+    """Block-shared MMA scratch for another emulation (wgmma): it may share the array of
+    an emulated MMA call, so that call keeps its trailing barrier."""
+    context.current().extra.pop("mma_last_call", None)
+    return _scratch_array(count, dtype, 0)
+
+
+def _scratch_array(count: int, dtype, parity: int):
     ctx = context.current()
     cache = ctx.extra.setdefault("mma_scratch", {})
-    hit = cache.get((count, dtype.name))
+    hit = cache.get((count, dtype.name, parity))
     if hit is None:
-        hit = cache[(count, dtype.name)] = implementation.ops().shared_array((count,), dtype)
+        hit = cache[(count, dtype.name, parity)] = implementation.ops().shared_array(
+            (count,), dtype)
         # flydsl's own scratch (a '.' name): the memory profiler and reports skip it,
         # as the GPU's register exchange has no shared traffic
         implementation.ops().name_shared_array(hit, ".mma_scratch")

@@ -420,9 +420,6 @@ def _unpack(x: ir.Value, spec, operand: str, what: str) -> list:
 def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
     """``fx.rocdl.<mfma name>(result_type, [a, b, c, cbsz, abid, blgp])``: see
     :mod:`flydsl.expr.rocdl.mfma`."""
-    from .mma_ops import _emulated_gemm
-    from .views import register_fragment
-    from ...expr import layout_algebra as la
     target = context.current().target
     what = f"fx.rocdl.{name}"
     ops_ = list(operands)
@@ -446,7 +443,7 @@ def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
     if any(flags):
         raise DSLTypeError(f"{what}: the CPU runs MFMAs with cbsz = abid = blgp = 0, got "
                            f"{flags}")
-    from .mma_ops import _ACC
+    from .mma_ops import _ACC, emulated_mfma
     a_vals, b_vals = _unpack(a, spec, "a", what), _unpack(b, spec, "b", what)
     nc = spec.c_regs[1]
     acc = _ACC[spec.acc_dtype]
@@ -454,17 +451,7 @@ def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
             or ir.VectorType(c.type).element_type != acc.mlir_type():
         raise DSLTypeError(f"{what}: the accumulator must be a vector of {nc} "
                            f"{spec.acc_dtype}, got {c.type}")
-    frags = []
-    for vals, dtype in ((a_vals, a_vals[0].dtype), (b_vals, b_vals[0].dtype),
-                        ([Value(vector.extract(c, [], [j]), acc) for j in range(nc)], acc)):
-        frag = register_fragment(la.make_layout(len(vals)), dtype)
-        for j, v in enumerate(vals):
-            frag[j] = v
-        frags.append(frag)
-    fa, fb, fc = frags
-    _emulated_gemm(None, spec, fc, fa, fb, fc, 1, 1, 1)
-    return vector.from_elements(ir.VectorType.get([nc], acc.mlir_type()),
-                                [fc[j].v for j in range(nc)])
+    return emulated_mfma(spec, a_vals, b_vals, c)
 
 
 # -- buffer loads straight to LDS -----------------------------------------------------------
