@@ -132,6 +132,12 @@ class DivergentBarrierWarning(UserWarning):
     may differ between the threads of a block (GPU backends; the CPU rejects it)."""
 
 
+class WarpTooNarrowError(DSLTypeError):
+    """A warp operation over more lanes than the target's warp has: a kernel written
+    for 64-lane AMD wavefronts, traced for 32-lane warps. A launch on the CPU backend at
+    its default width runs such a kernel again with 64-lane warps."""
+
+
 class CompileTimeValueRequired(DSLTypeError):
     """A kernel needs a compile-time value where it has a runtime one: typically the
     index of a runtime loop used to index a Python tuple, or a Python list changed

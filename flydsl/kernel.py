@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from . import launch_context
 from .compiler.function_attrs import check_value_attrs
-from .errors import DSLTypeError, FlydslError, LaunchError
+from .errors import CompileTimeWarning, DSLTypeError, FlydslError, LaunchError, WarpTooNarrowError
 from .tracebacks import trim_traceback
 from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, constexpr_struct_type, scalar_dtype_of
@@ -100,6 +101,8 @@ class KernelFunction:
         #: It reads its launch block (fx.known_block_size() without a declaration):
         #: compiled per block, launched without the warm path.
         self._reads_launch_block = False
+        #: target -> the wider-warp target this kernel needed there (WarpTooNarrowError)
+        self._wider: dict = {}
 
     def __repr__(self) -> str:
         return f"<flydsl.kernel {self.name}>"
@@ -264,7 +267,7 @@ class KernelFunction:
         backend, options = context.resolve(runtime)
         if options.function_attrs and backend.target.backend != "rocm":
             options = replace(options, function_attrs=())   # ROCm's: no effect elsewhere
-        compiled = self.compiled_for(specs, backend, options, block3)
+        compiled = self._compiled_widening(specs, backend, options, block3)
         if grid3 is not None:   # what its metadata's occupancy is for
             compiled.launch_shape = (block3[0] * block3[1] * block3[2], smem)
         self._last_compiled = compiled
@@ -470,6 +473,29 @@ class KernelFunction:
             except FlydslError:
                 self._stored = every
         return self._stored
+
+    def _compiled_widening(self, specs: tuple, backend, options, block3):
+        """:meth:`compiled_for`, traced again for the backend's wider warp when the kernel
+        needs more lanes than its warp has (the CPU's 32-lane warps and a kernel written
+        for AMD's 64-lane wavefronts); later specializations go to that warp at once."""
+        from .compiler.backends.registry import backend_for_target
+        wide = self._wider.get(backend.target)
+        if wide is not None:
+            backend = backend_for_target(backend.name, wide)
+        try:
+            return self.compiled_for(specs, backend, options, block3)
+        except WarpTooNarrowError as e:
+            wide = backend.wider_warp_target()
+            if wide is None:
+                raise
+            warnings.warn(f"kernel {self.name!r} needs {wide.warp_size}-lane warps "
+                          f"({e.filename}:{e.lineno}): the {backend.name} backend runs it "
+                          f"with {wide.warp_size}-lane warps (FLYDSL_CPU_WARP_SIZE sets "
+                          "the width of every kernel and of get_warp_size())",
+                          CompileTimeWarning, stacklevel=2)
+            self._wider[backend.target] = wide
+            return self.compiled_for(specs, backend_for_target(backend.name, wide), options,
+                                     block3)
 
     def compiled_for(self, specs: tuple, backend, options, block3: Optional[tuple] = None):
         """The compiled kernel for a specialization (from memory, the disk cache, or built)

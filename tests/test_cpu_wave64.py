@@ -1,12 +1,15 @@
 """FLYDSL_CPU_WARP_SIZE=64: the CPU backend runs 64-lane warps (a CDNA wavefront), so
 kernels written for gfx9 that shuffle, vote and reduce across 64 lanes get the GPU's
-answers; with the default 32 lanes such a shuffle is a located error, never a wrong sum."""
+answers. At the default width a kernel that needs 64 lanes is traced again for 64-lane
+warps (with a warning); with the width pinned to 32 such a shuffle is a located error,
+never a wrong sum."""
 import numpy as np
 import pytest
 
 import flydsl
 import flydsl.expr as fx
 from flydsl.compiler.backends.cpu import CpuBackend, cpu_warp_size
+from flydsl.errors import CompileTimeWarning
 from flydsl.runtime.device import get_warp_size
 
 
@@ -65,20 +68,43 @@ def test_the_warp_width_is_part_of_the_target_and_switches_mid_process(monkeypat
     np.testing.assert_array_equal(out32[3], np.tile(np.arange(32), 4))
 
 
-def test_a_64_lane_shuffle_on_32_lane_warps_is_an_error_naming_the_setting(monkeypatch):
+@flydsl.kernel
+def _xor32(a: fx.Tensor):
+    t = fx.thread_idx.x
+    a[t] = a[t] + fx.shuffle_xor(a[t], 32)
+
+
+@flydsl.kernel
+def _wide_segment(a: fx.Tensor):
+    t = fx.thread_idx.x
+    a[t] = fx.gpu.shuffle_xor(a[t], 32, 64)
+
+
+def test_a_kernel_needing_64_lanes_runs_on_64_lane_warps_by_default(monkeypatch):
+    """FlyDSL's gfx9 kernels hard-code 64-lane shuffles: unchanged, the CPU backend at its
+    default width traces them again for 64-lane warps (a warning names kernel and line)."""
     monkeypatch.delenv("FLYDSL_CPU_WARP_SIZE", raising=False)
+    for k, want in ((_xor32, lambda a: a + np.roll(a.reshape(2, 64), 32, axis=1).ravel()),
+                    (_wide_segment, lambda a: np.roll(a.reshape(2, 64), 32, axis=1).ravel())):
+        k.cache_clear()
+        k._wider.clear()
+        a = np.arange(128, dtype=np.float32)
+        with pytest.warns(CompileTimeWarning, match=rf"kernel '{k.name}' needs 64-lane warps "
+                                                    r"\(.*test_cpu_wave64.py:\d+\)"):
+            k[(1, 1, 1), (128, 1, 1)](a)
+        np.testing.assert_array_equal(a, want(np.arange(128, dtype=np.float32)))
+    b = np.arange(64, dtype=np.float64)     # another specialization: 64 lanes at once
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _xor32[(1, 1, 1), (64, 1, 1)](b)
+    np.testing.assert_array_equal(b, np.arange(64) + np.roll(np.arange(64), 32))
 
-    @flydsl.kernel
-    def wide(a: fx.Tensor):
-        t = fx.thread_idx.x
-        a[t] = fx.gpu.shuffle_xor(a[t], 32, 64)
 
-    @flydsl.kernel
-    def xor32(a: fx.Tensor):
-        t = fx.thread_idx.x
-        a[t] = a[t] + fx.shuffle_xor(a[t], 32)
-
-    for k in (wide, xor32):
+def test_a_64_lane_shuffle_on_pinned_32_lane_warps_is_an_error_naming_the_setting(monkeypatch):
+    monkeypatch.setenv("FLYDSL_CPU_WARP_SIZE", "32")
+    for k in (_wide_segment, _xor32):
+        k._wider.clear()
         with pytest.raises(flydsl.DSLError, match="FLYDSL_CPU_WARP_SIZE=64"):
             k[(1, 1, 1), (64, 1, 1)](np.zeros(64, np.float32))
 

@@ -2,8 +2,9 @@
 
 The CPU backend emulates 32-lane warps by default, so code written for CUDA behaves the
 same; ``FLYDSL_CPU_WARP_SIZE=64`` makes it emulate a CDNA wavefront, for kernels written
-for gfx9 (FlyDSL's) that shuffle, vote or reduce across 64 lanes. The width is part of
-the compile target, hence of every cache key.
+for gfx9 (FlyDSL's) that shuffle, vote or reduce across 64 lanes. Unset, a kernel that
+needs 64 lanes is traced again for them (``CpuBackend.wider_warp_target``). The width is
+part of the compile target, hence of every cache key.
 """
 from __future__ import annotations
 

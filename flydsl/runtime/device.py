@@ -13,8 +13,9 @@
 The CPU backend's warps are 32 lanes wide, or 64 (a CDNA wavefront) with
 ``FLYDSL_CPU_WARP_SIZE=64``; :func:`get_warp_size` without an arch answers the width
 kernels will really run with, so a FlyDSL kernel that sizes its shuffles with it gets the
-GPU's answers on the CPU, and one that hard-codes 64 lanes needs ``FLYDSL_CPU_WARP_SIZE=64``
-(else its 64-lane shuffles are a located error, never a wrong result).
+GPU's answers on the CPU, and one that hard-codes 64 lanes (a shuffle across lane 32) is
+traced again for 64-lane warps when the width is not set (with a warning naming it; with
+``FLYDSL_CPU_WARP_SIZE=32`` such a shuffle is a located error, never a wrong result).
 """
 from __future__ import annotations
 

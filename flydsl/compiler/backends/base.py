@@ -115,6 +115,12 @@ class BaseBackend(ABC):
     def device_present(cls) -> bool:
         return cls.detect_target() is not None
 
+    def wider_warp_target(self) -> Optional[GPUTarget]:
+        """The target to trace a kernel for again when it needs more lanes than this
+        target's warp (a :class:`~flydsl.errors.WarpTooNarrowError`), or None: the
+        error stands. Only the CPU backend, whose warp width is emulated, has one."""
+        return None
+
     @property
     def experimental(self) -> bool:
         """Experimental backends are hidden from ``list_backends()`` by default."""

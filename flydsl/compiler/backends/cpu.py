@@ -8,6 +8,7 @@ cache hit needs neither MLIR nor a JIT).
 """
 from __future__ import annotations
 
+import os
 import platform
 from typing import Optional
 
@@ -43,6 +44,13 @@ class CpuBackend(BaseBackend):
     @classmethod
     def accepts_env_arch(cls, arch: str) -> bool:
         return False  # FLYDSL_GPU_ARCH names a GPU; the host is the only CPU target
+
+    def wider_warp_target(self) -> Optional[GPUTarget]:
+        """64-lane warps for a kernel written for AMD's wavefronts, when the width is
+        the default one (``FLYDSL_CPU_WARP_SIZE`` unset: a width the user set stands)."""
+        if self.target.warp_size < 64 and not os.environ.get("FLYDSL_CPU_WARP_SIZE", "").strip():
+            return GPUTarget("cpu", self.target.arch, 64)
+        return None
 
     def pipeline_fragments(self, options: Optional[CompileOptions] = None) -> list:
         return [

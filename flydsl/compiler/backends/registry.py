@@ -146,8 +146,12 @@ def get_backend(name: Optional[str] = None, *, arch: Optional[str] = None,
     ``FLYDSL_COMPILE_BACKEND`` or ``FLYDSL_GPU_ARCH`` mid-process takes effect.
     """
     name = name or selected_backend_name()
+    return backend_for_target(name, resolve_target(name, arch, tensors))
+
+
+def backend_for_target(name: str, target: GPUTarget) -> BaseBackend:
+    """The backend instance of ``name`` for ``target`` (one per target)."""
     cls = lookup_backend_class(name)
-    target = resolve_target(name, arch, tensors)
     key = (name, cls, target)
     with _LOCK:
         inst = _INSTANCES.get(key)

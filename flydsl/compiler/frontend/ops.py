@@ -145,11 +145,11 @@ def shuffle_xor(value, mask) -> Value:
     if not isinstance(mask, int) and not isinstance(mask, Value):
         raise DSLTypeError(f"fx.shuffle_xor mask must be an int, got {mask!r}")
     if isinstance(mask, int) and not 0 <= mask < ctx.target.warp_size:
-        from .warp_ops import wave64_hint
+        from .warp_ops import warp_width_error
         # lane ^ mask is no lane of the warp: the "shuffle" would return each lane's own
         # value, which is how a kernel written for 64-lane wavefronts goes silently wrong
-        raise DSLTypeError(f"fx.shuffle_xor mask {mask} is outside this target's warp of "
-                           f"{ctx.target.warp_size} lanes{wave64_hint(ctx, mask)}")
+        raise warp_width_error(ctx, mask + 1, f"fx.shuffle_xor mask {mask} is outside "
+                               f"this target's warp of {ctx.target.warp_size} lanes")
     work = v
     if v.dtype.bits < 32 or v.dtype.kind == "bool":
         work = cast(v, dt.Float32 if v.dtype.kind == "float" else dt.Int32)

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 import mlir.ir as ir
 from mlir.dialects import arith, gpu, llvm, nvvm, rocdl
 
-from ...errors import CompileTimeValueRequired, DSLTypeError
+from ...errors import CompileTimeValueRequired, DSLTypeError, WarpTooNarrowError
 from ...expr import dtypes as dt
 from ...expr import implementation
 from ...passes._simt_collectives import IDENTITY_ATTR, SCAN_ATTR, WARP_SYNC_ATTR
@@ -110,12 +110,15 @@ def _int32(x, fname: str, what: str) -> ir.Value:
     return cast(v, dt.Int32).v if v.dtype.bits < 32 else v.v
 
 
-def wave64_hint(ctx, lanes: int) -> str:
-    """Advice for a warp operation over ``lanes`` lanes the CPU's 32-lane warps lack."""
-    if ctx.target.backend == "cpu" and ctx.target.warp_size < 64 and lanes >= 32:
-        return ("; the CPU backend runs 32-lane warps unless FLYDSL_CPU_WARP_SIZE=64 "
-                "(a 64-lane CDNA wavefront)")
-    return ""
+def warp_width_error(ctx, lanes: int, message: str) -> DSLTypeError:
+    """The error for a warp operation over ``lanes`` lanes the target's warp lacks: on
+    the CPU's 32-lane warps a :class:`~flydsl.errors.WarpTooNarrowError`, which the
+    launch answers by tracing the kernel again for 64-lane warps (unless
+    ``FLYDSL_CPU_WARP_SIZE`` pins the width)."""
+    if ctx.target.backend == "cpu" and ctx.target.warp_size < 64 and 32 <= lanes <= 64:
+        return WarpTooNarrowError(f"{message}; the CPU backend runs 32-lane warps unless "
+                                  "FLYDSL_CPU_WARP_SIZE=64 (a 64-lane CDNA wavefront)")
+    return DSLTypeError(message)
 
 
 def _width(width, fname: str) -> int:
@@ -128,9 +131,11 @@ def _width(width, fname: str) -> int:
                                        "(a Python int or an fx.Constexpr parameter)")
     if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= warp \
             or width & (width - 1):
-        hint = wave64_hint(context.current(), width) if isinstance(width, int) else ""
-        raise DSLTypeError(f"fx.{fname}: width must be a power of two from 1 to the warp "
-                           f"size ({warp}), got {width!r}{hint}")
+        message = (f"fx.{fname}: width must be a power of two from 1 to the warp size "
+                   f"({warp}), got {width!r}")
+        if isinstance(width, int) and not width & (width - 1):
+            raise warp_width_error(context.current(), width, message)
+        raise DSLTypeError(message)
     return width
 
 
