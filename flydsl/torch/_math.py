@@ -21,17 +21,58 @@ import math
 from typing import Callable
 
 import flydsl.expr as fx
+from flydsl.compiler.frontend.layout_ops import current_gpu_arch
 
 
 def _is_scalar(x) -> bool:
     return isinstance(x, (int, float))
 
 
-def exp(x):
-    """e**x (``fx.exp``: vectorizable code on the CPU, the device's own on GPUs)."""
+def exp(x, shifted: bool = False):
+    """e**x (``fx.exp``: vectorizable code on the CPU, the device's own on GPUs);
+    ``shifted``: :func:`exp_shifted`, for a softmax's ``x - max(x)``."""
     if _is_scalar(x):
         return math.exp(x)
-    return fx.exp(x)
+    return exp_shifted(x) if shifted else fx.exp(x)
+
+
+#: exp(r) = 1 + r + r^2 P(r) on |r| <= ln(2)/2 (Cephes expf, as fx.exp's CPU code).
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+          1.6666665459e-1, 5.0000001201e-1)
+#: ln 2 in two parts (Cody-Waite): n * _LN2_HI is exact for |n| <= 128.
+_LN2_HI = 0.693145751953125
+_LN2_LO = math.log(2.0) - _LN2_HI
+#: Below this, e**y (< 1.7e-38, about the smallest normal float) is flushed to 0.
+_SHIFTED_LOW = -87.0
+
+
+def exp_shifted(y):
+    """e**y for a softmax's shifted logit ``y = x - max(x)``: ``fx.exp``'s result where
+    ``y <= 0``, NaN for NaN, 0 (not a subnormal) below -87, and +inf (or a finite value
+    > 2.4e38) above 88.3, where a row's sum is +inf anyway.
+
+    A cheaper Float32 ``exp`` for the CPU (about 36 instructions per 8 lanes where
+    ``fx.exp`` takes 45): one 2^n scale (n <= 128) instead of two, no subnormal
+    results, so no product that would underflow (a microcode assist on some CPUs). On
+    GPUs and for other dtypes it is ``fx.exp``.
+    """
+    if _is_scalar(y):
+        return math.exp(y)
+    if y.dtype is not fx.Float32 or current_gpu_arch() is not None:
+        return fx.exp(y)
+    zero = y < _SHIFTED_LOW
+    # compare-and-select clamps keep a NaN (vmaxps/vminps with the NaN second)
+    yc = fx.select(zero, _SHIFTED_LOW, y)
+    yc = fx.select(yc > 89.0, 89.0, yc)
+    n = fx.roundeven(yc * (1.0 / math.log(2.0)))
+    r = fx.fma(n, -_LN2_LO, fx.fma(n, -_LN2_HI, yc))
+    p = _EXP_P[0]
+    for c in _EXP_P[1:]:
+        p = fx.fma(p, r, c)
+    p = fx.fma(p, r * r, r) + 1.0
+    # 2^n as a float: n = 128 (y > 88.3) makes the exponent field all ones, +inf
+    scale = ((fx.cast(n, fx.Int32) + 127) << 23).bitcast(fx.Float32)
+    return fx.select(y != y, y, fx.select(zero, 0.0, p * scale))
 
 
 def tanh(x):
@@ -787,13 +828,15 @@ def nextafter(x, y):
     return fx.select(fx.isnan(x) | fx.isnan(y), x + y, out)
 
 
-_FOLD = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": fx.max, "min": fx.min}
+_FOLD = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": fx.max, "min": fx.min,
+         "fmax": fx.max}
 
 
 def fold(ref, n: int, how: str):
-    """``how`` ("sum", "prod", "max" or "min") of ``ref[0]`` ... ``ref[n - 1]`` (a shared
-    array), combined as a balanced tree written out at trace time: every thread
-    reads the same elements, so on the CPU it is one block value, computed once."""
+    """``how`` ("sum", "prod", "max", "min"; "fmax" is "max") of ``ref[0]`` ...
+    ``ref[n - 1]`` (a shared array), combined as a balanced tree written out at trace
+    time: every thread reads the same elements, so on the CPU it is one block value,
+    computed once."""
     values = [ref[k] for k in range(n)]
     op = _FOLD[how]
     while len(values) > 1:

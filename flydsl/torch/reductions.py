@@ -154,7 +154,8 @@ class RowBuilder:
     """Collects the steps of a row kernel: ``full(expr, dtype)`` and ``row(expr,
     dtype)`` add a value (computed per element or once per row) and return its
     name; ``reduce(kind, full_var, dtype)`` adds a reduction (``sum``, ``prod``,
-    ``max``, ``min``, ``argmax``, ``argmin``) of a full value to a row value
+    ``max``, ``min``, ``argmax``, ``argmin``; ``fmax``: a max that skips NaNs, a
+    softmax's shift) of a full value to a row value
     (``argmax``/``argmin`` give the index, Int64); ``scan(kind, full_var, dtype)``
     a scan (``sum``) to a full value. Values are held in their register dtype
     (float32 for half types)."""
@@ -255,15 +256,17 @@ def expand_row_op(node: Node, b: RowBuilder, operand: Callable[[Any], str],
         if t is aten.std.correction:
             r = b.row(f"fx.sqrt({r})", acc)
         return [_rounded(b, r, out.dtype, [])]
+    # The shifts below are "fmax" (NaNs left out: a NaN makes the row's sum NaN,
+    # as eager's) and their exps fm.exp(..., shifted=True) (y <= 0 where the sum is finite).
     if t is aten.logsumexp.default:    # eager's shift: the max, or 0 where it is +-inf
-        m = b.reduce("max", x, acc)
+        m = b.reduce("fmax", x, acc)
         m = b.row(f"fx.select(fx.isinf({m}), 0.0, {m})", acc)
-        s = b.reduce("sum", b.full(f"fm.exp({x} - {m})", acc), acc)
+        s = b.reduce("sum", b.full(f"fm.exp({x} - {m}, shifted=True)", acc), acc)
         return [_rounded(b, b.row(f"(fx.log({s}) + {m})", acc), out.dtype, [])]
     if t in (aten._softmax.default, aten._log_softmax.default):
-        m = b.reduce("max", x, acc)
+        m = b.reduce("fmax", x, acc)
         z = b.full(f"({x} - {m})", acc)
-        e = b.full(f"fm.exp({z})", acc)
+        e = b.full(f"fm.exp({z}, shifted=True)", acc)
         s = b.reduce("sum", e, acc)
         if t is aten._softmax.default:   # times 1/sum, as ATen's kernel: no division
             inv = b.row(f"(1.0 / {s})", acc)  # per element (16x the cost of a multiply)

@@ -41,7 +41,12 @@ _MAX_BLOCK = 256
 #: Partials left by a row reduction's shared-memory tree, combined by every thread.
 _FOLDED = 16
 _COMBINE = {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "fx.max({a}, {b})",
-            "min": "fx.min({a}, {b})"}
+            "min": "fx.min({a}, {b})",
+            # A softmax's shift: NaNs need not propagate (the row's sum does), so one
+            # compare-select (x86 maxps) instead of fx.max's NaN and signed-zero
+            # handling; the + 0.0 keeps LLVM from making the store of the per-thread
+            # slot a masked store (slow on AMD). The 16 partials fold with fx.max.
+            "fmax": "(fx.select({b} > {a}, {b}, {a}) + 0.0)"}
 _NAME = re.compile(r"\b[vx]\d+\b")
 
 
@@ -232,7 +237,7 @@ def _init(how: str, dtype: torch.dtype) -> str:
     if how in ("sum", "prod"):
         one = "1" if how == "prod" else "0"
         return _literal(one + ".0" if dtype.is_floating_point else one, dtype)
-    low = how in ("max", "argmax")
+    low = how in ("max", "argmax", "fmax")
     if dtype.is_floating_point:
         return _literal("float('-inf')" if low else "float('inf')", dtype)
     info = torch.iinfo(dtype) if dtype is not torch.bool else None
