@@ -136,6 +136,44 @@ def test_the_fly_dialects_layout_operations_are_fxs():
         fly.make_layout
 
 
+def test_fly_copy_atom_call_ssa_returns_the_loaded_bits_as_a_vector():
+    """Upstream's varlen attention reads cu_seqlens with fly.copy_atom_call_ssa."""
+    from flydsl._mlir.dialects import fly
+    from flydsl.expr.typing import T, Vector
+
+    @flyc.kernel
+    def k(seq: fx.Tensor, q: fx.Tensor, out: fx.Tensor):
+        atom = fx.make_copy_atom(fx.rocdl.BufferCopy32b(), fx.Int32)
+        div = fx.logical_divide(fx.rocdl.make_buffer_tensor(seq), fx.make_layout(1, 1))
+        for i in fx.range_constexpr(3):
+            v = fly.copy_atom_call_ssa([Vector.make_type(1, fx.Int32)], atom,
+                                       fx.slice(div, (None, fx.Int32(i + 1))))
+            out[i] = fx.Index(Vector(v, (1,), fx.Int32)[0])
+        wide = fx.make_copy_atom(fx.rocdl.BufferCopy128b(), fx.Int32)
+        qd = fx.logical_divide(fx.rocdl.make_buffer_tensor(q), fx.make_layout(4, 1))
+        w = Vector(fly.copy_atom_call_ssa([T.vec(4, T.i32)], wide, fx.slice(qd, (None, 1))),
+                   (4,), fx.Int32)
+        out[3] = w[0] * 100 + w[3]
+
+    @flyc.jit
+    def run(seq: fx.Tensor, q: fx.Tensor, out: fx.Tensor):
+        k(seq, q, out).launch(grid=(1, 1, 1), block=(1, 1, 1))
+
+    out = np.zeros(4, np.int32)
+    run(np.array([0, 5, 9, 20, 7], np.int32), np.arange(16, dtype=np.int32), out)
+    assert out.tolist() == [5, 9, 20, 407]
+
+    @flydsl.kernel
+    def with_dst(seq: fx.Tensor):
+        atom = fx.make_copy_atom(fx.rocdl.BufferCopy32b(), fx.Int32)
+        div = fx.logical_divide(fx.rocdl.make_buffer_tensor(seq), fx.make_layout(1, 1))
+        fly.copy_atom_call_ssa([T.vec(1, T.i32)], atom, fx.slice(div, (None, 0)),
+                               fx.make_rmem_tensor(1, fx.Int32))
+
+    with pytest.raises(DSLTypeError, match="one result type and no dst"):
+        with_dst[1, 1](np.zeros(2, np.int32))
+
+
 def test_a_coordinate_tensors_static_element_is_a_static_leaf():
     """Upstream's test_coord_tensor: `ct[6, None][0].get_static_leaf_int == 6` at trace time."""
     seen = {}

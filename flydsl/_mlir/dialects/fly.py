@@ -2,7 +2,8 @@
 
 The module imports (so upstream helper modules that import it load). Of its operations it
 has the one upstream kernels build AMD buffer resources and raw pointers from,
-:func:`extract_aligned_pointer_as_index`, and the layout-algebra operations whose results
+:func:`extract_aligned_pointer_as_index`, the value-returning copy-atom call
+:func:`copy_atom_call_ssa`, and the layout-algebra operations whose results
 are layouts (``coalesce``, ``composition``, ``complement``, ``right_inverse``,
 ``left_inverse``: flydsl's fx functions of the same name, with the dialect's keyword
 names); every other name read from it raises an AttributeError saying so: flydsl expresses layouts, pointers and copies with
@@ -56,6 +57,47 @@ def extract_aligned_pointer_as_index(result, tensor, *, loc=None, ip=None):
             raise DSLError("fly.extract_aligned_pointer_as_index can only be used inside a "
                            "@flydsl.kernel body")
         return build(ptr_type, tensor, "fly.extract_aligned_pointer_as_index")
+
+
+def copy_atom_call_ssa(results, copy_atom, src, dst=None, pred=None, *, loc=None, ip=None):
+    """``fly.copy_atom_call_ssa([vector type], atom, src)``: one call of ``copy_atom`` from
+    the view ``src`` (one call's elements, e.g. ``fx.slice(divided, (None, i))``), its
+    bits returned as a value of the one result type (a vector such as ``vector<4xi32>``)
+    instead of written to registers: :func:`flydsl.expr.copy` into a register fragment
+    of that type's elements, read back as the vector. ``dst`` is not supported (the
+    register form of the call is ``fx.copy_atom_call``).
+
+    Example (inside a kernel, ``seq`` an int32 tensor)::
+
+        atom = fx.make_copy_atom(fx.rocdl.BufferCopy32b(), fx.Int32)
+        div = fx.logical_divide(fx.rocdl.make_buffer_tensor(seq), fx.make_layout(1, 1))
+        v = fly.copy_atom_call_ssa([T.vec(1, T.i32)], atom, fx.slice(div, (None, i)))
+    """
+    import mlir.ir as ir
+    from mlir.dialects import vector
+    from ...errors import DSLTypeError
+    from ...expr import layout
+    from ...compiler.frontend.values import dtype_of_mlir
+    types = list(results) if isinstance(results, (list, tuple)) else [results]
+    if dst is not None or len(types) != 1:
+        raise DSLTypeError("fly.copy_atom_call_ssa: one result type and no dst (the "
+                           f"register form is fx.copy_atom_call), got {len(types)} result "
+                           f"type(s){' and a dst' if dst is not None else ''}")
+    rt = getattr(types[0], "ir_type", types[0])
+    if not isinstance(rt, ir.VectorType):
+        raise DSLTypeError(f"fly.copy_atom_call_ssa: the result type must be a vector type, "
+                           f"got {rt}")
+    rt = ir.VectorType(rt)
+    n = 1
+    for d in rt.shape:
+        n *= d
+    with loc if loc is not None else contextlib.nullcontext(), \
+            ip if ip is not None else contextlib.nullcontext():
+        regs = layout.make_rmem_tensor(n, dtype_of_mlir(rt.element_type,
+                                                         "fly.copy_atom_call_ssa's result"))
+        layout.copy(copy_atom, src, regs, pred=pred)
+        lanes = [regs[j] for j in range(n)]
+        return vector.from_elements(rt, [getattr(v, "v", v) for v in lanes])
 
 
 def coalesce(layout, pattern=None):
