@@ -295,6 +295,16 @@ def _dtype_by_name(name: str) -> DType:
     return _BY_NAME[name]
 
 
+#: MLIR scalar type (as text) -> the dtype a raw value of it becomes (signless ints
+#: are signed, as upstream FlyDSL reads them).
+_BY_MLIR = {t.mlir: t for t in reversed(ALL_DTYPES)}
+
+
+def dtype_from_mlir_text(text: str) -> Optional[DType]:
+    """The dtype of the MLIR scalar type spelled ``text`` (``"i32"``, ``"bf16"``), or None."""
+    return _BY_MLIR.get(text)
+
+
 def dtype_from_numpy(np_dtype) -> Optional[DType]:
     return _BY_NUMPY.get(np.dtype(np_dtype))
 

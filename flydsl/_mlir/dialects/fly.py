@@ -77,7 +77,7 @@ def copy_atom_call_ssa(results, copy_atom, src, dst=None, pred=None, *, loc=None
     from mlir.dialects import vector
     from ...errors import DSLTypeError
     from ...expr import layout
-    from ...compiler.frontend.values import dtype_of_mlir
+    from ...expr.dtypes import dtype_from_mlir_text
     types = list(results) if isinstance(results, (list, tuple)) else [results]
     if dst is not None or len(types) != 1:
         raise DSLTypeError("fly.copy_atom_call_ssa: one result type and no dst (the "
@@ -93,8 +93,11 @@ def copy_atom_call_ssa(results, copy_atom, src, dst=None, pred=None, *, loc=None
         n *= d
     with loc if loc is not None else contextlib.nullcontext(), \
             ip if ip is not None else contextlib.nullcontext():
-        regs = layout.make_rmem_tensor(n, dtype_of_mlir(rt.element_type,
-                                                         "fly.copy_atom_call_ssa's result"))
+        dtype = dtype_from_mlir_text(str(rt.element_type))
+        if dtype is None:
+            raise DSLTypeError(f"fly.copy_atom_call_ssa: no flydsl dtype for the result's "
+                               f"element type {rt.element_type}")
+        regs = layout.make_rmem_tensor(n, dtype)
         layout.copy(copy_atom, src, regs, pred=pred)
         lanes = [regs[j] for j in range(n)]
         return vector.from_elements(rt, [getattr(v, "v", v) for v in lanes])

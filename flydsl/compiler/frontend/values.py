@@ -294,9 +294,6 @@ def numpy_constant(x):
     return x
 
 
-#: MLIR scalar type (as text) -> the dtype a raw value of it becomes (signless ints
-#: are signed, as upstream FlyDSL reads them).
-_DTYPE_OF_MLIR = {t.mlir: t for t in reversed(dt.ALL_DTYPES)}
 
 #: Set by vector_ops: wraps a raw value of vector type (values.py cannot import it).
 vector_from_raw = None
@@ -316,7 +313,7 @@ def dtype_of_mlir(t: ir.Type, what: str = "a raw MLIR value") -> DType:
     """The dtype of the MLIR scalar type ``t`` (``index`` is fx.Index)."""
     if isinstance(t, ir.IndexType):
         return dt.Index
-    found = _DTYPE_OF_MLIR.get(str(t))
+    found = dt.dtype_from_mlir_text(str(t))
     if found is None:
         raise DSLTypeError(f"{what} of MLIR type {t} has no flydsl dtype (flydsl values are "
                            f"{', '.join(d.name for d in dt.ALL_DTYPES)} and vectors of them)")

@@ -307,7 +307,7 @@ def kernel_value(x):
     if isinstance(x, ir.Value) and not isinstance(x, (Value, VectorValue)):
         t = x.type
         et = ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
-        if isinstance(et, ir.IndexType) or str(et) in values._DTYPE_OF_MLIR:
+        if isinstance(et, ir.IndexType) or dt.dtype_from_mlir_text(str(et)) is not None:
             return values.from_raw(x)
     return x
 
