@@ -1,10 +1,17 @@
 """AMD buffer resources as the front end uses them: the resource of a buffer tensor's
 memory, byte offsets into it, and the bounds checks that give its semantics (reads past
-the records are 0, writes there are dropped) on targets without buffer instructions."""
+the records are 0, writes there are dropped) on targets without buffer instructions.
+
+On gfx9 and on the CPU a buffer access is a raw buffer instruction
+(``rocdl.raw.ptr.buffer.load/store`` through :func:`resource`; see
+:func:`raw_buffer_access`): the CPU's ``rocdl-buffers`` pass lowers it to masked loads and
+stores of the 32-bit words inside the records, straight-line code. Elsewhere (CUDA, and
+a buffer tensor seen through a swizzle) each access is an ``scf.if`` on
+:func:`in_records`."""
 from __future__ import annotations
 
 import mlir.ir as ir
-from mlir.dialects import arith, llvm, memref, rocdl, scf
+from mlir.dialects import arith, llvm, memref, rocdl, scf, vector
 
 from ...errors import DSLTypeError
 from . import context
@@ -12,7 +19,7 @@ from .values import Value, as_value, to_index
 from .views import Memory, as_view
 
 __all__ = ["GFX9_BUFFER_FLAGS", "address", "byte_offset", "guarded_load", "i32", "in_records",
-           "resource", "tensor_pointer"]
+           "raw_buffer_access", "raw_load", "raw_store", "resource", "tensor_pointer"]
 
 #: Buffer-resource word 3 for gfx9 (CDNA): 32-bit data format, as LLVM's AMDGPU
 #: lowering of ``amdgpu.raw_buffer_load`` sets it.
@@ -35,10 +42,29 @@ def _memref_address(value: ir.Value, itemsize: int, offset=None) -> ir.Value:
     return arith.addi(base, arith.muli(elems, arith.constant(idx_t, itemsize)))
 
 
+def raw_buffer_access(*mems: Memory) -> bool:
+    """Whether the accesses to the buffer memories among ``mems`` are raw buffer
+    instructions: on gfx9 (the hardware's range check) and on the CPU, where
+    :mod:`flydsl.passes.rocdl_buffers` gives them the same check without a branch (an
+    ``scf.if`` per access made a kernel of a thousand buffer copies, FlyDSL's preshuffle
+    GEMM, compile several times slower). The range check is then per 32-bit word of a
+    wider access, as the hardware's. On the CPU a buffer tensor seen through a swizzle
+    (whose elements are not at their offsets) or of bools keeps the checked path."""
+    target = context.current().target
+    if target.backend == "rocm":
+        return target.arch.startswith("gfx9")
+    if target.backend != "cpu":
+        return False
+    return all(m.remap is None and m.dtype.kind != "bool"
+               for m in mems if m.records is not None)
+
+
 def guarded_load(mem: Memory, offset) -> Value:
     """Element ``offset`` of ``mem``; 0 past a buffer's records."""
     if mem.records is None:
         return mem.load(offset)
+    if raw_buffer_access(mem) and context.current().target.backend == "cpu":
+        return Value(raw_load(mem, offset, mem.dtype.mlir_type()), mem.dtype)
     ok = in_records(mem, offset, 1)
     branch = scf.IfOp(ok, [mem.dtype.mlir_type() if mem.dtype.kind != "bool"
                            else ir.IntegerType.get_signless(1)], has_else=True)
@@ -47,6 +73,59 @@ def guarded_load(mem: Memory, offset) -> Value:
     with ir.InsertionPoint(branch.else_block):
         scf.YieldOp([as_value(0, mem.dtype).v])
     return Value(branch.results[0], mem.dtype)
+
+
+def raw_load(mem: Memory, offset, t: ir.Type) -> ir.Value:
+    """A raw buffer load of ``t`` (a scalar or vector of ``mem``'s element type) from
+    element ``offset`` of the buffer memory ``mem``."""
+    words = _word_type(t)
+    raw = rocdl.raw_ptr_buffer_load(words or t, resource(mem), byte_offset(mem, offset),
+                                    i32(0), i32(0))
+    if words is None:
+        return raw
+    if not isinstance(words, ir.VectorType):
+        raw = vector.from_elements(ir.VectorType.get([1], words), [raw])
+    elems = ir.VectorType.get([_lanes(t)], _element(t))
+    out = vector.bitcast(elems, raw)
+    return out if isinstance(t, ir.VectorType) else vector.extract(out, [], [0])
+
+
+def raw_store(value: ir.Value, mem: Memory, offset) -> None:
+    """A raw buffer store of ``value`` (a scalar or vector of ``mem``'s element type) at
+    element ``offset`` of the buffer memory ``mem``."""
+    t = value.type
+    words = _word_type(t)
+    if words is not None:
+        if not isinstance(t, ir.VectorType):
+            value = vector.from_elements(ir.VectorType.get([1], t), [value])
+        as_vector = words if isinstance(words, ir.VectorType) else ir.VectorType.get([1], words)
+        value = vector.bitcast(as_vector, value)
+        if not isinstance(words, ir.VectorType):
+            value = vector.extract(value, [], [0])
+    rocdl.raw_ptr_buffer_store(value, resource(mem), byte_offset(mem, offset), i32(0), i32(0))
+
+
+def _word_type(t: ir.Type):
+    """What a raw buffer instruction moves for ``t`` whose elements have no LLVM type (the
+    8-, 6- and 4-bit floats): its bytes as i32 words (i8 or i16 under 4 bytes), the
+    operand types the AMDGPU backend selects buffer loads for; None for other ``t``."""
+    elem = _element(t)
+    if not isinstance(elem, ir.FloatType) or any(
+            isinstance(elem, k) for k in (ir.F16Type, ir.BF16Type, ir.F32Type, ir.F64Type)):
+        return None
+    bits = _lanes(t) * ir.FloatType(elem).width
+    if bits % 32:
+        return ir.IntegerType.get_signless(bits)
+    i32_t = ir.IntegerType.get_signless(32)
+    return i32_t if bits == 32 else ir.VectorType.get([bits // 32], i32_t)
+
+
+def _element(t: ir.Type) -> ir.Type:
+    return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+
+
+def _lanes(t: ir.Type) -> int:
+    return ir.VectorType(t).shape[0] if isinstance(t, ir.VectorType) else 1
 
 
 def in_records(mem: Memory, offset, width: int) -> ir.Value:

@@ -13,16 +13,17 @@ What each call becomes:
   bytes), so the vector instruction only ever runs aligned. The CPU loads unaligned
   vectors directly.
 * otherwise: V scalar loads and stores (still exact).
-* a buffer tensor (``fx.rocdl.make_buffer_tensor``): on gfx9 a ``raw.ptr.buffer``
-  load/store through a resource covering the tensor (the hardware returns 0 past it
-  and drops stores); elsewhere the same semantics with bounds checks.
+* a buffer tensor (``fx.rocdl.make_buffer_tensor``): on gfx9 and the CPU a
+  ``raw.ptr.buffer`` load/store through a resource covering the tensor (the hardware
+  returns 0 past it and drops stores; the CPU's ``rocdl-buffers`` pass does the same
+  without a branch); elsewhere the same semantics with bounds checks.
 * ``fx.rocdl.BufferCopyLDS*`` (buffer tensor to shared memory) and
   ``fx.rocdl.BufferAtomic*`` (values to a buffer tensor): see :mod:`.rocdl_ops`.
 """
 from __future__ import annotations
 
 import mlir.ir as ir
-from mlir.dialects import arith, memref, rocdl, scf
+from mlir.dialects import arith, memref, scf
 
 from ...errors import DSLTypeError
 from ...expr import layout_algebra as la
@@ -33,9 +34,9 @@ from .tensors import storage_type
 from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit, vector_load,
                     vector_store, vector_type, when)
 from .buffer_resources import GFX9_BUFFER_FLAGS  # noqa: F401  (re-exported)
-from .buffer_resources import address as _address, byte_offset as _byte_offset
-from .buffer_resources import guarded_load as _guarded_load, i32 as _i32
-from .buffer_resources import in_records as _in_records, resource as _resource
+from .buffer_resources import address as _address, guarded_load as _guarded_load
+from .buffer_resources import in_records as _in_records, raw_buffer_access as _raw_buffer_access
+from .buffer_resources import raw_load as _raw_load, raw_store as _raw_store
 
 def copy(atom, src, dst, pred=None, soffset=None) -> None:
     """``fx.copy(atom, src, dst, pred=None, soffset=None)``: see the module docstring.
@@ -190,7 +191,7 @@ def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,
         _scalar_copy(src, dst, first, width)
         return
     buffered = src.memory.records is not None or dst.memory.records is not None
-    if buffered and _gfx9():
+    if buffered and (_gfx9() or _raw_buffer_access(src.memory, dst.memory)):
         _buffer_copy(src.memory, so, dst.memory, do, width)
         return
     if buffered:
@@ -281,14 +282,13 @@ def _buffer_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     # one element is a scalar access (LLVM cannot scalarize a <1 x T> buffer load)
     vtype = vector_type(width, sm.dtype) if width > 1 else storage_type(sm.dtype)
     if sm.records is not None:
-        vec = rocdl.raw_ptr_buffer_load(vtype, _resource(sm), _byte_offset(sm, so),
-                                        _i32(0), _i32(0))
+        vec = _raw_load(sm, so, vtype)
     elif width == 1:      # through a swizzled view's remap, as every other access
         vec = memref.load(sm.mem, [to_index(sm.physical(so))])
     else:
         vec = vector_load(sm, so, width, _static_align(sm, so, width * sm.itemsize))
     if dm.records is not None:
-        rocdl.raw_ptr_buffer_store(vec, _resource(dm), _byte_offset(dm, do), _i32(0), _i32(0))
+        _raw_store(_as_bits_of(vec, width, dm.dtype), dm, do)
     elif width == 1:
         memref.store(_as_bits_of(vec, 1, dm.dtype), dm.mem, [to_index(dm.physical(do))])
     else:

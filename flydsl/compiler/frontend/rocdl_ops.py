@@ -6,7 +6,8 @@ hints and waits, ``readfirstlane``, buffer loads straight to LDS and buffer atom
   ``llvm.amdgcn.raw.ptr.buffer.load.lds``, ``buffer_atomic_*``).
 * **CPU and CUDA**: the same semantics with portable operations: hints are no-ops,
   ``readfirstlane`` is a shuffle from the first active lane, a buffer-to-LDS load is a
-  predicated load (0 past the buffer's records) and a store at the wave's destination
+  checked load (0 past the buffer's records; on the CPU a raw buffer load, per 32-bit
+  word as the hardware checks) and a store at the wave's destination
   plus the lane's offset, a buffer atomic is an atomic read-modify-write skipped past
   the records.
 """
@@ -22,8 +23,8 @@ from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from ...expr import implementation
 from . import async_marks, context
-from .buffer_resources import address, byte_offset, guarded_load, in_records, resource, \
-    tensor_pointer
+from .buffer_resources import address, byte_offset, guarded_load, in_records, \
+    raw_buffer_access, raw_load, resource, tensor_pointer
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
@@ -493,18 +494,22 @@ def buffer_lds_copy(atom, src: TensorView, dst: TensorView, first: int, width: i
         rocdl.raw_ptr_buffer_load_lds(resource(sm), lds, _i32(bits // 8),
                                       byte_offset(sm, so), _i32(0), _i32(0), _i32(0))
         return
-    ok = in_records(sm, so, width)
-    # in range: one load of the call; else element by element (0 past the records)
     vtype = vector_type(width, sm.dtype)
-    branch = scf.IfOp(ok, [vtype], has_else=True)
-    with ir.InsertionPoint(branch.then_block):
-        scf.YieldOp([vector_load(sm, so, width, sm.itemsize)])
-    with ir.InsertionPoint(branch.else_block):
-        elems = [guarded_load(sm, so + t if t else so).v for t in range(width)]
-        scf.YieldOp([vector.from_elements(vtype, elems)])
+    if raw_buffer_access(sm):
+        # the CPU: a raw buffer load (rocdl-buffers checks its words without a branch)
+        loaded = raw_load(sm, so, vtype)
+    else:
+        # in range: one load of the call; else element by element (0 past the records)
+        branch = scf.IfOp(in_records(sm, so, width), [vtype], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp([vector_load(sm, so, width, sm.itemsize)])
+        with ir.InsertionPoint(branch.else_block):
+            elems = [guarded_load(sm, so + t if t else so).v for t in range(width)]
+            scf.YieldOp([vector.from_elements(vtype, elems)])
+        loaded = branch.results[0]
     async_marks.event("lds_dma.issue")
     with async_marks.async_writes("lds_dma"):
-        vector_store(dm, dst_off, branch.results[0], dm.itemsize)
+        vector_store(dm, dst_off, loaded, dm.itemsize)
 
 
 def _as_i32(offset) -> Value:
