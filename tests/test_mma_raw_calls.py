@@ -34,11 +34,12 @@ CALLS = {
 
 
 @flydsl.kernel
-def mfma_calls(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, n: fx.Int32, name: fx.Constexpr[str],
-               straight: fx.Constexpr[int]):
-    """C = (straight + n + [n > 1] + 1) * (A @ B.T) by raw calls: ``straight`` in a row,
-    one in a runtime loop of ``n`` trips, one under a runtime ``if``, one after. Every
-    wave of the block computes the same product (each its own scratch)."""
+def mfma_calls(A: fx.Tensor, A2: fx.Tensor, B: fx.Tensor, C: fx.Tensor, n: fx.Int32,
+               name: fx.Constexpr[str], straight: fx.Constexpr[int]):
+    """C = the sum of A @ B.T and A2 @ B.T (``_expected``) by raw calls: ``straight`` in a
+    row (A, A2, A, ...), one in a runtime loop of ``n`` trips (A), one under a runtime
+    ``if`` (A2), one after (A). Every wave of the block computes the same sum (each its
+    own scratch)."""
     op, ab, acc_t = CALLS[name][0](), CALLS[name][1], CALLS[name][2]
     mfma = getattr(fx.rocdl, name)
     atom = fx.make_mma_atom(op)
@@ -48,18 +49,20 @@ def mfma_calls(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, n: fx.Int32, name: fx.C
     lane = fx.thread_idx.x % 64
     a = Vec.from_elements([ab(A[a_tv((lane, v)) % m, a_tv((lane, v)) // m])
                            for v in fx.range_constexpr(na)], ab)
+    a2 = Vec.from_elements([ab(A2[a_tv((lane, v)) % m, a_tv((lane, v)) // m])
+                            for v in fx.range_constexpr(na)], ab)
     b = Vec.from_elements([ab(B[b_tv((lane, v)) % nn, b_tv((lane, v)) // nn])
                            for v in fx.range_constexpr(nb)], ab)
     if fx.const_expr(ab == fx.BFloat16):
-        a, b = a.bitcast(fx.Int16), b.bitcast(fx.Int16)
+        a, a2, b = a.bitcast(fx.Int16), a2.bitcast(fx.Int16), b.bitcast(fx.Int16)
     rtype = T.vec(nc, T.i32 if acc_t == fx.Int32 else T.f32)
     acc = Vec.filled(nc, 0, acc_t)
-    for _ in fx.range_constexpr(straight):
-        acc = mfma(rtype, [a, b, acc, 0, 0, 0])
+    for i in fx.range_constexpr(straight):
+        acc = mfma(rtype, [a if i % 2 == 0 else a2, b, acc, 0, 0, 0])
     for _ in range(n):
         acc = mfma(rtype, [a, b, acc, 0, 0, 0])
     if n > 1:
-        acc = mfma(rtype, [a, b, acc, 0, 0, 0])
+        acc = mfma(rtype, [a2, b, acc, 0, 0, 0])
     acc = mfma(rtype, [a, b, acc, 0, 0, 0])
     if fx.thread_idx.x < 64:
         for v in fx.range_constexpr(nc):
@@ -71,29 +74,34 @@ def _inputs(name: str):
     op = CALLS[name][0]()
     m, n, k = (int(x) for x in fx.make_mma_atom(op).shape_mnk.unpack())
     rng = np.random.default_rng(5)
-    A = rng.integers(-3, 4, (m, k)).astype(np.float32)
+    A, A2 = (rng.integers(-3, 4, (m, k)).astype(np.float32) for _ in "aa")
     B = rng.integers(-3, 4, (n, k)).astype(np.float32)
     integer = CALLS[name][2] == fx.Int32
     C = np.full((m, n), -1 if integer else np.nan, np.int32 if integer else np.float32)
-    return A, B, C
+    return A, A2, B, C
+
+
+def _expected(A, A2, B, n: int, straight: int):
+    ones = (straight + 1) // 2 + n + 1               # calls with A; the rest with A2
+    twos = straight // 2 + (n > 1)
+    return ones * (A @ B.T) + twos * (A2 @ B.T)
 
 
 @pytest.mark.parametrize("name", ["mfma_f32_32x32x8bf16_1k", "mfma_i32_16x16x32_i8"])
 def test_consecutive_raw_calls_compute_the_product(name):
     """(16x16x16 f16: in the race-check test.)"""
-    A, B, C = _inputs(name)
-    n = 3
-    mfma_calls[1, 128](A, B, C, n, name, 2)
-    np.testing.assert_array_equal(C, (2 + n + 1 + 1) * (A @ B.T))
+    A, A2, B, C = _inputs(name)
+    mfma_calls[1, 128](A, A2, B, C, 3, name, 2)
+    np.testing.assert_array_equal(C, _expected(A, A2, B, 3, 2))
 
 
 def _traced_ops(monkeypatch, name: str, straight: int) -> int:
     """The kernel's traced operation count (refused past a limit of 1: nothing compiles)."""
     monkeypatch.setenv("FLYDSL_TRACE_OP_LIMIT", "1")
     monkeypatch.setenv("FLYDSL_CACHE_DISABLE", "1")
-    A, B, C = _inputs(name)
+    A, A2, B, C = _inputs(name)
     with pytest.raises(DSLError, match="FLYDSL_TRACE_OP_LIMIT") as caught:
-        mfma_calls[1, 128](A, B, C, 1, name, straight)
+        mfma_calls[1, 128](A, A2, B, C, 1, name, straight)
     return int(re.search(r"tracing produced (\d+) operations", str(caught.value)).group(1))
 
 
@@ -123,12 +131,15 @@ def test_calls_in_a_row_share_their_barriers(monkeypatch):
     """N calls in a row: N + 1 barriers (a call's trailing barrier goes where the next
     call follows in the same block), alternating between two scratch arrays; calls in
     other blocks keep theirs."""
-    A, B, C = _inputs("mfma_f32_16x16x16f16")
-    mlir = _traced_kernel(monkeypatch, A, B, C, 1, "mfma_f32_16x16x16f16", 4)
-    # 4 in a row: 4 + 1; the loop's, the if's and the last call: 2 each (was 2 * 7)
-    assert mlir.count("gpu.barrier") == 5 + 2 + 2 + 2, mlir.count("gpu.barrier")
+    A, A2, B, C = _inputs("mfma_f32_16x16x16f16")
+    mlir = _traced_kernel(monkeypatch, A, A2, B, C, 1, "mfma_f32_16x16x16f16", 4)
+    # 4 in a row (one group): 1 + 1; the loop's, the if's and the last call: 2 each
+    # (was 2 * 7)
+    assert mlir.count("gpu.barrier") == 2 + 2 + 2 + 2, mlir.count("gpu.barrier")
+    # the group's 4 arrays (32 KiB each: GROUP_SCRATCH_BYTES holds two sets of 4); each
+    # later call follows a call in another block, ended by its barrier: the first array
     assert len(re.findall(r"memref<\d+xf32, #gpu.address_space<workgroup>>", mlir.split(
-        "kernel attributes")[0])) == 2
+        "kernel attributes")[0])) == 4
 
 
 @pytest.mark.usefixtures("debug_build_o0")
@@ -139,9 +150,9 @@ def test_alternating_scratch_arrays_are_race_free(monkeypatch):
     monkeypatch.setattr(frontend_ops, "name_shared_array", lambda *a, **k: None)
     monkeypatch.setenv("FLYDSL_CACHE_DISABLE", "1")
     name = "mfma_f32_16x16x16f16"
-    A, B, C = _inputs(name)
+    A, A2, B, C = _inputs(name)
     try:
-        mfma_calls[1, 128](A, B, C, 3, name, 3)
+        mfma_calls[1, 128](A, A2, B, C, 3, name, 3)
     except SharedMemoryRaceError as e:     # pragma: no cover - the failure's message
         pytest.fail(f"race on the MMA scratch: {e}")
-    np.testing.assert_array_equal(C, (3 + 3 + 1 + 1) * (A @ B.T))
+    np.testing.assert_array_equal(C, _expected(A, A2, B, 3, 3))

@@ -269,13 +269,17 @@ def emulated_mfma(spec, a_vals: list, b_vals: list, c: ir.Value) -> ir.Value:
     acc_t = _ACC[spec.acc_dtype]
     mk, nk = spec.m * spec.k, spec.n * spec.k
     groups = MAX_BLOCK_THREADS // spec.lanes      # every thread of any block takes part
-    scratch = _next_scratch(groups * (mk + nk), acc_t)
     idx = _lane_indexes(spec, groups, mk + nk, mk)
-    for vals, tv, first in ((a_vals, spec.a_tv, idx.a_first), (b_vals, spec.b_tv, idx.b_first)):
-        for v, val in enumerate(vals):
-            at = _add(first, _tv_part(tv, 1, v))
-            memref.store(_operand(spec, val).v, scratch.mem, [at])
-    gpu.barrier()
+    joined = _join_group(groups * (mk + nk), acc_t, [x.v for x in a_vals + b_vals])
+    scratch = joined[0] if joined else _next_scratch(groups * (mk + nk), acc_t)
+    with ir.InsertionPoint(joined[1]) if joined else nullcontext():
+        for vals, tv, first in ((a_vals, spec.a_tv, idx.a_first),
+                                (b_vals, spec.b_tv, idx.b_first)):
+            for v, val in enumerate(vals):
+                at = _add(first, _tv_part(tv, 1, v))
+                memref.store(_operand(spec, val).v, scratch.mem, [at])
+    if not joined:
+        context.current().extra["mma_group"] = (gpu.BarrierOp().operation, 1)
     runs = _runs(spec, idx)
     nc = ir.VectorType(c.type).shape[0]
     whole = len(runs) == 1 and runs[0].length == nc
@@ -599,7 +603,7 @@ def _next_scratch(count: int, dtype):
     block = ir.InsertionPoint.current.block
     parity = 0
     if prev is not None and prev[0] == block:
-        _, barrier, (prev_count, prev_dtype, prev_parity) = prev
+        _, barrier, (prev_count, prev_dtype, prev_parity), _ = prev
         if (prev_count, prev_dtype) == (count, dtype.name):
             parity = 1 - prev_parity
         barrier.erase()
@@ -608,12 +612,78 @@ def _next_scratch(count: int, dtype):
 
 
 def _trailing_barrier(scratch) -> None:
-    """The barrier after a call's reads of its scratch (:func:`_next_scratch` may remove
-    it when the next call comes)."""
+    """The barrier after a call's reads of its scratch (:func:`_next_scratch` or
+    :func:`_join_group` may remove it when the next call comes)."""
     ctx = context.current()
     barrier = gpu.BarrierOp()
     ctx.extra["mma_last_call"] = (ir.InsertionPoint.current.block, barrier.operation,
-                                  ctx.extra.pop("mma_next_key"))
+                                  ctx.extra.pop("mma_next_key"),
+                                  ctx.extra.pop("mma_group", None))
+
+
+#: Bytes of MMA scratch a kernel's grouped raw calls may use (both sets of arrays): each
+#: call of a group writes its own array (32 KiB for a 64-lane 32x32x8 MFMA, sized for
+#: any block), which the CPU allocates with the block's shared memory.
+GROUP_SCRATCH_BYTES = 256 * 1024
+
+
+def _join_group(count: int, dtype, operands: list):
+    """``(scratch, barrier)`` when this raw MFMA call can store its operands before the
+    first barrier of the group of calls just before it, else None.
+
+    A group is a run of raw calls in one block whose operands exist before the first
+    call's barrier: each stores its operands to its own scratch array before that one
+    barrier, then each reads its array after it, in order (accumulator chains stay in
+    order: only the stores move). The ops that unpacked the operands since that barrier
+    (pure: extracts, bitcasts, shifts) move before it; an operand made otherwise (a load)
+    ends the group. The next group uses the other set of arrays, as :func:`_next_scratch`
+    alternates: its barrier orders this group's reads before any write of them again."""
+    ctx = context.current()
+    prev = ctx.extra.get("mma_last_call")
+    if prev is None or prev[3] is None or prev[0] != ir.InsertionPoint.current.block:
+        return None
+    _, trailing, (prev_count, prev_dtype, parity), (barrier, n) = prev
+    slots = max(1, GROUP_SCRATCH_BYTES // (2 * count * dtype.bits // 8))
+    if (prev_count, prev_dtype) != (count, dtype.name) or n >= slots:
+        return None
+    moves = _movable_before(barrier, operands)
+    if moves is None:
+        return None
+    for op in moves:
+        op.move_before(barrier)
+    trailing.erase()
+    ctx.extra.pop("mma_last_call")
+    ctx.extra["mma_next_key"] = (count, dtype.name, parity)
+    ctx.extra["mma_group"] = (barrier, n + 1)
+    return _scratch_array(count, dtype, parity, n), barrier
+
+
+#: Ops an operand may be made by after a group's barrier and still move before it.
+_MOVABLE = ("arith.", "vector.extract", "vector.bitcast", "vector.from_elements",
+            "vector.shuffle", "vector.broadcast", "vector.insert")
+_NOT_MOVABLE = ("vector.extract_strided_slice",)
+
+
+def _movable_before(barrier, operands: list):
+    """The ops (in block order) that make ``operands`` after ``barrier`` in its block, if
+    all are pure ops without regions whose own operands exist before it; else None."""
+    block, found, todo = barrier.block, {}, list(operands)
+    while todo:
+        v = todo.pop()
+        if not isinstance(v, ir.OpResult):
+            continue                    # a block argument: defined before every op
+        op = v.owner.operation
+        if op.block != block or op.is_before_in_block(barrier) or op in found.values():
+            continue                    # an enclosing block's value, or made before
+        if not op.name.startswith(_MOVABLE) or op.name in _NOT_MOVABLE or \
+                len(op.regions) or op.name in ("arith.divsi", "arith.divui", "arith.remsi",
+                                               "arith.remui", "arith.ceildivsi",
+                                               "arith.floordivsi", "arith.ceildivui"):
+            return None
+        found[len(found)] = op
+        todo.extend(op.operands)
+    return sorted(found.values(), key=functools.cmp_to_key(
+        lambda x, y: -1 if x.is_before_in_block(y) else 1))
 
 
 def _scratch(count: int, dtype=dt.Float32):
@@ -623,12 +693,12 @@ def _scratch(count: int, dtype=dt.Float32):
     return _scratch_array(count, dtype, 0)
 
 
-def _scratch_array(count: int, dtype, parity: int):
+def _scratch_array(count: int, dtype, parity: int, slot: int = 0):
     ctx = context.current()
     cache = ctx.extra.setdefault("mma_scratch", {})
-    hit = cache.get((count, dtype.name, parity))
+    hit = cache.get((count, dtype.name, parity, slot))
     if hit is None:
-        hit = cache[(count, dtype.name, parity)] = implementation.ops().shared_array(
+        hit = cache[(count, dtype.name, parity, slot)] = implementation.ops().shared_array(
             (count,), dtype)
         # flydsl's own scratch (a '.' name): the memory profiler and reports skip it,
         # as the GPU's register exchange has no shared traffic
