@@ -45,12 +45,13 @@ def edit(path, old, new):
 
 
 def expected(s=2.0, scale=2.0, twice=2.0, plus=1.0, k=1.0, tripled=3.0, partial=2.0,
-             nested=2.0):
+             nested=2.0, method=2.0):
     return {"closure_a": s, "closure_b": s + 1, "constexpr_a": s, "constexpr_b": s + 1,
             "hashed": s, "unhashable": s, "from_env_at_import": scale,
             "from_other_module": twice, "from_staticmethod": 1 + plus,
             "from_classmethod": 1 + k, "from_lru_cache": tripled, "from_partial": partial,
-            "from_global_object": s, "from_deep_constant": nested}
+            "from_global_object": s, "from_deep_constant": nested,
+            "from_instance_method": method}
 
 
 @pytest.fixture
@@ -79,9 +80,12 @@ def test_a_fresh_process_never_runs_a_binary_compiled_for_other_values(project, 
     edit(project / "cached_helpers.py", "v * 3.0", "v * 7.0")
     edit(project / "cached_helpers.py", "s=2.0", "s=8.0")
     edit(project / "kernels.py", "((2.0,),)", "((9.0,),)")
+    edit(project / "kernels.py", "self.v * 2.0", "self.v * 3.0")
+    edit(project / "kernels.py", "v * 1.0", "v * 2.0")
+    edit(project / "kernels.py", "v + 0.0", "v + 1.0")
     edited, _ = run_project(project, cache, CK_S="5.0", CK_SCALE="4.0")
     assert values(edited) == expected(s=5.0, scale=4.0, twice=5.0, plus=4.0, k=6.0,
-                                      tripled=7.0, partial=8.0, nested=9.0)
+                                      tripled=7.0, partial=8.0, nested=9.0, method=7.0)
     assert not any(disk for _, disk in edited.values())   # every value changed
     unchanged, _ = run_project(project, cache, CK_S="5.0", CK_SCALE="4.0")
     assert {n for n, (_, disk) in unchanged.items() if not disk} == memory_only

@@ -74,6 +74,30 @@ def closure_vars(fn: types.FunctionType) -> dict:
     return out
 
 
+def module_path(fn: Any) -> Optional[Path]:
+    """``M:module/A:Class/A:name``: the path of a function (or of a bound method's
+    function) from its module by its qualified name, when that name leads back to it;
+    None for a function defined inside another (``<locals>``) or no longer reachable.
+    A method of an object made while tracing is found again this way."""
+    import sys
+    func = getattr(fn, "__func__", fn)
+    if not isinstance(func, types.FunctionType):
+        return None
+    module = sys.modules.get(func.__module__ or "")
+    parts = func.__qualname__.split(".")
+    if module is None or "<locals>" in parts:
+        return None
+    obj: Any = module
+    for part in parts:
+        obj = getattr(obj, part, None)
+    path = (("M", func.__module__),) + tuple(("A", part) for part in parts)
+    if obj is func:
+        return path
+    if getattr(obj, "__wrapped__", None) is func:    # a decorated one (@flyc.jit)
+        return path + (("A", "__wrapped__"),)
+    return None
+
+
 def _is_flydsl_object(value: Any) -> bool:
     """A flydsl instance (``fx.thread_idx``, a traced Value): what is read from it is
     decided by flydsl's sources, which every key covers, and may emit IR: not a path."""

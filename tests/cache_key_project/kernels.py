@@ -42,6 +42,21 @@ class Hashed:
         return hash(self.s)
 
 
+class Ctx:
+    """An object a kernel makes while tracing and calls methods of (FlyDSL's attention
+    kernels build their context objects so)."""
+
+    def __init__(self, v):
+        self.v = v * 1.0
+
+    def scaled(self):
+        return self.plus(self.v * 2.0)
+
+    @flydsl.jit
+    def plus(self, v):
+        return v + 0.0
+
+
 GLOBAL_OBJ = Cfg(2.0)
 NESTED = ((((((((((2.0,),),),),),),),),),)
 
@@ -96,6 +111,11 @@ def from_global_object(x: fx.Tensor, y: fx.Tensor):
 @flydsl.kernel
 def from_deep_constant(x: fx.Tensor, y: fx.Tensor):
     y[0] = x[0] * NESTED[0][0][0][0][0][0][0][0][0][0]
+
+
+@flydsl.kernel
+def from_instance_method(x: fx.Tensor, y: fx.Tensor):
+    y[0] = Ctx(x[0]).scaled()
 
 
 @flydsl.kernel

@@ -22,7 +22,7 @@ from ...errors import (CompileTimeValueRequired, DSLAttributeError, DSLError, DS
                        DSLTypeError, UnsupportedConstructError, close_matches)
 from ...expr import dtypes as dt
 from ..dependencies import (MISSING, NotFound, Path, closure_vars, constant_index, lookup_name,
-                            runs_user_code)
+                            module_path, runs_user_code)
 from . import ops, values as V
 from .calls import unwrap_callable
 from .carried import MaybeUnbound, read_checked, strip
@@ -718,6 +718,9 @@ def trace_call(fn, args: list, kwargs: dict, kernel_name: str, where: str) -> An
     recorded under the path the trace read ``fn`` through."""
     deps = current().deps
     path = deps.path_of(fn)
+    if path is None:    # e.g. a method of an object the trace made: by its module name
+        path = module_path(fn)
+        deps.found(path, getattr(fn, "__func__", fn), where)
     if path is None:
         deps.problem(f"the helper {fn.__qualname__} (called at {where}) was computed while "
                      "tracing, so a later process cannot find it; call it through a global "
