@@ -6,9 +6,14 @@
   per-lane fragment layouts (``flydsl.expr.mma_layouts``): every lane writes the A and
   B values it holds to their (row, k) places in block-shared scratch, a barrier, then
   every lane computes the accumulators it holds (``fma`` over k in order, one
-  ``scf.for`` per atom), and a barrier before the scratch is reused. The atoms of a call
-  are runtime loops (a call of 32 atoms traces to 140 to 290 ops, not 1,600 to 6,000
-  unrolled: FlyDSL's preshuffle GEMM makes 96 such calls). Integer atoms (int8 MFMA)
+  ``scf.for`` per atom; a run of accumulators in consecutive rows as one vector), and a
+  barrier before the scratch is reused, dropped when the next call follows in the same
+  block and writes another scratch array. The atoms of a call are runtime loops (a call
+  of 32 atoms traces to 140 to 290 ops, not 1,600 to 6,000 unrolled: FlyDSL's
+  preshuffle GEMM makes 96 such calls). Raw ``fx.rocdl.mfma_*`` calls work on the
+  lane's values (about 65 ops a call) and run in groups that share one barrier
+  (:func:`_join_group`): upstream's flash attention, 128 calls, has 37 barriers, not 256.
+  Integer atoms (int8 MFMA)
   run the same loop in i32: exact products, sums wrapping at 32 bits as the hardware's.
   A lane that holds the wrong values gives the wrong answer on the CPU exactly as on
   the GPU.
