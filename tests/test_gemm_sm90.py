@@ -1,7 +1,9 @@
 """The warp-specialized TMA + mbarrier + wgmma GEMM of examples/gemm_sm90.py (bf16/fp16,
 and fp8 with per-row/column or per-tensor scales): its pipeline run on the CPU backend
 against torch (FLYDSL_DEBUG=1: a wait on a phase that has not completed raises), and the
-sm_90a PTX (instruction counts, ptxas -v clean)."""
+sm_90a PTX (instruction counts, ptxas -v clean). The CPU runs build at LLVM -O0
+(conftest's debug_build_o0: the same checks and results, a shorter LLVM step); the PTX
+at the default level, whose unrolling the counts describe."""
 import re
 
 import pytest
@@ -34,8 +36,8 @@ SHAPES = [(128, 32, 64), (100, 30, 200), (300, 40, 520), (70, 33, 13)]
 
 
 @pytest.mark.parametrize("M,N,K", SHAPES)
-def test_sm90_gemm_pipeline_matches_torch_on_the_cpu(monkeypatch, M, N, K):
-    monkeypatch.setenv("FLYDSL_DEBUG", "1")     # stuck phases and races would raise
+def test_sm90_gemm_pipeline_matches_torch_on_the_cpu(debug_build_o0, M, N, K):
+    # FLYDSL_DEBUG=1: stuck phases and races would raise
     gemm = _example().gemm
     A, B = _operands(M, N, K, torch.bfloat16)
     C = torch.full((M, N), -1.0)
@@ -43,8 +45,7 @@ def test_sm90_gemm_pipeline_matches_torch_on_the_cpu(monkeypatch, M, N, K):
     assert torch.equal(C, A.float() @ B.float().T)
 
 
-def test_sm90_gemm_fp16_in_bf16_out_on_the_cpu(monkeypatch):
-    monkeypatch.setenv("FLYDSL_DEBUG", "1")
+def test_sm90_gemm_fp16_in_bf16_out_on_the_cpu(debug_build_o0):
     gemm = _example().gemm
     A, B = _operands(90, 48, 136, torch.float16, seed=1)
     C = torch.zeros(90, 48, dtype=torch.bfloat16)
@@ -83,9 +84,8 @@ def _scaled_reference(A, B, sa, sb):
 
 
 @pytest.mark.parametrize("dtype,M,N,K,kind_a,kind_b,out", FP8_CASES)
-def test_sm90_gemm_fp8_scaled_matches_torch_on_the_cpu(monkeypatch, dtype, M, N, K,
+def test_sm90_gemm_fp8_scaled_matches_torch_on_the_cpu(debug_build_o0, dtype, M, N, K,
                                                         kind_a, kind_b, out):
-    monkeypatch.setenv("FLYDSL_DEBUG", "1")
     A, B = _operands(M, N, K, dtype, seed=2)           # -3..3: exact in e4m3 and e5m2
     g = torch.Generator().manual_seed(3)
     sa, sb = _scales(kind_a, M, g), _scales(kind_b, N, g)
@@ -227,12 +227,11 @@ def test_sm90a_has_the_mma_sync_atoms_of_sm90():
         mma_layouts.find_spec("mma_sync", 16, 8, 16, "f16", arch="sm_75")
 
 
-def test_a_wrong_arrival_count_is_a_wait_that_never_completes_on_the_cpu(monkeypatch):
+def test_a_wrong_arrival_count_is_a_wait_that_never_completes_on_the_cpu(debug_build_o0):
     """What the CPU's lock-step schedule checks: an empty barrier expecting one
     consumer warpgroup too many never completes its phase, so the producer's wait
     for the stage is reported (on the GPU it would hang)."""
     from flydsl.runtime.debug_checks import DeviceAssertError
-    monkeypatch.setenv("FLYDSL_DEBUG", "1")
     ex = _example()
     ex.CONSUMERS = 3                  # 384 arrivals expected, 256 consumer threads arrive
     A, B = _operands(128, 32, 520, torch.bfloat16)
