@@ -233,3 +233,20 @@ def test_a_data_file_read_while_tracing_is_part_of_the_key(tmp_path):
     fill_from_file.cache_clear()
     fill_from_file[1, 4](x, str(data))
     assert (x == 3.0).all()
+
+
+def test_annotations_hash_by_what_they_name():
+    """A class whose methods name typing constructs (upstream's attention context reads
+    `Optional`) is hashable: an annotation is described by its repr."""
+    import typing
+    from flydsl.compiler.content_hash import content_hash
+    hashes = {content_hash(a) for a in (typing.Optional[int], typing.Optional[float],
+                                        typing.List[int], int | None, list[int], typing.Any)}
+    assert len(hashes) == 6
+    assert content_hash(typing.Optional[int]) == content_hash(typing.Optional[int])
+
+    class UsesOptional:
+        def f(self, v: "typing.Optional[float]" = None):
+            return typing.Optional, v
+
+    assert content_hash(UsesOptional)

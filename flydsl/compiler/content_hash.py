@@ -268,6 +268,9 @@ class _Describer:
         if wrapped is not None and type(v).__module__ == "functools":  # lru_cache, cache
             self.tag("functools", t.__name__)
             return self.deep(wrapped)
+        if t.__module__ == "typing" or isinstance(v, (types.GenericAlias, types.UnionType)):
+            # an annotation (Optional, List[int], int | None): what it names, by its repr
+            return self.tag("typing", repr(v))
         if _is_flydsl(t):
             return self.tag("flydsl", _flydsl_text(v))
         if _is_torch_thing(v):
