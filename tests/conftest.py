@@ -51,6 +51,13 @@ def debug_build_o0(monkeypatch):
     monkeypatch.setenv("FLYDSL_OPT_LEVEL", "0")
 
 
+@pytest.fixture
+def llvm_o0(monkeypatch):
+    """FLYDSL_OPT_LEVEL=0: LLVM -O0 for CPU runs whose values (or profiled counts) are
+    the point; the same results for a fraction of the compile time of a big kernel."""
+    monkeypatch.setenv("FLYDSL_OPT_LEVEL", "0")
+
+
 def expect_race(run, kernel: str, path: str, marker: str):
     """The ``SharedMemoryRaceError`` that ``run()`` raises, checked to name ``kernel``
     and the line of ``path`` marked ``# marker``."""
