@@ -45,13 +45,13 @@ def edit(path, old, new):
 
 
 def expected(s=2.0, scale=2.0, twice=2.0, plus=1.0, k=1.0, tripled=3.0, partial=2.0,
-             nested=2.0, method=2.0):
+             nested=2.0, method=2.0, env=2.0):
     return {"closure_a": s, "closure_b": s + 1, "constexpr_a": s, "constexpr_b": s + 1,
             "hashed": s, "unhashable": s, "from_env_at_import": scale,
             "from_other_module": twice, "from_staticmethod": 1 + plus,
             "from_classmethod": 1 + k, "from_lru_cache": tripled, "from_partial": partial,
             "from_global_object": s, "from_deep_constant": nested,
-            "from_instance_method": method}
+            "from_instance_method": method, "from_environment": env}
 
 
 @pytest.fixture
@@ -83,11 +83,12 @@ def test_a_fresh_process_never_runs_a_binary_compiled_for_other_values(project, 
     edit(project / "kernels.py", "self.v * 2.0", "self.v * 3.0")
     edit(project / "kernels.py", "v * 1.0", "v * 2.0")
     edit(project / "kernels.py", "v + 0.0", "v + 1.0")
-    edited, _ = run_project(project, cache, CK_S="5.0", CK_SCALE="4.0")
+    edited, _ = run_project(project, cache, CK_S="5.0", CK_SCALE="4.0", CK_ENV="3.0")
     assert values(edited) == expected(s=5.0, scale=4.0, twice=5.0, plus=4.0, k=6.0,
-                                      tripled=7.0, partial=8.0, nested=9.0, method=7.0)
+                                      tripled=7.0, partial=8.0, nested=9.0, method=7.0,
+                                      env=3.0)
     assert not any(disk for _, disk in edited.values())   # every value changed
-    unchanged, _ = run_project(project, cache, CK_S="5.0", CK_SCALE="4.0")
+    unchanged, _ = run_project(project, cache, CK_S="5.0", CK_SCALE="4.0", CK_ENV="3.0")
     assert {n for n, (_, disk) in unchanged.items() if not disk} == memory_only
 
 
@@ -250,3 +251,17 @@ def test_annotations_hash_by_what_they_name():
             return typing.Optional, v
 
     assert content_hash(UsesOptional)
+
+
+def test_environment_reads_while_tracing_are_noted_and_the_mapping_restored():
+    from flydsl.compiler.dependencies import reading_environ
+    getitem = type(os.environ).__getitem__
+    with reading_environ() as names:
+        os.environ.get("FLYDSL_CK_A")
+        assert "FLYDSL_CK_B" not in os.environ
+        os.getenv("FLYDSL_CK_C", "x")
+    assert names == {"FLYDSL_CK_A", "FLYDSL_CK_B", "FLYDSL_CK_C"}
+    with reading_environ() as names:
+        dict(os.environ)
+    assert "" in names             # the whole environment
+    assert type(os.environ).__getitem__ is getitem

@@ -268,6 +268,8 @@ class _Describer:
         if wrapped is not None and type(v).__module__ == "functools":  # lru_cache, cache
             self.tag("functools", t.__name__)
             return self.deep(wrapped)
+        if v is os.environ:     # its reads while tracing are keyed one by one (E: paths)
+            return self.tag("environ")
         if t.__module__ == "typing" or isinstance(v, (types.GenericAlias, types.UnionType)):
             # an annotation (Optional, List[int], int | None): what it names, by its repr
             return self.tag("typing", repr(v))

@@ -15,7 +15,10 @@ says how much of the value the trace depended on:
 
 A data file opened while tracing (``open``, ``np.load``, ``pathlib.Path.read_text``)
 is the path ``O:/abs/file`` (from no object: the step reads the file), hashed by
-content (:func:`reading_files`). A module a kernel body imports (``from m import f``)
+content (:func:`reading_files`); an environment variable read while tracing
+(``os.environ.get``, ``os.getenv``, ``os.environ[...]``) is ``E:NAME``, hashed by its value
+(``E:`` with no name: the whole environment, when the trace iterates over it), so
+``os.environ`` itself is described by name only. A module a kernel body imports (``from m import f``)
 is ``M:m`` (from no object: the step imports it), ``M:m/A:f`` its name.
 
 The cache stores the paths (a *manifest* per base key); a later process resolves
@@ -151,6 +154,8 @@ def step_value(value: Any, step: Step, constexprs: Optional[dict] = None) -> Any
     if kind == "O":
         with _ORIGINAL_OPEN(arg, "rb") as f:
             return f.read()
+    if kind == "E":
+        return os.environ.get(arg, MISSING) if arg else dict(os.environ)
     if kind == "M":
         import importlib
         try:
@@ -203,6 +208,8 @@ def show_path(path: Path) -> str:
             out = f"type({out})"
         elif kind == "O":
             out = f"the file {arg}"
+        elif kind == "E":
+            out = f"os.environ[{arg!r}]" if arg else "os.environ"
         elif kind == "M":
             out = arg
     return out or "<kernel>"
@@ -344,10 +351,74 @@ def _noting_open(file, mode="r", *args, **kwargs):
     return _ORIGINAL_OPEN(file, mode, *args, **kwargs)
 
 
-def with_files(deps: Dependencies, paths) -> Dependencies:
-    """``deps`` with the contents of the files ``paths`` (read now) as entries: a
-    file that changes, or goes, changes the key."""
+_ENVIRON = type(os.environ)
+_ENVIRON_READS = {name: getattr(_ENVIRON, name) for name in ("__getitem__", "__iter__",
+                                                              "__len__")}
+
+
+@contextlib.contextmanager
+def reading_environ():
+    """While the block runs on this thread, note the environment variables it reads
+    (``os.environ[...]``, ``.get``, ``in``, ``os.getenv``; ``""`` for the whole
+    environment when it iterates or counts it): yields the set of their names."""
+    global _environ_users
+    names: set = set()
+    stack = getattr(_reading, "environ", None)
+    if stack is None:
+        stack = _reading.environ = []
+    stack.append(names)
+    with _open_lock:
+        _environ_users += 1
+        if _environ_users == 1:
+            _ENVIRON.__getitem__ = _noting_getitem
+            _ENVIRON.__iter__ = _noting_iter
+            _ENVIRON.__len__ = _noting_len
+    try:
+        yield names
+    finally:
+        stack.pop()
+        with _open_lock:
+            _environ_users -= 1
+            if _environ_users == 0:
+                for name, original in _ENVIRON_READS.items():
+                    setattr(_ENVIRON, name, original)
+
+
+_environ_users = 0
+
+
+def _note_environ(name: str) -> None:
+    stack = getattr(_reading, "environ", None)
+    if stack:
+        stack[-1].add(name)
+
+
+def _noting_getitem(self, key):
+    if self is os.environ and isinstance(key, str):
+        _note_environ(key)
+    return _ENVIRON_READS["__getitem__"](self, key)
+
+
+def _noting_iter(self):
+    if self is os.environ:
+        _note_environ("")
+    return _ENVIRON_READS["__iter__"](self)
+
+
+def _noting_len(self):
+    if self is os.environ:
+        _note_environ("")
+    return _ENVIRON_READS["__len__"](self)
+
+
+def with_files(deps: Dependencies, paths, environ_names=()) -> Dependencies:
+    """``deps`` with the contents of the files ``paths`` and the values of the
+    environment variables ``environ_names`` (read now) as entries: a file or variable
+    that changes, or goes, changes the key."""
     extra, problems = [], list(deps.problems)
+    for name in sorted(environ_names):
+        step = ("E", name)
+        extra.append((encode_path((step,)), "D", describe(step_value(None, step), "D")))
     for path in sorted(paths):
         step = ("O", path)
         try:
@@ -384,6 +455,6 @@ def _resolve(path: Path, memo: dict, constexprs: dict) -> Any:
 
 __all__ = ["Dependencies", "DependencyRecorder", "MISSING", "NotFound", "Path",
            "closure_vars", "constant_index", "decode_path", "describe", "encode_path",
-           "lookup_name", "reading_files", "resolve_hashes", "runs_user_code", "show_path",
+           "lookup_name", "reading_environ", "reading_files", "resolve_hashes", "runs_user_code", "show_path",
            "step_value", "with_files"]
 

@@ -12,7 +12,7 @@ from . import cache as disk_cache
 from . import deploy
 from .store import active_store
 from .target import GPUTarget
-from .dependencies import reading_files, resolve_hashes, with_files
+from .dependencies import reading_environ, reading_files, resolve_hashes, with_files
 from .fingerprint import base_key, entry_key
 from .kernel_function import LAUNCH_BLOCK, current_launch_block
 
@@ -260,10 +260,11 @@ def symbol_name(name: str) -> str:
 
 def _trace(fn, name: str, specs: tuple, backend, options):
     from .frontend.builder import trace_kernel
-    with reading_files() as opened:   # data files the trace reads: part of the key
+    # data files and environment variables the trace reads: part of the key
+    with reading_files() as opened, reading_environ() as environ_names:
         traced = trace_kernel(fn, symbol_name(name), specs, backend.target, options)
-    if opened:
-        traced.dependencies = with_files(traced.dependencies, opened)
+    if opened or environ_names:
+        traced.dependencies = with_files(traced.dependencies, opened, environ_names)
     return traced
 
 

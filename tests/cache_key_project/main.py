@@ -29,6 +29,6 @@ results = {
 K.GLOBAL_OBJ.s = S
 for name in ("from_env_at_import", "from_other_module", "from_staticmethod",
              "from_classmethod", "from_lru_cache", "from_partial", "from_global_object",
-             "from_deep_constant", "from_instance_method"):
+             "from_deep_constant", "from_instance_method", "from_environment"):
     results[name] = run(getattr(K, name))
 json.dump(results, sys.stdout)
