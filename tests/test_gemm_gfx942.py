@@ -3,8 +3,9 @@ LDS read with ds_read_b128, double buffering over K, MFMA.
 
 On the CPU backend: results against torch (edges in M, N and K, odd K, f16 and bf16,
 both MFMA shapes) and the memory profiler's gfx9 LDS model (0 bank conflicts on the
-operand reads with the swizzle, conflicts without it). For gfx942: the instructions in
-the AMDGCN and the code object's registers (no spills, no scratch)."""
+operand reads with the swizzle, conflicts without it), at LLVM -O0 (conftest's llvm_o0:
+the values and counts are the point). For gfx942: the instructions in the AMDGCN and the
+code object's registers (no spills, no scratch), compiled at the default level."""
 import re
 
 import pytest
@@ -22,7 +23,7 @@ def _example():
     (200, 136, 72, torch.bfloat16, 32),   # M, N and K tails; two K tiles + a tail of 8
     (130, 70, 75, torch.float16, 16),     # odd K: global -> registers -> LDS
 ])
-def test_gemm_gfx942_matches_torch_on_the_cpu(M, N, K, dtype, mfma):
+def test_gemm_gfx942_matches_torch_on_the_cpu(M, N, K, dtype, mfma, llvm_o0):
     g = _example()
     torch.manual_seed(0)
     A = torch.randn(M, K, dtype=dtype)
@@ -32,7 +33,7 @@ def test_gemm_gfx942_matches_torch_on_the_cpu(M, N, K, dtype, mfma):
     torch.testing.assert_close(C, torch.matmul(A.float(), B.float().T), rtol=1e-3, atol=1e-3)
 
 
-def test_gemm_gfx942_lds_operand_reads_are_conflict_free_in_the_gfx9_model():
+def test_gemm_gfx942_lds_operand_reads_are_conflict_free_in_the_gfx9_model(llvm_o0):
     """One 128 x 128 x 64 block: the ds_read_b128 of the MFMA operands (two K tiles,
     2 x 2 reads of 2 chunks per wave and operand) are 1-way with the swizzle and 4-way
     without it; the buffer-to-LDS writes and the global reads are 100% efficient."""
