@@ -23,13 +23,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "shared_cache_child.py")
 
 
-def cli(*args, env=None, ok=True):
-    p = subprocess.run([sys.executable, "-m", "flydsl.cli", *args], capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, **(env or {})))
-    assert (p.returncode == 0) == ok, p.stderr
-    return p
-
-
 @pytest.fixture(scope="module")
 def build_cache(tmp_path_factory):
     """The build machine's cache, shared by this module's bundle builds: the first
@@ -37,26 +30,30 @@ def build_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("build-cache")
 
 
-def make_bundle(stem, cache_dir, suffix=""):
-    """Two bundles: add_kernel, and scale_kernel with S = 2 and 3."""
-    env = {"FLYDSL_CACHE_DIR": str(cache_dir), "FLYDSL_COMPILE_BACKEND": "cpu"}
-    paths = [f"{stem}-add{suffix}", f"{stem}-scale{suffix}"]
-    cli("compile", f"{CHILD}::add_kernel", "--signature", "f32[1],f32[1],f32[1],i32",
-        "--bundle", paths[0], env=env)
-    p = cli("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
-            "--configs", "[{'S': 2}, {'S': 3}]", "--bundle", paths[1], env=env)
-    assert "wrote 2 kernel(s)" in p.stderr
-    return paths
-
-
-def cli_in_process(*args) -> str:
-    """What `flydsl ARGS` printed to stderr, run by the CLI's ``main`` in this process;
-    it must fail (exit code 1)."""
+def cli_in_process(*args, env=None, code=1) -> str:
+    """What `flydsl ARGS` printed to stderr, run by the CLI's ``main`` in this process
+    (what ``python -m flydsl.cli`` runs) with ``env`` set; it must exit with ``code``."""
     from flydsl.cli import main
     err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        assert main(list(args)) == 1, err.getvalue()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err):
+        for name, value in (env or {}).items():
+            mp.setenv(name, value)
+        assert main(list(args)) == code, err.getvalue()
     return err.getvalue()
+
+
+def make_bundle(stem, cache_dir, suffix=""):
+    """Two bundles: add_kernel, and scale_kernel with S = 2 and 3, written by the CLI
+    in this process (the build side; the processes that load them are the point)."""
+    env = {"FLYDSL_CACHE_DIR": str(cache_dir), "FLYDSL_COMPILE_BACKEND": "cpu"}
+    paths = [f"{stem}-add{suffix}", f"{stem}-scale{suffix}"]
+    cli_in_process("compile", f"{CHILD}::add_kernel", "--signature", "f32[1],f32[1],f32[1],i32",
+                   "--bundle", paths[0], env=env, code=0)
+    err = cli_in_process("compile", f"{CHILD}::scale_kernel", "--signature", "f32[1],f32[1],i32",
+                         "--configs", "[{'S': 2}, {'S': 3}]", "--bundle", paths[1], env=env,
+                         code=0)
+    assert "wrote 2 kernel(s)" in err
+    return paths
 
 
 def run_child(cache_dir, bundle_paths, *kernels):
