@@ -703,16 +703,6 @@ def _load(target: ast.AST) -> ast.AST:
     return ast.copy_location(clone, target)
 
 
-
-
-
-
-
-
-
-
-
-
 def trace_call(fn, args: list, kwargs: dict, kernel_name: str, where: str) -> Any:
     """A call of the user helper ``fn`` (reached at ``where``) traced inline, its reads
     recorded under the path the trace read ``fn`` through."""
