@@ -17,7 +17,7 @@ NO_COMPILER = os.path.join(HERE, "no_compiler")
 
 
 @pytest.fixture(scope="module")
-def kit(tmp_path_factory):
+def kit(tmp_path_factory, session_cache_dir):
     """A kit built for sm_90a, the arch of the stub's (and H100/H200's) compute
     capability 9.0 (skips without ptxas, cuda-python or a C compiler)."""
     from flydsl.compiler.toolchain import find_ptxas
@@ -31,8 +31,12 @@ def kit(tmp_path_factory):
         pytest.skip("needs ptxas (cubins) and a C compiler (the stub driver)")
     root = tmp_path_factory.mktemp("kit")
     out = root / "kit"
+    # the tests' cache, not the user's ~/.cache/flydsl (a module fixture runs before
+    # conftest's per-test one); it may already hold kernels of the kit that an earlier
+    # test of this worker compiled for sm_90a (test_gemm_sm90's GEMMs)
+    env = dict(os.environ, FLYDSL_CACHE_DIR=session_cache_dir)
     p = subprocess.run([sys.executable, "-m", "flydsl.gpu_kit", "build", "--arch", "sm_90a",
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+                        "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     from flydsl.testing.stub_drivers import build_stub_libcuda
     build_stub_libcuda(str(root))
