@@ -279,7 +279,7 @@ def _build(name: str, traced, specs: tuple, backend, options, key: str,
     disk_cache.stats["compiles"] += 1
     compiled_keys.append(key)
     artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
-                                    func_name=traced.name)
+                                    func_name=traced.name, keep_stages=False)
     return CompiledKernel(kernel_name=name, name=traced.name, specs=specs,
                           asm=artifact.asm, binary_stage=artifact.binary_stage,
                           backend_name=backend.name, driver=backend.driver or backend.name,
