@@ -49,11 +49,14 @@ def raw_buffer_access(*mems: Memory) -> bool:
     ``scf.if`` per access made a kernel of a thousand buffer copies, FlyDSL's preshuffle
     GEMM, compile several times slower). The range check is then per 32-bit word of a
     wider access, as the hardware's. On the CPU a buffer tensor seen through a swizzle
-    (whose elements are not at their offsets) or of bools keeps the checked path."""
-    target = context.current().target
+    (whose elements are not at their offsets) or of bools keeps the checked path, and so
+    does a memory-profiled build: the profiler records memref accesses, and a raw buffer
+    access becomes an LLVM masked load it does not see."""
+    ctx = context.current()
+    target = ctx.target
     if target.backend == "rocm":
         return target.arch.startswith("gfx9")
-    if target.backend != "cpu":
+    if target.backend != "cpu" or getattr(ctx.options, "profile", None) == "memory":
         return False
     return all(m.remap is None and m.dtype.kind != "bool"
                for m in mems if m.records is not None)

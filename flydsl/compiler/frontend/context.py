@@ -22,6 +22,10 @@ class TraceContext:
     filename: str = ""
     lineno: int = 0
     extra: dict = field(default_factory=dict)
+    #: State naming blocks and ops being built (the emulated MMA's last call, its
+    #: barrier): dropped whenever traced IR is discarded (:meth:`discard`), since an
+    #: erased block's address may come back as a new block's.
+    block_state: dict = field(default_factory=dict)
     #: What the trace read from globals, closures and attributes (the cache key's part).
     deps: DependencyRecorder = field(default_factory=DependencyRecorder)
     #: How many runtime regions (scf.if branches, loop bodies) enclose the statement
@@ -35,6 +39,11 @@ class TraceContext:
     statements: int = 0
     unroll_stack: list = field(default_factory=list)
     unrolled_statements: dict = field(default_factory=dict)
+
+    def discard(self, op) -> None:
+        """Erase traced IR ``op`` (a loop traced again, a probe whose ops moved out)."""
+        self.block_state.clear()
+        op.erase()
 
 
 def current() -> TraceContext:

@@ -37,6 +37,7 @@ from ...errors import (CompileTimeValueRequired, DSLError, DSLTypeError,
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
 from . import carried as C, loop_init, ops, values as V
+from .context import current
 from .loop_exits import loop_exits, new_flags, not_broken, rewrite_body
 from .tensors import TensorValue
 from .values import Value
@@ -597,12 +598,12 @@ class ControlFlow:
             try:
                 self._trace_region(body, node.body, scope)
             except DSLError:
-                loop.operation.erase()
+                self.trace.discard(loop.operation)
                 raise
             retry = self._settle_types(node, carry, scope)
             late = self._bound_in_loop(node, carry, before, scope)
             if retry or late:
-                loop.operation.erase()
+                self.trace.discard(loop.operation)
                 for n, v in late.items():
                     carry.add(n, v)
                 continue
@@ -746,7 +747,7 @@ class ControlFlow:
                         c = V.constant(bool(c), dt.Bool)
                     scf.condition(V.cast(c, dt.Bool).v, list(before.arguments))
             except DSLError:
-                loop.operation.erase()
+                self.trace.discard(loop.operation)
                 raise
             finally:
                 self.scope = saved
@@ -789,7 +790,7 @@ class ControlFlow:
             (final.else_block, final.then_block)
         _move_ops_and_yield(lazy_block, lazy_new, lambda: [_coerce(rest, t).v])
         _move_ops_and_yield(short_block, short_new, lambda: [_coerce(short, t).v])
-        probe.operation.erase()
+        current().discard(probe.operation)
         return Value(final.results[0], t)
 
     def expr_IfExp(self, node: ast.IfExp) -> Any:
@@ -854,7 +855,7 @@ def structured_if(cond, then_branch, else_branch, names, pair_of, mismatch) -> d
         else_vars = else_branch(probe.else_block)
     except Exception:
         # no half-built op is left behind for a trace-time `try` that handles the error
-        probe.operation.erase()
+        current().discard(probe.operation)
         raise
 
     after: dict = {}
@@ -887,7 +888,7 @@ def structured_if(cond, then_branch, else_branch, names, pair_of, mismatch) -> d
                                            (probe.else_block, final.else_block))):
             _move_ops_and_yield(old, new, lambda side=side: [
                 _coerce(joined[n][1][i][side], t).v for (n, i), t in zip(results, types)])
-        probe.operation.erase()
+        current().discard(probe.operation)
         final_results = list(final.results)
     merged = {key: Value(r, t) for key, r, t in zip(results, final_results, types)}
     for name, (shape, pairs) in joined.items():
@@ -1024,7 +1025,7 @@ def _move_ops_and_yield(old: ir.Block, new: ir.Block, make_values) -> None:
         op.operation.move_before(anchor)
     with ir.InsertionPoint(anchor):
         scf.yield_(make_values())
-    anchor.operation.erase()
+    current().discard(anchor.operation)
 
 
 #: The loop forms of ``for ... in <call>(...)``, with their names for messages.

@@ -284,7 +284,7 @@ def emulated_mfma(spec, a_vals: list, b_vals: list, c: ir.Value) -> ir.Value:
                 at = _add(first, _tv_part(tv, 1, v))
                 memref.store(_operand(spec, val).v, scratch.mem, [at])
     if not joined:
-        context.current().extra["mma_group"] = (gpu.BarrierOp().operation, 1)
+        context.current().block_state["mma_group"] = (gpu.BarrierOp().operation, 1)
     runs = _runs(spec, idx)
     nc = ir.VectorType(c.type).shape[0]
     whole = len(runs) == 1 and runs[0].length == nc
@@ -604,7 +604,7 @@ def _next_scratch(count: int, dtype):
     call's trailing barrier is removed (a dense run of N MFMAs has N + 1 barriers, not
     2N: each is a thread-loop split on the CPU)."""
     ctx = context.current()
-    prev = ctx.extra.pop("mma_last_call", None)
+    prev = ctx.block_state.pop("mma_last_call", None)
     block = ir.InsertionPoint.current.block
     parity = 0
     if prev is not None and prev[0] == block:
@@ -612,7 +612,7 @@ def _next_scratch(count: int, dtype):
         if (prev_count, prev_dtype) == (count, dtype.name):
             parity = 1 - prev_parity
         barrier.erase()
-    ctx.extra["mma_next_key"] = (count, dtype.name, parity)
+    ctx.block_state["mma_next_key"] = (count, dtype.name, parity)
     return _scratch_array(count, dtype, parity)
 
 
@@ -621,9 +621,9 @@ def _trailing_barrier(scratch) -> None:
     :func:`_join_group` may remove it when the next call comes)."""
     ctx = context.current()
     barrier = gpu.BarrierOp()
-    ctx.extra["mma_last_call"] = (ir.InsertionPoint.current.block, barrier.operation,
-                                  ctx.extra.pop("mma_next_key"),
-                                  ctx.extra.pop("mma_group", None))
+    ctx.block_state["mma_last_call"] = (ir.InsertionPoint.current.block, barrier.operation,
+                                  ctx.block_state.pop("mma_next_key"),
+                                  ctx.block_state.pop("mma_group", None))
 
 
 #: Bytes of MMA scratch a kernel's grouped raw calls may use (both sets of arrays): each
@@ -644,7 +644,7 @@ def _join_group(count: int, dtype, operands: list):
     ends the group. The next group uses the other set of arrays, as :func:`_next_scratch`
     alternates: its barrier orders this group's reads before any write of them again."""
     ctx = context.current()
-    prev = ctx.extra.get("mma_last_call")
+    prev = ctx.block_state.get("mma_last_call")
     if prev is None or prev[3] is None or prev[0] != ir.InsertionPoint.current.block:
         return None
     _, trailing, (prev_count, prev_dtype, parity), (barrier, n) = prev
@@ -657,9 +657,9 @@ def _join_group(count: int, dtype, operands: list):
     for op in moves:
         op.move_before(barrier)
     trailing.erase()
-    ctx.extra.pop("mma_last_call")
-    ctx.extra["mma_next_key"] = (count, dtype.name, parity)
-    ctx.extra["mma_group"] = (barrier, n + 1)
+    ctx.block_state.pop("mma_last_call")
+    ctx.block_state["mma_next_key"] = (count, dtype.name, parity)
+    ctx.block_state["mma_group"] = (barrier, n + 1)
     return _scratch_array(count, dtype, parity, n), barrier
 
 
@@ -694,7 +694,7 @@ def _movable_before(barrier, operands: list):
 def _scratch(count: int, dtype=dt.Float32):
     """Block-shared MMA scratch for another emulation (wgmma): it may share the array of
     an emulated MMA call, so that call keeps its trailing barrier."""
-    context.current().extra.pop("mma_last_call", None)
+    context.current().block_state.pop("mma_last_call", None)
     return _scratch_array(count, dtype, 0)
 
 
