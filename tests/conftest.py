@@ -154,3 +154,18 @@ requires_cuda = pytest.mark.skipif(not gpu_available("cuda"),
                                    reason="needs an NVIDIA GPU with a CUDA driver")
 requires_rocm = pytest.mark.skipif(not gpu_available("rocm"),
                                    reason="needs an AMD GPU with a HIP runtime")
+
+
+def perm_b32_reference(src0: int, src1: int, sel: int) -> int:
+    """The CDNA ISA's V_PERM_B32 (fx.rocdl.perm_b32), byte by byte: the tests' reference."""
+    data, out = (int(src0) << 32) | int(src1), 0
+    for i in range(4):
+        s = (int(sel) >> 8 * i) & 0xFF
+        if s < 8:
+            byte = (data >> 8 * s) & 0xFF
+        elif s < 12:
+            byte = 0xFF * ((data >> (15 + 16 * (s - 8))) & 1)
+        else:
+            byte = 0 if s == 12 else 0xFF
+        out |= byte << 8 * i
+    return out

@@ -11,26 +11,13 @@ import flydsl
 import flydsl.expr as fx
 from flydsl.errors import DSLError
 
+from conftest import perm_b32_reference as _reference
+
 #: in-order runs within and across words, shifts left and right, reversed bytes,
 #: 0x00 (12) and 0xFF (13+) bytes, and sign bytes (8-11: the general path)
 SELECTORS = (0x07060302, 0x03020100, 0x07060504, 0x05040302, 0x04030201, 0x0C0C0100,
              0x01000C0C, 0x0D0E0302, 0x00010203, 0x06050403, 0x0C0C0C0C, 0xFFFFFFFF,
              0x0201000D, 0x07030602, 0x0B0A0908, 0x0908070C, 0x0C07060C, 0x00000000)
-
-
-def _reference(src0: int, src1: int, sel: int) -> int:
-    """The CDNA ISA's V_PERM_B32, byte by byte."""
-    data, out = (int(src0) << 32) | int(src1), 0
-    for i in range(4):
-        s = (int(sel) >> 8 * i) & 0xFF
-        if s < 8:
-            byte = (data >> 8 * s) & 0xFF
-        elif s < 12:
-            byte = 0xFF * ((data >> (15 + 16 * (s - 8))) & 1)
-        else:
-            byte = 0 if s == 12 else 0xFF
-        out |= byte << 8 * i
-    return out
 
 
 @flydsl.kernel

@@ -6,6 +6,8 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
+
+from conftest import perm_b32_reference as _perm_reference
 from flydsl.errors import CompileTimeValueRequired
 from flydsl.expr import mma_layouts
 
@@ -181,21 +183,6 @@ def test_a_loop_carries_raw_mlir_values_as_the_kernel_values_they_are():
 
 
 # -- fx.rocdl.perm_b32 (v_perm_b32) ------------------------------------------------------
-
-def _perm_reference(src0: int, src1: int, sel: int) -> int:
-    """The CDNA ISA's V_PERM_B32, byte by byte."""
-    data, out = (int(src0) << 32) | int(src1), 0
-    for i in range(4):
-        s = (int(sel) >> 8 * i) & 0xFF
-        if s < 8:
-            byte = (data >> 8 * s) & 0xFF
-        elif s < 12:
-            byte = 0xFF * ((data >> (15 + 16 * (s - 8))) & 1)
-        else:
-            byte = 0 if s == 12 else 0xFF
-        out |= byte << 8 * i
-    return out
-
 
 @flydsl.kernel
 def byte_permutes(a: fx.Tensor, b: fx.Tensor, sel: fx.Tensor, out: fx.Tensor):

@@ -313,41 +313,58 @@ class DependencyRecorder:
 _ORIGINAL_OPEN = builtins.open
 _reading = threading.local()
 _open_lock = threading.Lock()
-_open_users = 0
+_users = {"files": 0, "environ": 0}
 
 
 @contextlib.contextmanager
+def _noting(kind: str, install, restore):
+    """While the block runs on this thread, collect in a set (yielded) what ``kind``'s
+    patched functions note; the first user of ``kind`` installs them, the last one
+    restores the originals."""
+    noted: set = set()
+    stack = getattr(_reading, kind, None)
+    if stack is None:
+        stack = []
+        setattr(_reading, kind, stack)
+    stack.append(noted)
+    with _open_lock:
+        _users[kind] += 1
+        if _users[kind] == 1:
+            install()
+    try:
+        yield noted
+    finally:
+        stack.pop()
+        with _open_lock:
+            _users[kind] -= 1
+            if _users[kind] == 0:
+                restore()
+
+
+def _note(kind: str, item) -> None:
+    stack = getattr(_reading, kind, None)
+    if stack:
+        stack[-1].add(item)
+
+
+def _set_open(fn) -> None:
+    builtins.open = io.open = fn
+
+
 def reading_files():
     """While the block runs on this thread, note the data files it opens for reading
     through ``open`` (``builtins.open`` and ``io.open``; what ``np.load``, ``json``
     and ``pathlib`` use): yields the set of their absolute paths. Python sources are
     left out (tracing reads the kernel's own; the key covers sources otherwise)."""
-    global _open_users
-    opened: set = set()
-    stack = getattr(_reading, "stack", None)
-    if stack is None:
-        stack = _reading.stack = []
-    stack.append(opened)
-    with _open_lock:
-        _open_users += 1
-        if _open_users == 1:
-            builtins.open = io.open = _noting_open
-    try:
-        yield opened
-    finally:
-        stack.pop()
-        with _open_lock:
-            _open_users -= 1
-            if _open_users == 0:
-                builtins.open = io.open = _ORIGINAL_OPEN
+    return _noting("files", lambda: _set_open(_noting_open),
+                   lambda: _set_open(_ORIGINAL_OPEN))
 
 
 def _noting_open(file, mode="r", *args, **kwargs):
-    stack = getattr(_reading, "stack", None)
-    if stack and isinstance(file, (str, bytes, os.PathLike)) and not set(mode) & set("wax+"):
+    if isinstance(file, (str, bytes, os.PathLike)) and not set(mode) & set("wax+"):
         path = os.path.abspath(os.fsdecode(file))
         if not path.endswith((".py", ".pyc")):
-            stack[-1].add(path)
+            _note("files", path)
     return _ORIGINAL_OPEN(file, mode, *args, **kwargs)
 
 
@@ -356,58 +373,32 @@ _ENVIRON_READS = {name: getattr(_ENVIRON, name) for name in ("__getitem__", "__i
                                                               "__len__")}
 
 
-@contextlib.contextmanager
 def reading_environ():
     """While the block runs on this thread, note the environment variables it reads
     (``os.environ[...]``, ``.get``, ``in``, ``os.getenv``; ``""`` for the whole
     environment when it iterates or counts it): yields the set of their names."""
-    global _environ_users
-    names: set = set()
-    stack = getattr(_reading, "environ", None)
-    if stack is None:
-        stack = _reading.environ = []
-    stack.append(names)
-    with _open_lock:
-        _environ_users += 1
-        if _environ_users == 1:
-            _ENVIRON.__getitem__ = _noting_getitem
-            _ENVIRON.__iter__ = _noting_iter
-            _ENVIRON.__len__ = _noting_len
-    try:
-        yield names
-    finally:
-        stack.pop()
-        with _open_lock:
-            _environ_users -= 1
-            if _environ_users == 0:
-                for name, original in _ENVIRON_READS.items():
-                    setattr(_ENVIRON, name, original)
-
-
-_environ_users = 0
-
-
-def _note_environ(name: str) -> None:
-    stack = getattr(_reading, "environ", None)
-    if stack:
-        stack[-1].add(name)
+    noting = {"__getitem__": _noting_getitem, "__iter__": _noting_iter,
+              "__len__": _noting_len}
+    return _noting("environ",
+                   lambda: [setattr(_ENVIRON, n, f) for n, f in noting.items()],
+                   lambda: [setattr(_ENVIRON, n, f) for n, f in _ENVIRON_READS.items()])
 
 
 def _noting_getitem(self, key):
     if self is os.environ and isinstance(key, str):
-        _note_environ(key)
+        _note("environ", key)
     return _ENVIRON_READS["__getitem__"](self, key)
 
 
 def _noting_iter(self):
     if self is os.environ:
-        _note_environ("")
+        _note("environ", "")
     return _ENVIRON_READS["__iter__"](self)
 
 
 def _noting_len(self):
     if self is os.environ:
-        _note_environ("")
+        _note("environ", "")
     return _ENVIRON_READS["__len__"](self)
 
 
