@@ -180,6 +180,9 @@ def test_a_big_launch_runs_on_two_threads(monkeypatch, split, claims):
 def test_little_work_on_a_big_grid_stays_on_the_launching_thread(monkeypatch, split, claims):
     monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
     split(1_000_000.0)                       # 1 ms per hand-off: nothing here pays
+    # a timed launch measures 1 us, whatever the machine's load (with both cores busy
+    # the real measurement crossed the hand-off cost: a second parallel launch)
+    monkeypatch.setattr(cpu_driver, "time", SteppingClock(1_000))
     x = np.zeros(64 * 256, np.float32)
     k = fresh(add_one)[64, 256]
     k(x, x.size)                             # no estimate: parallel, measures its blocks
