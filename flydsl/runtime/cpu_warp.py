@@ -16,6 +16,12 @@ CPU_WARP_SIZE = 32
 CPU_WARP_SIZES = (32, 64)
 
 
+def cpu_warp_size_is_set() -> bool:
+    """Whether ``FLYDSL_CPU_WARP_SIZE`` pins the width (else a kernel that needs 64 lanes
+    may be traced again for them)."""
+    return bool(os.environ.get("FLYDSL_CPU_WARP_SIZE", "").strip())
+
+
 def cpu_warp_size() -> int:
     """``FLYDSL_CPU_WARP_SIZE`` (32 or 64), else 32; read at every target resolution, so
     changing it mid-process takes effect at the next launch."""

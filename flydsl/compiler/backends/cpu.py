@@ -8,11 +8,11 @@ cache hit needs neither MLIR nor a JIT).
 """
 from __future__ import annotations
 
-import os
 import platform
 from typing import Optional
 
-from ...runtime.cpu_warp import CPU_WARP_SIZE, CPU_WARP_SIZES, cpu_warp_size  # noqa: F401
+from ...runtime.cpu_warp import (CPU_WARP_SIZE, CPU_WARP_SIZES, cpu_warp_size,  # noqa: F401
+                                 cpu_warp_size_is_set)
 from ..options import CompileOptions
 from .base import BaseBackend, GPUTarget, PythonPass
 
@@ -48,7 +48,7 @@ class CpuBackend(BaseBackend):
     def wider_warp_target(self) -> Optional[GPUTarget]:
         """64-lane warps for a kernel written for AMD's wavefronts, when the width is
         the default one (``FLYDSL_CPU_WARP_SIZE`` unset: a width the user set stands)."""
-        if self.target.warp_size < 64 and not os.environ.get("FLYDSL_CPU_WARP_SIZE", "").strip():
+        if self.target.warp_size < 64 and not cpu_warp_size_is_set():
             return GPUTarget("cpu", self.target.arch, 64)
         return None
 
