@@ -14,12 +14,16 @@ import mlir.ir as ir
 from mlir.dialects import arith, llvm, memref, rocdl, scf, vector
 
 from ...errors import DSLTypeError
+from ...expr import dtypes as dt
 from . import context
 from .values import Value, as_value, to_index
-from .views import Memory, as_view
+from .tensors import storage_type
+from .views import Memory, as_view, when
 
-__all__ = ["GFX9_BUFFER_FLAGS", "address", "byte_offset", "guarded_load", "i32", "in_records",
-           "raw_buffer_access", "raw_load", "raw_store", "resource", "tensor_pointer"]
+__all__ = ["GFX9_BUFFER_FLAGS", "address", "byte_offset", "checked_load", "checked_store",
+           "checked_vector_load", "checked_vector_store",
+           "guarded_load", "i32", "in_records", "raw_buffer_access", "raw_load", "raw_store",
+           "resource", "tensor_pointer", "word_checked_access"]
 
 #: Buffer-resource word 3 for gfx9 (CDNA): 32-bit data format, as LLVM's AMDGPU
 #: lowering of ``amdgpu.raw_buffer_load`` sets it.
@@ -62,12 +66,111 @@ def raw_buffer_access(*mems: Memory) -> bool:
                for m in mems if m.records is not None)
 
 
+def word_checked_access(*mems: Memory) -> bool:
+    """Whether the accesses to the buffer memories among ``mems`` get the raw buffer
+    instruction's semantics by :func:`checked_load` and :func:`checked_store` (memref
+    accesses the memory profiler records): the CPU's memory-profiled build, where
+    :func:`raw_buffer_access` is False for a buffer it would otherwise take. The values
+    are those of the raw access (per 32-bit word, bounded by the memory that exists),
+    so a profiled build computes what the normal one does."""
+    ctx = context.current()
+    return ctx.target.backend == "cpu" and \
+        getattr(ctx.options, "profile", None) == "memory" and \
+        any(m.records is not None for m in mems) and \
+        all(m.remap is None and m.dtype.kind != "bool" for m in mems if m.records is not None)
+
+
+def _word_checks(mem: Memory, offset, width: int) -> list:
+    """``(inside, index)`` per element of a ``width``-element raw buffer access at element
+    ``offset`` of ``mem``, as ``rocdl-buffers`` checks it: the byte offset wraps at 32
+    bits as the instruction's ``voffset`` (unsigned), element ``t`` is inside when the
+    32-bit word of the access that holds it ends at or before the resource's bytes (its
+    records, at most the memory that exists), and ``index`` is the element it names."""
+    i64, idx_t = ir.IntegerType.get_signless(64), ir.IndexType.get()
+    voff = arith.extui(i64, byte_offset(mem, offset))
+    size = mem.itemsize
+    records = arith.minsi(_i64(mem.records), arith.index_cast(i64, memref.dim(
+        mem.mem, arith.constant(idx_t, 0))))
+    limit = arith.muli(arith.maxsi(records, arith.constant(i64, 0)), arith.constant(i64, size))
+    nbytes, out = width * size, []
+    for t in range(width):
+        k = t * size // 4
+        end = arith.addi(voff, arith.constant(i64, 4 * k + min(4, nbytes - 4 * k)))
+        inside = arith.cmpi(arith.CmpIPredicate.ule, end, limit)
+        at = arith.divui(arith.addi(voff, arith.constant(i64, t * size)),
+                         arith.constant(i64, size))
+        out.append((inside, Value(arith.index_cast(idx_t, at), dt.Index)))
+    return out
+
+
+def checked_vector_load(mem: Memory, offset, width: int) -> ir.Value:
+    """:func:`checked_load` as one vector: one vector load when every word lies inside
+    (the access the profiler then sees is the instruction's), else element by element."""
+    from .views import vector_load, vector_type
+    checks = _word_checks(mem, offset, width)
+    vtype = vector_type(width, mem.dtype)
+    branch = scf.IfOp(checks[-1][0], [vtype], has_else=True)   # the last word's end
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp([vector_load(mem, checks[0][1], width, mem.itemsize)])
+    with ir.InsertionPoint(branch.else_block):
+        scf.YieldOp([vector.from_elements(vtype, [v.v for v in _checked_loads(mem, checks)])])
+    return branch.results[0]
+
+
+def checked_vector_store(mem: Memory, offset, vec: ir.Value) -> None:
+    """:func:`checked_store` of a vector: one vector store when every word lies inside,
+    else element by element."""
+    from .views import vector_store
+    width = ir.VectorType(vec.type).shape[0]
+    checks = _word_checks(mem, offset, width)
+    branch = scf.IfOp(checks[-1][0], [], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        vector_store(mem, checks[0][1], vec, mem.itemsize)
+        scf.YieldOp([])
+    with ir.InsertionPoint(branch.else_block):
+        _checked_stores(mem, checks, [Value(vector.extract(vec, [], [t]), mem.dtype)
+                                      for t in range(width)])
+        scf.YieldOp([])
+
+
+def checked_load(mem: Memory, offset, width: int) -> list:
+    """The ``width`` elements a raw buffer load at element ``offset`` of ``mem`` gives
+    (0 for those in a word outside), as memref loads under ``scf.if``."""
+    return _checked_loads(mem, _word_checks(mem, offset, width))
+
+
+def _checked_loads(mem: Memory, checks: list) -> list:
+    out = []
+    for inside, at in checks:
+        branch = scf.IfOp(inside, [storage_type(mem.dtype)], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp([mem.load(at).v])
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp([as_value(0, mem.dtype).v])
+        out.append(Value(branch.results[0], mem.dtype))
+    return out
+
+
+def checked_store(mem: Memory, offset, values: list) -> None:
+    """A raw buffer store of ``values`` at element ``offset`` of ``mem``: the elements in
+    words inside the resource are written, as memref stores under ``scf.if``."""
+    _checked_stores(mem, _word_checks(mem, offset, len(values)), values)
+
+
+def _checked_stores(mem: Memory, checks: list, values: list) -> None:
+    for (inside, at), v in zip(checks, values):
+        with when(inside):
+            mem.store(at, v)
+
+
 def guarded_load(mem: Memory, offset) -> Value:
     """Element ``offset`` of ``mem``; 0 past a buffer's records."""
     if mem.records is None:
         return mem.load(offset)
     if raw_buffer_access(mem) and context.current().target.backend == "cpu":
         return Value(raw_load(mem, offset, mem.dtype.mlir_type()), mem.dtype)
+    if word_checked_access(mem):
+        return checked_load(mem, offset, 1)[0]
     ok = in_records(mem, offset, 1)
     branch = scf.IfOp(ok, [mem.dtype.mlir_type() if mem.dtype.kind != "bool"
                            else ir.IntegerType.get_signless(1)], has_else=True)

@@ -37,6 +37,10 @@ from .buffer_resources import GFX9_BUFFER_FLAGS  # noqa: F401  (re-exported)
 from .buffer_resources import address as _address, guarded_load as _guarded_load
 from .buffer_resources import in_records as _in_records, raw_buffer_access as _raw_buffer_access
 from .buffer_resources import raw_load as _raw_load, raw_store as _raw_store
+from .buffer_resources import checked_load as _checked_load, checked_store as _checked_store
+from .buffer_resources import checked_vector_load as _checked_vector_load
+from .buffer_resources import checked_vector_store as _checked_vector_store
+from .buffer_resources import word_checked_access as _word_checked_access
 
 def copy(atom, src, dst, pred=None, soffset=None) -> None:
     """``fx.copy(atom, src, dst, pred=None, soffset=None)``: see the module docstring.
@@ -194,6 +198,9 @@ def _copy_call(src: TensorView, dst: TensorView, first: int, width: int,
     if buffered and (_gfx9() or _raw_buffer_access(src.memory, dst.memory)):
         _buffer_copy(src.memory, so, dst.memory, do, width)
         return
+    if buffered and _word_checked_access(src.memory, dst.memory):
+        _checked_copy(src.memory, so, dst.memory, do, width)
+        return
     if buffered:
         ok = arith.andi(_in_records(src.memory, so, width), _in_records(dst.memory, do, width))
         branch = scf.IfOp(ok, [], has_else=True)
@@ -243,6 +250,30 @@ def _aligned(mem: Memory, offset, nbytes: int):
     return arith.cmpi(arith.CmpIPredicate.eq, low, arith.constant(idx_t, 0))
 
 
+def _checked_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
+    """A buffer copy call with the raw instruction's per-word range check by memref
+    accesses (the CPU's memory-profiled build: see
+    :func:`.buffer_resources.word_checked_access`): vectors where every word lies inside,
+    as the instruction accesses memory, else element by element."""
+    if width == 1:
+        v = _checked_load(sm, so, 1)[0] if sm.records is not None else sm.load(so)
+        v = _retyped(v, dm.dtype)
+        if dm.records is not None:
+            _checked_store(dm, do, [v])
+        else:
+            dm.store(do, v)
+        return
+    if sm.records is not None:
+        vec = _checked_vector_load(sm, so, width)
+    else:
+        vec = vector_load(sm, so, width, _static_align(sm, so, width * sm.itemsize))
+    vec = _as_bits_of(vec, width, dm.dtype)
+    if dm.records is not None:
+        _checked_vector_store(dm, do, vec)
+    else:
+        vector_store(dm, do, vec, _static_align(dm, do, width * dm.itemsize))
+
+
 def _scalar_copy(src: TensorView, dst: TensorView, first: int, width: int) -> None:
     for t in range(first, first + width):
         so, do = src.element_offset(t), dst.element_offset(t)
@@ -258,6 +289,9 @@ def _retyped(value: Value, dtype) -> Value:
 def _guarded_store(mem: Memory, offset, value: Value) -> None:
     if mem.records is None:
         mem.store(offset, value)
+        return
+    if _word_checked_access(mem):
+        _checked_store(mem, offset, [value])
         return
     with when(_in_records(mem, offset, 1)):
         mem.store(offset, value)

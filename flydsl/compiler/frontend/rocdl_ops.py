@@ -23,8 +23,8 @@ from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from ...expr import implementation
 from . import async_marks, context
-from .buffer_resources import address, byte_offset, guarded_load, in_records, \
-    raw_buffer_access, raw_load, resource, tensor_pointer
+from .buffer_resources import address, byte_offset, checked_vector_load, guarded_load, in_records, \
+    raw_buffer_access, raw_load, resource, tensor_pointer, word_checked_access
 from .values import Value, as_value, cast, to_index
 from .views import TensorView, vector_load, vector_store, vector_type, when
 
@@ -498,6 +498,9 @@ def buffer_lds_copy(atom, src: TensorView, dst: TensorView, first: int, width: i
     if raw_buffer_access(sm):
         # the CPU: a raw buffer load (rocdl-buffers checks its words without a branch)
         loaded = raw_load(sm, so, vtype)
+    elif word_checked_access(sm):
+        # the CPU's memory-profiled build: the same words, by memref loads
+        loaded = checked_vector_load(sm, so, width)
     else:
         # in range: one load of the call; else element by element (0 past the records)
         branch = scf.IfOp(in_records(sm, so, width), [vtype], has_else=True)
