@@ -436,7 +436,12 @@ def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
                                f"{', '.join(x for s in specs for x in s.arches)}")
         res = c.type if result_type is None else getattr(result_type, "ir_type", result_type)
         return getattr(rocdl, name)(res, [a, b, c] + [_i32(f) for f in flags])
-    spec, specs = _mfma_spec(name, None)
+    # the CPU runs FlyDSL kernels as get_rocm_arch() (gfx942 without FLYDSL_GPU_ARCH): a
+    # name two arches read differently (fp8/bf8: gfx942's FNUZ codes, gfx950's OCP ones)
+    # is that arch's instruction
+    from ...runtime.device import get_rocm_arch
+    spec, specs = _mfma_spec(name, get_rocm_arch())
+    spec = spec or specs[0]
     if target.backend != "cpu":
         raise DSLTypeError(f"{what}: an AMD matrix-core instruction, which {target.arch} does "
                            f"not have (it exists on {', '.join(spec.arches)}); use "

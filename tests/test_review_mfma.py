@@ -1,0 +1,260 @@
+"""Review of the CPU's raw MFMA calls (``fx.rocdl.mfma_*``) against the CDNA3/CDNA4 ISA.
+
+Every MFMA name ``fx.rocdl`` exports runs on random, non-symmetric data into a nonzero
+accumulator, checked against a numpy reference built from the ISA's lane layouts written
+out here (not read from flydsl's tables): lane ``l`` holds row (column) ``l % MN`` of A
+(B) and ``kpl`` consecutive K values from ``kpl * (l // MN)``; accumulator value ``i``
+of lane ``l`` is column ``l % MN``, row ``4 * (l // 16) + i`` (16x16) or
+``8 * (i // 4) + 4 * (l // 32) + i % 4`` (32x32). fp8/bf8 codes are decoded here from
+the FNUZ formats (gfx942, the CPU's choice for the ambiguous ``*_fp8_fp8`` names), int8
+products accumulate exactly into i32.
+
+Plausible bugs these catch: a transposed or shifted lane layout, the bytes of a packed
+fp8/i8 operand in the wrong order, the OCP decoding of fp8 codes, an accumulator
+ignored, a nonzero cbsz/abid/blgp silently dropped, barrier elision letting a call read
+operands another call or a loop trip wrote.
+"""
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from flydsl.errors import DSLError
+from flydsl.expr import T
+from flydsl.expr.typing import Vector as Vec
+from flydsl.expr.mma_layouts import SPECS
+
+NAMES = sorted(n for n in fx.rocdl.__all__ if n.startswith("mfma_"))
+
+
+def _spec(name: str):
+    """The first table entry of a raw name (the one the CPU runs)."""
+    return next(s for s in SPECS.values() if s.family == "mfma"
+                and s.extra["rocdl_op"][len("rocdl."):].replace(".", "_") == name)
+
+
+def _shape(name: str):
+    s = _spec(name)
+    return s.m, s.k, s.ab_dtype, s.acc_dtype
+
+
+# -- the ISA's lane layouts and element formats, written out independently ---------------
+
+def _ab_coords(mn: int, k: int, lane: int, i: int):
+    kpl = mn * k // 64
+    return lane % mn, kpl * (lane // mn) + i
+
+
+def _c_coords(mn: int, lane: int, i: int):
+    if mn == 16:
+        return 4 * (lane // 16) + i, lane % 16
+    return 8 * (i // 4) + 4 * (lane // 32) + i % 4, lane % 32
+
+
+def _fnuz(code: int, exp_bits: int, man_bits: int) -> float:
+    """An FNUZ fp8 code's value (bias 2^(e-1), 0x80 NaN, no infinity, no -0)."""
+    bias = 1 << (exp_bits - 1)
+    sign = -1.0 if code & 0x80 else 1.0
+    e, m = (code >> man_bits) & ((1 << exp_bits) - 1), code & ((1 << man_bits) - 1)
+    if e == 0:
+        return sign * m * 2.0 ** (1 - bias - man_bits)
+    return sign * (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
+
+
+def _random_elements(ab: str, rng, shape):
+    """(values as float64/int64, their bit patterns as uint) of random elements."""
+    if ab == "f32":
+        v = rng.standard_normal(shape).astype(np.float32)
+        return v.astype(np.float64), v.view(np.uint32)
+    if ab == "f16":
+        v = (rng.standard_normal(shape) * 3).astype(np.float16)
+        return v.astype(np.float64), v.view(np.uint16)
+    if ab == "bf16":
+        bits = (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16)
+        bits = bits.astype(np.uint16)
+        vals = (bits.astype(np.uint32) << 16).view(np.float32)
+        return vals.astype(np.float64), bits
+    if ab == "i8":
+        v = rng.integers(-128, 128, shape).astype(np.int8)
+        return v.astype(np.int64), v.view(np.uint8)
+    if ab in ("e4m3fnuz", "e5m2fnuz"):
+        codes = rng.integers(0, 256, shape).astype(np.uint8)
+        codes[codes == 0x80] = 0x81               # NaN is not data
+        eb, mb = (4, 3) if ab == "e4m3fnuz" else (5, 2)
+        return np.vectorize(lambda c: _fnuz(int(c), eb, mb))(codes), codes
+    if ab in ("e4m3fn", "e5m2"):                  # OCP (gfx950): IEEE-like biases
+        codes = rng.integers(0, 256, shape).astype(np.uint8)
+        eb, mb = (4, 3) if ab == "e4m3fn" else (5, 2)
+        top = (codes & 0x7F) >> mb == (1 << eb) - 1
+        nan = (codes & 0x7F) == 0x7F if ab == "e4m3fn" else top
+        codes[nan] &= 0xF0                        # no NaN/inf codes as data
+        return np.vectorize(lambda c: _ocp(int(c), eb, mb))(codes), codes
+    raise AssertionError(ab)
+
+
+def _ocp(code: int, exp_bits: int, man_bits: int) -> float:
+    """An OCP fp8 code's value (bias 2^(e-1) - 1, subnormals, signed zero)."""
+    bias = (1 << (exp_bits - 1)) - 1
+    sign = -1.0 if code & 0x80 else 1.0
+    e, m = (code >> man_bits) & ((1 << exp_bits) - 1), code & ((1 << man_bits) - 1)
+    if e == 0:
+        return sign * m * 2.0 ** (1 - bias - man_bits)
+    return sign * (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
+
+
+def _lane_words(name: str, bits: np.ndarray) -> np.ndarray:
+    """An (MN, K) operand tile's bits as each lane's registers: (64, 4) uint32 words,
+    value 0 in the lowest bits of the first word."""
+    mn, k, _, _ = _shape(name)
+    kpl = mn * k // 64
+    out = np.zeros((64, 4), np.uint32)
+    width = bits.dtype.itemsize * 8
+    for lane in range(64):
+        packed = 0
+        for i in range(kpl):
+            r, kk = _ab_coords(mn, k, lane, i)
+            packed |= int(bits[r, kk]) << (width * i)
+        for w in range(4):
+            out[lane, w] = (packed >> (32 * w)) & 0xFFFFFFFF
+    return out
+
+
+def _case(name: str, seed: int, ab=None):
+    """(words (2, 64, 4), c per lane (64, 16), expected d per lane (64, 16)); ``ab``: the
+    element format (default the name's first table entry's)."""
+    mn, k, ab_first, acc = _shape(name)
+    ab = ab or ab_first
+    rng = np.random.default_rng(seed)
+    a, a_bits = _random_elements(ab, rng, (mn, k))
+    b, b_bits = _random_elements(ab, rng, (mn, k))
+    nc = mn * mn // 64
+    integer = acc == "i32"
+    if integer:
+        c_tile = rng.integers(-2**30, 2**30, (mn, mn)).astype(np.int64)
+        d_tile = a @ b.T + c_tile                 # |products| <= 32 * 2^14: no overflow
+    else:
+        c_tile = (rng.standard_normal((mn, mn)) * 4).astype(np.float32).astype(np.float64)
+        d_tile = a @ b.T + c_tile
+    scale = np.abs(a) @ np.abs(b).T + np.abs(c_tile)
+    c_lane = np.zeros((64, 16), np.int64 if integer else np.float64)
+    d_lane, s_lane = np.zeros_like(c_lane), np.zeros((64, 16))
+    for lane in range(64):
+        for i in range(nc):
+            r, col = _c_coords(mn, lane, i)
+            c_lane[lane, i], d_lane[lane, i] = c_tile[r, col], d_tile[r, col]
+            s_lane[lane, i] = scale[r, col]
+    words = np.stack([_lane_words(name, a_bits), _lane_words(name, b_bits)])
+    return words, c_lane, d_lane, s_lane
+
+
+# -- the kernel: every raw name, one call each, in one compile -----------------------------
+
+def _operand(words: list, ab: str):
+    vec = Vec.from_elements(words, fx.Int32)
+    if ab == "f32":
+        return words[0].bitcast(fx.Float32)
+    if ab == "f16":
+        return vec.bitcast(fx.Float16)
+    if ab == "bf16":
+        return vec.bitcast(fx.Int16)
+    return vec                                     # 8 bytes: <2 x i32>, the i64's bits
+
+
+@flydsl.kernel
+def all_raw_mfmas(W: fx.Tensor, CF: fx.Tensor, CI: fx.Tensor, DF: fx.Tensor, DI: fx.Tensor,
+                  names: fx.Constexpr):
+    """For name ``j``: lane ``l``'s A/B registers are ``W[j, 0/1, l, :]``, its
+    accumulators ``CF``/``CI[j, l, :]``; the result to ``DF``/``DI[j, l, :]``."""
+    lane = fx.thread_idx.x % 64
+    for j in fx.range_constexpr(len(names)):
+        name = names[j]
+        mn, k, ab, acc_t = _shape(name)
+        words_per = max(1, mn * k // 64 * {"f32": 4, "f16": 2, "bf16": 2}.get(ab, 1) // 4)
+        ops_ = [_operand([W[((j * 2 + o) * 64 + lane) * 4 + w]
+                          for w in fx.range_constexpr(words_per)], ab) for o in (0, 1)]
+        nc = mn * mn // 64
+        integer = acc_t == "i32"
+        src = CI if fx.const_expr(integer) else CF
+        c = Vec.from_elements([src[(j * 64 + lane) * 16 + v] for v in fx.range_constexpr(nc)],
+                              fx.Int32 if integer else fx.Float32)
+        rtype = T.vec(nc, T.i32 if integer else T.f32)
+        d = getattr(fx.rocdl, name)(rtype, [ops_[0], ops_[1], c, 0, 0, 0])
+        dst = DI if fx.const_expr(integer) else DF
+        if fx.thread_idx.x < 64:
+            for v in fx.range_constexpr(nc):
+                dst[(j * 64 + lane) * 16 + v] = Vec(d)[v]
+
+
+def _run_names(names, formats=None):
+    """Runs ``names`` once (one compile), returns (expected, got, scale) per name."""
+    NAMES = names
+    n = len(NAMES)
+    W = np.zeros((n, 2, 64, 4), np.uint32)
+    CF, CI = np.zeros((n, 64, 16), np.float32), np.zeros((n, 64, 16), np.int32)
+    expect, scales = {}, {}
+    for j, name in enumerate(NAMES):
+        words, c, d, s = _case(name, 100 + j, (formats or {}).get(name))
+        W[j] = words
+        if _shape(name)[3] == "i32":
+            CI[j] = c
+        else:
+            CF[j] = c
+        expect[name], scales[name] = d, s
+    DF, DI = np.full_like(CF, np.nan), np.full_like(CI, -7)
+    all_raw_mfmas[1, 64](W.view(np.int32).ravel(), CF.ravel(), CI.ravel(), DF.reshape(-1),
+                         DI.reshape(-1), tuple(NAMES))
+    return {name: (expect[name], (DI if _shape(name)[3] == "i32" else DF)[j], scales[name])
+            for j, name in enumerate(NAMES)}
+
+
+@pytest.fixture(scope="module")
+def all_names_run():
+    return _run_names(NAMES)
+
+
+def _check(name: str, want, got, scale) -> None:
+    mn = _shape(name)[0]
+    nc = mn * mn // 64
+    want, got, scale = want[:, :nc], got[:, :nc], scale[:, :nc]
+    if _shape(name)[3] == "i32":
+        np.testing.assert_array_equal(got.astype(np.int64), want)
+    else:
+        # f32 sums of exact products, in some order: within K rounding errors of the sum
+        # of the magnitudes
+        err = np.abs(got.astype(np.float64) - want)
+        assert np.all(err <= 4e-6 * scale + 1e-30), (name, float(np.max(err / scale)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_raw_mfma_matches_the_isa_layout_reference(all_names_run, name):
+    _check(name, *all_names_run[name])
+
+
+def test_fp8_raw_mfmas_read_ocp_codes_when_the_arch_is_gfx950(monkeypatch):
+    """FLYDSL_GPU_ARCH=gfx950 (get_rocm_arch(): FlyDSL kernels take their gfx950 path,
+    OCP fp8): the ``*_fp8_fp8``/``*_bf8_bf8`` calls decode E4M3FN/E5M2, not gfx942's FNUZ
+    codes (a factor of 2 to 4 per product, silently, before)."""
+    monkeypatch.setenv("FLYDSL_GPU_ARCH", "gfx950")
+    names = ("mfma_f32_16x16x32_fp8_fp8", "mfma_f32_32x32x16_bf8_bf8")
+    got = _run_names(names, {names[0]: "e4m3fn", names[1]: "e5m2"})
+    for name in names:
+        _check(name, *got[name])
+
+
+@flydsl.kernel
+def one_mfma_with_flags(A: fx.Tensor, D: fx.Tensor, cbsz: fx.Constexpr[int],
+                        abid: fx.Constexpr[int], blgp: fx.Constexpr[int]):
+    a = A[fx.thread_idx.x]
+    acc = Vec.filled(4, 0.0, fx.Float32)
+    d = fx.rocdl.mfma_f32_16x16x4f32(T.vec(4, T.f32), [a, a, acc, cbsz, abid, blgp])
+    D[fx.thread_idx.x] = Vec(d)[0]
+
+
+@pytest.mark.parametrize("flags", [(1, 0, 0), (0, 2, 0), (0, 0, 3)])
+def test_nonzero_cbsz_abid_blgp_are_located_errors(flags):
+    """The broadcast controls change the result on the GPU: never silently dropped."""
+    x = np.ones(64, np.float32)
+    with pytest.raises(DSLError, match="cbsz = abid = blgp = 0") as caught:
+        one_mfma_with_flags[1, 64](x, x.copy(), *flags)
+    assert "test_review_mfma.py" in str(caught.value) and "one_mfma_with_flags" in \
+        str(caught.value)
