@@ -258,3 +258,74 @@ def test_nonzero_cbsz_abid_blgp_are_located_errors(flags):
         one_mfma_with_flags[1, 64](x, x.copy(), *flags)
     assert "test_review_mfma.py" in str(caught.value) and "one_mfma_with_flags" in \
         str(caught.value)
+
+
+# -- barrier elision: state between calls ---------------------------------------------------
+
+@flydsl.kernel
+def elision_cases(A: fx.Tensor, B: fx.Tensor, D: fx.Tensor, n: fx.Int32, flag: fx.Int32):
+    """16x16x16 f16 calls whose operands come from the previous call's result, from shared
+    memory another lane wrote between the calls, from either branch of a runtime ``if``
+    and from a runtime loop of two calls: results D1..D5 (``_elision_reference``), every
+    wave of the 128-thread block the same."""
+    t = fx.thread_idx.x
+    lane = t % 64
+    other = (lane + 16) % 64 + (t - lane)   # the next 16-lane group's K block
+    mfma = fx.rocdl.mfma_f32_16x16x16f16
+    rtype = T.vec(4, T.f32)
+    a = Vec.from_elements([A[(lane % 16) * 16 + 4 * (lane // 16) + i]
+                           for i in fx.range_constexpr(4)], fx.Float16)
+    b = Vec.from_elements([B[(lane % 16) * 16 + 4 * (lane // 16) + i]
+                           for i in fx.range_constexpr(4)], fx.Float16)
+    d1 = mfma(rtype, [a, b, Vec.filled(4, 0.0, fx.Float32), 0, 0, 0])
+    a2 = Vec(d1).to(fx.Float16)              # lane's D1 values: A2 = D1^T
+    d2 = mfma(rtype, [a2, b, d1, 0, 0, 0])
+    s = fx.shared_array((128 * 4,), fx.Float16)
+    for i in fx.range_constexpr(4):
+        s[t * 4 + i] = a2[i]
+    fx.barrier()
+    a3 = Vec.from_elements([s[other * 4 + i] for i in fx.range_constexpr(4)], fx.Float16)
+    d3 = mfma(rtype, [a3, b, d2, 0, 0, 0])
+    d4 = d3
+    if flag != 0:
+        d4 = mfma(rtype, [a, b, d3, 0, 0, 0])
+    else:
+        d4 = mfma(rtype, [a2, b, d3, 0, 0, 0])
+    d5 = d4
+    for _ in range(n):
+        d5 = mfma(rtype, [a3, b, d5, 0, 0, 0])
+        d5 = mfma(rtype, [a, b, d5, 0, 0, 0])
+    for j, d in enumerate((d1, d2, d3, d4, d5)):
+        for i in fx.range_constexpr(4):
+            D[(j * 128 + t) * 4 + i] = Vec(d)[i]
+
+
+def _elision_reference(A, B, n: int, flag: int) -> list:
+    d1 = A @ B.T
+    a2 = d1.T
+    d2 = a2 @ B.T + d1
+    a3 = np.concatenate([a2[:, 4:], a2[:, :4]], axis=1)
+    d3 = a3 @ B.T + d2
+    d4 = (A if flag else a2) @ B.T + d3
+    d5 = d4 + n * (a3 @ B.T + A @ B.T)
+    return [d1, d2, d3, d4, d5]
+
+
+@pytest.mark.parametrize("n,flag", [(0, 1), (3, 0), (2, 1)])
+def test_calls_sharing_barriers_read_what_was_written_between_them(n, flag):
+    """Plausible bugs: a grouped call's operand stores moved before the barrier that
+    orders another lane's shared-memory write (a3), a call in one branch joining the
+    group of a call outside the ``if``, a loop's second call reading the first's scratch.
+    Small integers: every value is exact, so any barrier missing shows as a wrong one."""
+    rng = np.random.default_rng(n + 10 * flag)
+    A = rng.integers(-2, 3, (16, 16)).astype(np.float16)
+    B = rng.integers(-2, 3, (16, 16)).astype(np.float16)
+    D = np.full(5 * 128 * 4, np.nan, np.float32)
+    elision_cases[1, 128](A.ravel(), B.ravel(), D, n, flag)
+    want = _elision_reference(A.astype(np.float64), B.astype(np.float64), n, flag)
+    got = D.reshape(5, 128, 4)
+    for j, w in enumerate(want):
+        for t in range(128):
+            lane = t % 64
+            rows = [4 * (lane // 16) + i for i in range(4)]
+            np.testing.assert_array_equal(got[j, t], w[rows, lane % 16], err_msg=f"D{j + 1}")
