@@ -329,3 +329,62 @@ def test_calls_sharing_barriers_read_what_was_written_between_them(n, flag):
             lane = t % 64
             rows = [4 * (lane // 16) + i for i in range(4)]
             np.testing.assert_array_equal(got[j, t], w[rows, lane % 16], err_msg=f"D{j + 1}")
+
+
+# -- perm_b32: every class of selector byte -------------------------------------------------
+
+def _v_perm_b32(src0: int, src1: int, sel: int) -> int:
+    """V_PERM_B32 (CDNA3 ISA): result byte i = BYTE_PERMUTE({src0, src1}, sel byte i):
+    0-7 that byte of the pair (src1 the low word), 8/9/10/11 0xFF if the top bit of byte
+    1/3/5/7 is set else 0, 12 0x00, 13-255 0xFF."""
+    data = [((src0 << 32 | src1) >> 8 * j) & 0xFF for j in range(8)]
+    out = 0
+    for i in range(4):
+        s = (sel >> 8 * i) & 0xFF
+        byte = data[s] if s < 8 else 0xFF * (data[2 * (s - 8) + 1] >> 7) if s < 12 \
+            else 0 if s == 12 else 0xFF
+        out |= byte << 8 * i
+    return out
+
+
+def _selectors(count: int) -> tuple:
+    """Random selectors whose bytes draw from every class (0-7, 8-11, 12, 13-255)."""
+    rng = np.random.default_rng(44)
+    classes = [lambda: int(rng.integers(0, 8)), lambda: int(rng.integers(8, 12)),
+               lambda: 12, lambda: int(rng.integers(13, 256))]
+    out = []
+    for _ in range(count):
+        out.append(sum(classes[int(rng.integers(0, 4 if rng.random() < .5 else 1))]() << 8 * i
+                       for i in range(4)))
+    return tuple(out)
+
+
+PERM_SELECTORS = _selectors(24) + (0x07060302, 0x0C0D0B08, 0x0E0C0A09, 0x04030201)
+
+
+@flydsl.kernel
+def perms(a: fx.Tensor, b: fx.Tensor, sel: fx.Tensor, out: fx.Tensor, sels: fx.Constexpr):
+    """Row k of out: perm_b32 with the constant sels[k]; row len(sels) + k: with the same
+    selector read at run time (the general path)."""
+    t = fx.thread_idx.x
+    n = len(sels)
+    for k in fx.range_constexpr(n):
+        out[k * 32 + t] = fx.rocdl.perm_b32(a[t], b[t], sels[k])
+        out[(n + k) * 32 + t] = fx.rocdl.perm_b32(a[t], b[t], sel[k])
+
+
+def test_perm_b32_matches_the_isa_for_every_selector_class():
+    """Plausible bugs: a sign byte taken from the wrong source byte, a constant run's
+    shift masking a neighbour's byte in or out, 13+ read as an index."""
+    rng = np.random.default_rng(7)
+    a, b = (rng.integers(0, 2**32, 32, dtype=np.uint64).astype(np.uint32) for _ in "ab")
+    a[:4] = (0x80FF7F01, 0x00000000, 0xFFFFFFFF, 0x7F80807F)
+    b[:4] = (0x7F8001FF, 0xFFFFFFFF, 0x00000000, 0x80807F7F)
+    sel = np.array(PERM_SELECTORS, np.uint32)
+    out = np.zeros(2 * len(sel) * 32, np.uint32)
+    perms[1, 32](a.view(np.int32), b.view(np.int32), sel.view(np.int32), out.view(np.int32),
+                 PERM_SELECTORS)
+    want = [_v_perm_b32(int(x), int(y), s) for s in PERM_SELECTORS for x, y in zip(a, b)]
+    got = out.reshape(2, -1)
+    np.testing.assert_array_equal(got[0], np.array(want, np.uint32), err_msg="constant")
+    np.testing.assert_array_equal(got[1], np.array(want, np.uint32), err_msg="run time")
