@@ -22,6 +22,9 @@ import flydsl.expr as fx
 
 torch = pytest.importorskip("torch")
 
+#: values are the point: LLVM -O0 (conftest.llvm_o0), a shorter compile
+pytestmark = pytest.mark.usefixtures("llvm_o0")
+
 #: (name, flydsl dtype, torch dtype, bytes) of the element types checked
 DTYPES = {"f32": (fx.Float32, torch.float32, 4), "f16": (fx.Float16, torch.float16, 2),
           "bf16": (fx.BFloat16, torch.bfloat16, 2), "i8": (fx.Int8, torch.int8, 1),

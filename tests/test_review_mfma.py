@@ -26,6 +26,9 @@ from flydsl.expr.mma_layouts import SPECS
 
 NAMES = sorted(n for n in fx.rocdl.__all__ if n.startswith("mfma_"))
 
+#: values are the point: LLVM -O0 (conftest.llvm_o0), a shorter compile
+pytestmark = pytest.mark.usefixtures("llvm_o0")
+
 
 def _spec(name: str):
     """The first table entry of a raw name (the one the CPU runs)."""
@@ -209,7 +212,9 @@ def _run_names(names, formats=None):
 
 @pytest.fixture(scope="module")
 def all_names_run():
-    return _run_names(NAMES)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLYDSL_OPT_LEVEL", "0")      # conftest.llvm_o0, for a module fixture
+        return _run_names(NAMES)
 
 
 def _check(name: str, want, got, scale) -> None:
