@@ -127,3 +127,25 @@ def test_the_memory_profiled_build_gives_the_same_values(monkeypatch, dtype_name
     (out, c), (want_out, want_c) = _run(dtype_name, bits, a_bytes, c_bytes)
     np.testing.assert_array_equal(out, want_out)
     np.testing.assert_array_equal(c, want_c)
+
+
+@flydsl.kernel
+def atomic_adds(v: fx.Tensor, c: fx.Tensor, c_bytes: fx.Int32):
+    """Thread t atomically adds v[t] to element t of c (16 threads) through a buffer
+    resource of ``c_bytes``."""
+    t = fx.thread_idx.x
+    gc = fx.rocdl.make_buffer_tensor(c, max_size=False, num_records_bytes=fx.Int64(c_bytes))
+    atom = fx.make_copy_atom(fx.rocdl.BufferAtomicAdd(fx.Float32), fx.Float32)
+    fx.copy(atom, fx.flat_divide(v, fx.make_tile(1))[None, t],
+            fx.flat_divide(gc, fx.make_tile(1))[None, t])
+
+
+@pytest.mark.parametrize("c_bytes,updated", [(5 * 4, 5), (64 * 4, 8)])
+def test_buffer_atomics_stop_at_the_records_and_the_tensors_memory(c_bytes, updated):
+    """Records past the tensor: the atomics past its 8 elements are dropped, as the
+    buffer copies' are on the CPU (they wrote the host memory after it before)."""
+    whole = np.full(32, 5.0, np.float32)
+    atomic_adds[1, 16](np.arange(1, 17, dtype=np.float32), whole[:8], c_bytes)
+    want = np.full(32, 5.0, np.float32)
+    want[:updated] += np.arange(1, updated + 1)
+    np.testing.assert_array_equal(whole, want)

@@ -235,11 +235,17 @@ def _lanes(t: ir.Type) -> int:
 
 
 def in_records(mem: Memory, offset, width: int) -> ir.Value:
-    """i1: elements ``offset .. offset+width-1`` lie inside the buffer's records."""
+    """i1: elements ``offset .. offset+width-1`` lie inside the buffer's records (on the
+    CPU also inside the memory that exists, as :func:`resource` bounds them there: an
+    access past a tensor's memory would touch the host's)."""
     if mem.records is None:
         return arith.constant(ir.IntegerType.get_signless(1), 1)
     lo = as_value(offset, None) if not isinstance(offset, Value) else offset
     inside = (lo >= 0) & (lo + width <= mem.records)
+    if context.current().target.backend == "cpu":
+        exists = Value(arith.index_cast(ir.IntegerType.get_signless(64), memref.dim(
+            mem.mem, arith.constant(ir.IndexType.get(), 0))), dt.Int64)
+        inside = inside & (lo + width <= exists)
     return inside.v
 
 
