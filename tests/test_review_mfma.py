@@ -393,3 +393,41 @@ def test_perm_b32_matches_the_isa_for_every_selector_class():
     got = out.reshape(2, -1)
     np.testing.assert_array_equal(got[0], np.array(want, np.uint32), err_msg="constant")
     np.testing.assert_array_equal(got[1], np.array(want, np.uint32), err_msg="run time")
+
+
+@flydsl.kernel
+def retraced_loop(A: fx.Tensor, D: fx.Tensor, S: fx.Tensor, n: fx.Int32):
+    """A call, a runtime loop of two calls whose body is traced twice (``x`` starts as a
+    Python int and becomes a float in it: the first trace is discarded with the barriers
+    and blocks the calls remembered), a call: D = (2 + 2n) A A^T."""
+    t = fx.thread_idx.x
+    lane = t % 64
+    mfma = fx.rocdl.mfma_f32_16x16x16f16
+    rt = T.vec(4, T.f32)
+    a = Vec.from_elements([A[(lane % 16) * 16 + 4 * (lane // 16) + i]
+                           for i in fx.range_constexpr(4)], fx.Float16)
+    d = mfma(rt, [a, a, Vec.filled(4, 0.0, fx.Float32), 0, 0, 0])
+    x = 0
+    for _ in range(n):
+        d = mfma(rt, [a, a, d, 0, 0, 0])
+        x = x + 0.5
+        d = mfma(rt, [a, a, d, 0, 0, 0])
+    d = mfma(rt, [a, a, d, 0, 0, 0])
+    for i in fx.range_constexpr(4):
+        D[t * 4 + i] = Vec(d)[i]
+    S[t] = x
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_calls_in_a_loop_traced_again_keep_their_barriers(n):
+    """Plausible bug (e70d33d's abort, or worse): the retrace erasing a barrier of the
+    live trace that the discarded one's state named."""
+    A = np.random.default_rng(n).integers(-2, 3, (16, 16)).astype(np.float16)
+    D, S = np.full(128 * 4, np.nan, np.float32), np.zeros(128, np.float32)
+    retraced_loop[1, 128](A.ravel(), D, S, n)
+    ref = (2 + 2 * n) * (A.astype(np.float64) @ A.astype(np.float64).T)
+    got = D.reshape(128, 4)
+    for t in range(128):
+        rows = [4 * ((t % 64) // 16) + i for i in range(4)]
+        np.testing.assert_array_equal(got[t], ref[rows, t % 16])
+    assert (S == 0.5 * n).all()
