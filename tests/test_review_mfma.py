@@ -431,3 +431,21 @@ def test_calls_in_a_loop_traced_again_keep_their_barriers(n):
         rows = [4 * ((t % 64) // 16) + i for i in range(4)]
         np.testing.assert_array_equal(got[t], ref[rows, t % 16])
     assert (S == 0.5 * n).all()
+
+
+@flydsl.kernel
+def fp8_pack(x: fx.Tensor, out: fx.Tensor, arch: fx.Constexpr):
+    """(``arch``: a specialization per arch: a process keeps a kernel compiled under
+    another FLYDSL_GPU_ARCH in memory, whatever its trace read.)"""
+    out[0] = fx.rocdl.cvt_pk_fp8_f32(fx.Int32, x[0], x[1], 0, False)
+
+
+@pytest.mark.parametrize("arch,word", [(None, 0xC840), ("gfx950", 0xC038)])
+def test_cvt_pk_fp8_f32_packs_the_codes_the_arch_converts_to(monkeypatch, arch, word):
+    """1.0 and -2.0: FNUZ 0x40/0xC8 on gfx942 (the default), OCP E4M3 0x38/0xC0 on gfx950
+    (its v_cvt_pk_fp8_f32 emits OCP codes): the codes its fp8 MFMAs then read."""
+    if arch:
+        monkeypatch.setenv("FLYDSL_GPU_ARCH", arch)
+    out = np.zeros(1, np.int32)
+    fp8_pack[1, 1](np.array([1.0, -2.0], np.float32), out, arch)
+    assert int(out[0]) & 0xFFFFFFFF == word, hex(int(out[0]))

@@ -211,7 +211,8 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
             r = arith.divf(arith.constant(x.v.type, 1.0), x.v)
         return cast(Value(r, dt.Float32), out or dt.Float32)
     if name == "cvt_pk_fp8_f32":
-        a, b = (cast(_operand(v, name), dt.Float8E4M3FNUZ) for v in args[:2])
+        fp8 = dt.Float8E4M3FN if _ocp_fp8_arch() else dt.Float8E4M3FNUZ
+        a, b = (cast(_operand(v, name), fp8) for v in args[:2])
         old = cast(_operand(args[2], name), dt.Int32)
         high = bool(getattr(args[3], "value", args[3]))
         i32 = ir.IntegerType.get_signless(32)
@@ -239,6 +240,19 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
         mask = Value(_ballot_raw(pred), _mask_dtype())
         return cast(mask, out) if out is not None else mask
     raise AssertionError(name)
+
+
+def _ocp_fp8_arch() -> bool:
+    """Whether the AMD arch the kernel is for (ROCm's target; on other backends the arch
+    flydsl runs FlyDSL kernels as, ``get_rocm_arch()``) converts to the OCP fp8 codes
+    (gfx950, gfx12: ``v_cvt_pk_fp8_f32`` gives E4M3FN) rather than gfx942's FNUZ ones."""
+    target = context.current().target
+    if target.backend == "rocm":
+        arch = target.arch
+    else:
+        from ...runtime.device import get_rocm_arch
+        arch = get_rocm_arch()
+    return arch.startswith(("gfx950", "gfx12"))
 
 
 # -- DPP: a lane reads another lane of its row (or wave) --------------------------------------
