@@ -149,3 +149,29 @@ def test_buffer_atomics_stop_at_the_records_and_the_tensors_memory(c_bytes, upda
     want = np.full(32, 5.0, np.float32)
     want[:updated] += np.arange(1, updated + 1)
     np.testing.assert_array_equal(whole, want)
+
+
+@flydsl.kernel
+def strided_resource(x: fx.Tensor, y: fx.Tensor, stride: fx.Constexpr[int]):
+    """A raw resource with a nonzero stride (a structured/swizzled buffer: the hardware
+    indexes it by stride and index, which the CPU does not model)."""
+    from flydsl._mlir import ir
+    from flydsl._mlir.dialects import arith as std_arith
+    from flydsl._mlir.dialects import fly, rocdl
+    from flydsl._mlir.extras import types as T
+    base = fly.extract_aligned_pointer_as_index(ir.Type.parse("!llvm.ptr"), x)
+    rsrc = rocdl.MakeBufferRsrcOp(ir.Type.parse("!llvm.ptr<8>"), base,
+                                  std_arith.constant(T.i16(), stride),
+                                  std_arith.constant(T.i64(), 64),
+                                  std_arith.constant(T.i32(), (7 << 12) | (4 << 15))).result
+    y[fx.thread_idx.x] = fx.Float32(rocdl.raw_ptr_buffer_load(
+        T.f32(), rsrc, fx.thread_idx.x * 4, 0, 0))
+
+
+def test_a_strided_raw_resource_is_a_located_error():
+    from flydsl.errors import DSLError
+    x = np.arange(16, dtype=np.float32)
+    with pytest.raises(DSLError, match="stride 0") as caught:
+        strided_resource[1, 4](x, np.zeros(4, np.float32), 16)
+    assert "test_review_buffers.py" in str(caught.value)
+    assert "strided_resource" in str(caught.value)

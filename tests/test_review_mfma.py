@@ -440,12 +440,14 @@ def fp8_pack(x: fx.Tensor, out: fx.Tensor, arch: fx.Constexpr):
     out[0] = fx.rocdl.cvt_pk_fp8_f32(fx.Int32, x[0], x[1], 0, False)
 
 
-@pytest.mark.parametrize("arch,word", [(None, 0xC840), ("gfx950", 0xC038)])
-def test_cvt_pk_fp8_f32_packs_the_codes_the_arch_converts_to(monkeypatch, arch, word):
+@pytest.mark.parametrize("arch,words", [(None, (0xC840, 0x4240)), ("gfx950", (0xC038, 0x3A38))])
+def test_cvt_pk_fp8_f32_packs_the_codes_the_arch_converts_to(monkeypatch, arch, words):
     """1.0 and -2.0: FNUZ 0x40/0xC8 on gfx942 (the default), OCP E4M3 0x38/0xC0 on gfx950
-    (its v_cvt_pk_fp8_f32 emits OCP codes): the codes its fp8 MFMAs then read."""
+    (its v_cvt_pk_fp8_f32 emits OCP codes): the codes its fp8 MFMAs then read. 1.0625 and
+    1.1875, halfway between codes, round to the even one: 1.0 and 1.25."""
     if arch:
         monkeypatch.setenv("FLYDSL_GPU_ARCH", arch)
-    out = np.zeros(1, np.int32)
-    fp8_pack[1, 1](np.array([1.0, -2.0], np.float32), out, arch)
-    assert int(out[0]) & 0xFFFFFFFF == word, hex(int(out[0]))
+    for pair, word in zip(([1.0, -2.0], [1.0625, 1.1875]), words):
+        out = np.zeros(1, np.int32)
+        fp8_pack[1, 1](np.array(pair, np.float32), out, arch)
+        assert int(out[0]) & 0xFFFFFFFF == word, (pair, hex(int(out[0])))
