@@ -175,3 +175,33 @@ def test_a_strided_raw_resource_is_a_located_error():
         strided_resource[1, 4](x, np.zeros(4, np.float32), 16)
     assert "test_review_buffers.py" in str(caught.value)
     assert "strided_resource" in str(caught.value)
+
+
+@flydsl.kernel
+def lds_pairs(x: fx.Tensor, y: fx.Tensor, x_bytes: fx.Int32):
+    """Lane l loads float16 pairs 2l, 2l + 1 of x to LDS with one 32-bit buffer-to-LDS
+    copy (x's resource covers ``x_bytes``), then y = the LDS tile."""
+    t = fx.thread_idx.x
+    tile = fx.shared_array((128,), fx.Float16)
+    gx = fx.rocdl.make_buffer_tensor(x, max_size=False, num_records_bytes=fx.Int64(x_bytes))
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), fx.Float16)
+    fx.copy(atom, fx.flat_divide(gx, (2,))[None, t],
+            fx.flat_divide(tile, (2,))[None, fx.rocdl.readfirstlane(0)])
+    fx.rocdl.s_waitcnt(vmcnt=0)
+    fx.barrier()
+    y[2 * t] = tile[2 * t]
+    y[2 * t + 1] = tile[2 * t + 1]
+
+
+@pytest.mark.parametrize("profiled", [False, True])
+def test_buffer_loads_to_lds_check_each_word(monkeypatch, profiled):
+    """Records of 45 float16 (90 bytes): pair 22 (bytes 88..91) is a word cut by the
+    records: 0 for both halves, though element 44 lies inside; in both builds."""
+    if profiled:
+        monkeypatch.setenv("FLYDSL_PROFILE", "memory")
+    x = np.arange(1, 129, dtype=np.float16)
+    y = np.full(128, -1.0, np.float16)
+    lds_pairs[1, 64](x, y, 45 * 2 + 1)
+    want = x.copy()
+    want[44:] = 0
+    np.testing.assert_array_equal(y, want)
