@@ -1,73 +1,93 @@
-"""CDNA3 (gfx942, MI300) GEMM: C (f32) = A @ B.T for fp16/bf16 A (M x K) and B (N x K),
-any M, N, K, with buffer loads straight to LDS, an XOR-swizzled LDS, double buffering
-over K and MFMA (``v_mfma_f32_32x32x8`` by default, ``16x16x16`` with
-``mfma=16``).
+"""CDNA3 (gfx942, MI300) GEMM: C (f32) = (A @ B.T) [* scale_a * scale_b] for fp16, bf16
+or fp8 (float8_e4m3fnuz / float8_e5m2fnuz) A (M x K) and B (N x K), any M, N, K, with
+buffer loads straight to LDS, an XOR-swizzled LDS, double buffering over K and MFMA
+(``v_mfma_f32_32x32x8_{f16,bf16}`` / ``32x32x16_{fp8,bf8}`` by default, ``16x16x16`` /
+``16x16x32`` with ``mfma=16``). One source for every type: the tile is sized in bytes.
 
 * Each block (256 threads = 4 waves of 64, laid out 2 x 2) computes a 128 x 128 tile of
   C; a wave owns 64 x 64 of it: 2 x 2 MFMAs of 32 x 32 (or 4 x 4 of 16 x 16).
+* A K tile is one 64-byte row per M (or N) row: BK = 32 halves or 64 fp8. A lane's
+  operands per MFMA are 8 bytes either way (4 halves or 8 fp8), so an fp8 MFMA covers
+  twice the K (32x32x16 instead of 32x32x8) and a tile is the same 4 (or 2) K steps.
 * Global -> LDS: ``fx.rocdl.BufferCopyLDS32b`` (``buffer_load_dword ... lds``), the
   only buffer-to-LDS width gfx942 has (12 and 16 bytes are gfx950's). The hardware
   writes lane ``l``'s dword at the wave's LDS address (``M0``) + ``4 l``: the
   destination is linear, so the swizzle is applied on the *source* side: the lane that
-  writes physical dword ``d`` of a tile reads the logical element the swizzled layout
-  puts there. A wave's 256 bytes are 4 whole 64-byte rows of A (or B): the global reads
-  stay fully coalesced.
+  writes physical dword ``d`` of a tile reads the logical elements (2 halves or 4 fp8)
+  the swizzled layout puts there. A wave's 256 bytes are 4 whole 64-byte rows of A
+  (or B): the global reads stay fully coalesced.
 * Edges: the global side is a buffer tensor (``fx.rocdl.make_buffer_tensor``), whose
-  reads past its end give 0. A lane whose pair of elements lies outside (M, K) reads
-  from row M (past the end) instead, so every DMA writes its slot (zeros at the
-  edges) and the MFMAs need no masking. This needs 4-byte aligned rows (K even); an odd
-  K takes global -> registers -> LDS (two 16-bit loads, predicated, and two 16-bit
-  LDS stores per lane) into the same swizzled slots.
-* LDS: per operand, 2 stages of 128 rows x 32 halves (64-byte rows, 32 KiB in all),
-  swizzled with ``fx.Swizzle(2, 3, 3)``: the 16-byte chunk ``c`` of row ``r`` is stored
-  at chunk ``c ^ ((r >> 1) & 3)``.
-* LDS -> registers: one ``ds_read_b128`` gives a lane 8 consecutive K values of its
-  row, the operands of *two* MFMA K steps (k-packing): MFMA step ``s`` takes the values
-  ``4 (s % 2) .. +4`` of 16-byte chunk ``g + G (s // 2)`` (``g`` = lane // 32 or
-  lane // 16, ``G`` = 2 or 4 lane groups). A and B use the same permutation of K, so
-  the dot products are unchanged. With the swizzle the 8 lanes of every phase of a
-  ``ds_read_b128`` hit 8 different 16-byte bank groups: 0 conflicts (the memory
-  profiler's gfx9 model, tests/test_gemm_gfx942.py).
+  reads past its end give 0 (fp8 FNUZ's +0 is the byte 0 too). A lane whose dword lies
+  outside (M, K) reads from row M (past the end) instead, so every DMA writes its slot
+  (zeros at the edges) and the MFMAs need no masking. This needs 4-byte aligned rows
+  (K even, or a multiple of 4 in fp8); any other K takes global -> registers -> LDS (one
+  ``buffer_load_ushort``/``ubyte`` per value, 0 past the end, and LDS stores) into the
+  same swizzled slots.
+* LDS: per operand, 2 stages of 128 rows x 64 bytes (32 KiB in all), swizzled in
+  16-byte chunks: ``fx.Swizzle(2, 3, 3)`` on halves, ``fx.Swizzle(2, 4, 3)`` on fp8,
+  the same on bytes: chunk ``c`` of row ``r`` is stored at chunk ``c ^ ((r >> 1) & 3)``.
+* LDS -> registers: one ``ds_read_b128`` gives a lane 16 consecutive bytes of its row
+  (8 halves or 16 fp8), the operands of *two* MFMA K steps (k-packing): MFMA step ``s``
+  takes the first or second half (``s % 2``) of 16-byte chunk ``g + G (s // 2)`` (``g`` =
+  lane // 32 or lane // 16, ``G`` = 2 or 4 lane groups). A and B use the same
+  permutation of K, so the dot products are unchanged. With the swizzle the 8 lanes of
+  every phase of a ``ds_read_b128`` hit 8 different 16-byte bank groups: 0 conflicts
+  (the memory profiler's gfx9 model, tests/test_gemm_gfx942.py and
+  tests/test_gemm_gfx942_fp8.py).
 * Pipeline (double buffer): ``fx.pipeline(load_tile, stages=2, sync="lds_dma")``
   (docs/pipelines.md). The prologue loads tile 0; iteration ``kt`` waits for it
   (``s_waitcnt vmcnt(0)`` + barrier: the DMA has landed for every wave, and nobody reads
   the other stage any more), reads all its fragments of tile ``kt`` from LDS, issues the
   DMA of tile ``kt + 1`` into the other stage, then runs the MFMAs. docs/gemm-gfx942.md
   has the idiom.
+* Scaled epilogue (fp8's per-tensor scales, as ``torch._scaled_mm`` takes them): each
+  accumulator is stored as ``(acc * scale_a) * scale_b``, the order torch's reference
+  ``(A.float() @ B.float().T) * scale_a * scale_b`` multiplies in.
 
 ``python examples/gemm_gfx942.py`` runs it on the default backend against torch.
 """
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 
-BM, BN, BK = 128, 128, 32       # BM == BN: the A and B stages have one size
+BM, BN = 128, 128               # BM == BN: the A and B stages have one size
+ROW_BYTES = 64                 # a K tile row: 32 halves or 64 fp8
 STAGES = 2
 WAVE = 64
 THREADS = 256                  # 4 waves, 2 x 2 over (M, N)
 WAVES_M, WAVES_N = 2, 2
 WM, WN = BM // WAVES_M, BN // WAVES_N     # 64 x 64 per wave
-SWIZZLE = (2, 3, 3)            # XOR 16-byte chunk bits (3-4) with row bits 1-2 (6-7)
-CHUNK = 8                      # halves per ds_read_b128
-#: MFMA shapes by their M (= N): (M, N, K) of one instruction
+#: MFMA shapes by their M (= N): (M, N, K) of one instruction for 16-bit inputs; fp8
+#: ones take twice the K (32x32x16, 16x16x32): 8 bytes a lane and step either way
 MFMAS = {32: (32, 32, 8), 16: (16, 16, 16)}
+#: the input types (torch's name -> fx's); fp8 is CDNA3's FNUZ encoding
+DTYPES = {"torch.float16": fx.Float16, "torch.bfloat16": fx.BFloat16,
+          "torch.float8_e4m3fnuz": fx.Float8E4M3FNUZ, "torch.float8_e5m2fnuz": fx.Float8E5M2FNUZ}
 
 
-def stage_layout(rows: int, swizzle: bool):
-    """(rows, BK, STAGES): rows of BK contiguous halves, swizzled in 16-byte chunks
-    (or not: ``swizzle=False`` shows what the swizzle buys in the memory profiler)."""
-    plain = fx.make_layout((rows, BK, STAGES), (BK, 1, rows * BK))
-    return fx.make_composed_layout(fx.Swizzle(*SWIZZLE), plain) if swizzle else plain
+def elems(nbytes: int, dtype) -> int:
+    """How many ``dtype`` values ``nbytes`` bytes hold (the tile is sized in bytes)."""
+    return nbytes * 8 // dtype.bits
 
 
-def unswizzle_col(row, col, swizzle: bool):
+def stage_layout(rows: int, dtype, swizzle: bool):
+    """(rows, BK, STAGES): rows of BK = 64 bytes of contiguous ``dtype`` values, swizzled
+    in 16-byte chunks (or not: ``swizzle=False`` shows what the swizzle buys in the
+    memory profiler): chunk bits (3-4 for halves, 4-5 for fp8) XOR row bits 1-2."""
+    bk, chunk_bits = elems(ROW_BYTES, dtype), elems(16, dtype).bit_length() - 1
+    plain = fx.make_layout((rows, bk, STAGES), (bk, 1, rows * bk))
+    return fx.make_composed_layout(fx.Swizzle(2, chunk_bits, 3), plain) if swizzle else plain
+
+
+def unswizzle_col(row, col, chunk: int, swizzle: bool):
     """The logical column stored at physical column ``col`` of ``row`` (the XOR swizzle
-    is its own inverse)."""
-    return col ^ (((row >> 1) & 3) << 3) if swizzle else col
+    is its own inverse); ``chunk``: values per 16 bytes."""
+    return col ^ (((row >> 1) & 3) * chunk) if swizzle else col
 
 
 @flyc.kernel(known_block_size=[THREADS, 1, 1])   # lets LLVM give a wave 512 VGPRs
-def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int],
-                vec: fx.Constexpr[int], swizzle: fx.Constexpr[bool]):
+def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor,
+                mfma: fx.Constexpr[int], dma: fx.Constexpr[bool], swizzle: fx.Constexpr[bool],
+                scaled: fx.Constexpr[bool]):
     tid = fx.thread_idx.x
     bm, bn = fx.block_idx.x, fx.block_idx.y
     lane, wave = tid % WAVE, tid // WAVE
@@ -75,7 +95,12 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int
     M, K = A.shape.unpack()
     N = B.shape[0]
     dtype = A.dtype
-    MN, _, MK = MFMAS[mfma]
+    BK = elems(ROW_BYTES, dtype)    # K tile: 32 halves or 64 fp8
+    CHUNK = elems(16, dtype)        # values per ds_read_b128: 8 or 16
+    PACK = elems(4, dtype)          # values per DMA dword: 2 or 4
+    VALS = elems(8, dtype)          # A (or B) values per lane and MFMA: 4 or 8
+    MN = MFMAS[mfma][0]
+    MK = MFMAS[mfma][2] * 16 // dtype.bits
     atom = fx.make_mma_atom(fx.rocdl.MFMA(MN, MN, MK, dtype))
     groups = WAVE // MN             # lane groups along K in one MFMA (2 or 4)
     steps = BK // MK                # MFMA K steps per tile (4 or 2)
@@ -85,44 +110,51 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int
 
     sA_raw = fx.shared_array((STAGES * BM * BK,), dtype)
     sB_raw = fx.shared_array((STAGES * BN * BK,), dtype)
-    sA = fx.make_view(sA_raw, stage_layout(BM, swizzle))
-    sB = fx.make_view(sB_raw, stage_layout(BN, swizzle))
-    # a lane's 8-element chunks: (8, rows, BK // 8 chunks, STAGES)
+    sA = fx.make_view(sA_raw, stage_layout(BM, dtype, swizzle))
+    sB = fx.make_view(sB_raw, stage_layout(BN, dtype, swizzle))
+    # a lane's 16-byte chunks: (CHUNK, rows, BK // CHUNK chunks, STAGES)
     chunksA = fx.flat_divide(sA, (1, CHUNK))[0, None, None, None, None]
     chunksB = fx.flat_divide(sB, (1, CHUNK))[0, None, None, None, None]
 
-    dma = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), dtype)
-    # global (M, K/2) pairs through a buffer resource: reads past the end give 0
-    pairsA = fx.flat_divide(fx.rocdl.make_buffer_tensor(A), (1, 2))
-    pairsB = fx.flat_divide(fx.rocdl.make_buffer_tensor(B), (1, 2))
-    dstA = fx.flat_divide(sA_raw, (2,))
-    dstB = fx.flat_divide(sB_raw, (2,))
-    calls = BM * BK // (2 * THREADS)          # DMA calls per wave per operand and tile (8)
+    lds_dma = fx.make_copy_atom(fx.rocdl.BufferCopyLDS32b(), dtype)
+    # global (M, K/PACK) dwords through a buffer resource: reads past the end give 0
+    bufA, bufB = fx.rocdl.make_buffer_tensor(A), fx.rocdl.make_buffer_tensor(B)
+    wordsA, wordsB = fx.flat_divide(bufA, (1, PACK)), fx.flat_divide(bufB, (1, PACK))
+    # K % PACK != 0: one value a buffer load (buffer_load_ushort/ubyte: 0 past the end)
+    onesA, onesB = fx.flat_divide(bufA, (1, 1)), fx.flat_divide(bufB, (1, 1))
+    load1 = fx.make_copy_atom(fx.rocdl.BufferCopy(dtype.bits), dtype)
+    one = fx.make_rmem_tensor((1,), dtype)
+    dstA = fx.flat_divide(sA_raw, (PACK,))
+    dstB = fx.flat_divide(sB_raw, (PACK,))
+    calls = BM * ROW_BYTES // (4 * THREADS)   # DMA calls per wave per operand and tile (8)
 
     def load_tile(kt, stage):
         """Tile ``kt`` of A and B into ``stage``: physical dword ``d`` of a tile takes the
-        pair of logical elements the swizzle stores there (zeros outside (M, K))."""
-        for g, pairs, dst, raw, rows0, extent in ((A, pairsA, dstA, sA_raw, bm * BM, M),
-                                                  (B, pairsB, dstB, sB_raw, bn * BN, N)):
+        PACK logical elements the swizzle stores there (zeros outside (M, K))."""
+        for words, ones, dst, raw, rows0, extent in (
+                (wordsA, onesA, dstA, sA_raw, bm * BM, M),
+                (wordsB, onesB, dstB, sB_raw, bn * BN, N)):
             for i in fx.range(calls):           # a runtime loop: keeps the trace small
                 d0 = (i * (THREADS // WAVE) + wave) * WAVE    # the wave's first dword
-                p = 2 * (d0 + lane)                           # this lane's physical half
-                r, c = p // BK, unswizzle_col(p // BK, p % BK, swizzle)
+                p = PACK * (d0 + lane)                        # this lane's physical value
+                r, c = p // BK, unswizzle_col(p // BK, p % BK, CHUNK, swizzle)
                 row, col = rows0 + r, kt * BK + c
-                if vec == 2:
+                if dma:
                     ok = (row < extent) & (col < K)
-                    src = pairs[0, None, fx.select(ok, row, extent), fx.select(ok, col // 2, 0)]
-                    first = fx.rocdl.readfirstlane(stage * (BM * BK // 2) + d0)
-                    fx.copy(dma, src, dst[None, first])
-                else:                  # odd K: global -> registers -> LDS, 16 bits each
-                    for h in fx.range_constexpr(2):
-                        ok = (row < extent) & (col + h < K)
-                        v = g[fx.select(ok, row, 0), fx.select(ok, col + h, 0)]
-                        raw[stage * BM * BK + p + h] = fx.select(ok, v, fx.cast(0.0, dtype))
+                    src = words[0, None, fx.select(ok, row, extent),
+                                fx.select(ok, col // PACK, 0)]
+                    first = fx.rocdl.readfirstlane(stage * (BM * BK // PACK) + d0)
+                    fx.copy(lds_dma, src, dst[None, first])
+                else:    # K % PACK != 0: global -> registers -> LDS, one value at a time
+                    for h in fx.range_constexpr(PACK):
+                        ok = (row < extent) & (col + h < K)     # else row M: 0
+                        fx.copy(load1, ones[0, None, fx.select(ok, row, extent),
+                                            fx.select(ok, col + h, 0)], one)
+                        raw[stage * BM * BK + p + h] = one[0]
 
-    # fragments: A (4, rm, steps), B (4, rn, steps), C (nacc, rm, rn)
-    fA = fx.make_rmem_tensor((4, rm, steps), dtype)
-    fB = fx.make_rmem_tensor((4, rn, steps), dtype)
+    # fragments: A (VALS, rm, steps), B (VALS, rn, steps), C (nacc, rm, rn)
+    fA = fx.make_rmem_tensor((VALS, rm, steps), dtype)
+    fB = fx.make_rmem_tensor((VALS, rn, steps), dtype)
     fC = fx.make_rmem_tensor((nacc, rm, rn), fx.Float32)
     fC.fill(0.0)
     chunk = fx.make_rmem_tensor((CHUNK,), dtype)
@@ -137,8 +169,8 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int
                     fx.copy(ld128, chunks[None, base + m * MN + lrow, g + groups * j, stage],
                             chunk)
                     for h in fx.range_constexpr(2):
-                        for v in fx.range_constexpr(4):
-                            frag[v, m, 2 * j + h] = chunk[4 * h + v]
+                        for v in fx.range_constexpr(VALS):
+                            frag[v, m, 2 * j + h] = chunk[VALS * h + v]
 
     k_tiles = (K + BK - 1) // BK
     # prologue: tile 0; wait(kt): s_waitcnt vmcnt(0) + barrier (every wave's DMA of tile
@@ -160,7 +192,10 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int
             fx.gemm(atom, fC, fA, fB, fC)    # rm x rn x steps MFMAs, unrolled
     pipe.finish()
 
-    # accumulators -> C: lanes hold consecutive columns (128-byte rows per 32 lanes)
+    # accumulators -> C: lanes hold consecutive columns (128-byte rows per 32 lanes);
+    # scaled: (acc * scale_a) * scale_b, in the order torch multiplies its reference
+    sa = SA[0] if scaled else None
+    sb = SB[0] if scaled else None
     c_tv = atom.layout_C_tv
     for m in fx.range_constexpr(rm):
         for n in fx.range_constexpr(rn):
@@ -169,20 +204,51 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int
                 row = bm * BM + wm * WM + m * MN + i % MN
                 col = bn * BN + wn * WN + n * MN + i // MN
                 if (row < M) & (col < N):
-                    C[row, col] = fC[v, m, n]
+                    if fx.const_expr(scaled):
+                        C[row, col] = fC[v, m, n] * sa * sb
+                    else:
+                        C[row, col] = fC[v, m, n]
+
+
+def _scale(s, name: str, like):
+    """A per-tensor scale as a one-element float32 tensor (``s`` a number or such a
+    tensor), or ``like`` when ``s`` is None (not read)."""
+    import torch
+    if s is None:
+        return like
+    if isinstance(s, (int, float)):
+        return torch.tensor([float(s)], device=like.device)
+    if s.dtype != torch.float32 or s.numel() != 1:
+        raise TypeError(f"gemm_gfx942: {name} must be a number or a one-element float32 "
+                        f"tensor (per-tensor scale), got {s.dtype} of shape {tuple(s.shape)}")
+    return s.reshape(1)
 
 
 @flyc.jit
 def gemm(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int] = 32,
-         swizzle: fx.Constexpr[bool] = True, stream: fx.Stream = fx.Stream(None)):
-    """C = A @ B.T; A (M, K) and B (N, K) fp16 or bf16, C (M, N) float32, row-major.
-    ``mfma``: 32 (v_mfma_f32_32x32x8) or 16 (v_mfma_f32_16x16x16); ``swizzle=False``
-    stores the LDS tiles unswizzled (bank conflicts; for comparison)."""
+         swizzle: fx.Constexpr[bool] = True, scale_a=None, scale_b=None,
+         stream: fx.Stream = fx.Stream(None)):
+    """C = (A @ B.T) * scale_a * scale_b; A (M, K) and B (N, K) both fp16, bf16,
+    float8_e4m3fnuz or float8_e5m2fnuz, C (M, N) float32, row-major.
+    ``mfma``: 32 (v_mfma_f32_32x32x8, fp8 32x32x16) or 16 (16x16x16, fp8 16x16x32);
+    ``swizzle=False`` stores the LDS tiles unswizzled (bank conflicts; for comparison).
+    ``scale_a``, ``scale_b``: per-tensor scales (a number or a one-element float32
+    tensor, as ``torch._scaled_mm`` takes them), both or neither."""
     if mfma not in MFMAS:
-        raise ValueError(f"gemm: mfma must be one of {sorted(MFMAS)}, got {mfma!r}")
+        raise ValueError(f"gemm_gfx942: mfma must be one of {sorted(MFMAS)}, got {mfma!r}")
+    dtype = DTYPES.get(str(A.dtype))
+    if dtype is None or str(B.dtype) != str(A.dtype):
+        raise TypeError(f"gemm_gfx942: A and B must both be one of "
+                        f"{', '.join(n.split('.')[1] for n in DTYPES)}; got {A.dtype} and "
+                        f"{B.dtype}")
+    if (scale_a is None) != (scale_b is None):
+        raise TypeError("gemm_gfx942: give both scale_a and scale_b, or neither")
+    SA, SB = _scale(scale_a, "scale_a", C), _scale(scale_b, "scale_b", C)
     M, K = A.shape
     N = B.shape[0]
-    gemm_kernel(A, B, C, mfma, 2 if K % 2 == 0 else 1, swizzle).launch(
+    # the LDS DMA moves aligned dwords: rows of A and B a whole number of them
+    dma = K % elems(4, dtype) == 0
+    gemm_kernel(A, B, C, SA, SB, mfma, dma, swizzle, scale_a is not None).launch(
         grid=((M + BM - 1) // BM, (N + BN - 1) // BN, 1), block=(THREADS, 1, 1), stream=stream)
 
 
@@ -195,6 +261,17 @@ def main() -> None:
         C = torch.zeros(M, N, dtype=torch.float32)
         gemm(A, B, C)
         torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
+    # fp8 with per-tensor scales (the scaled epilogue), against torch on the same fp8
+    # values: the products are exact in f32, only the order of the sums differs
+    for (M, N, K), dtype in [((200, 72, 40), torch.float8_e4m3fnuz),
+                             ((130, 70, 75), torch.float8_e5m2fnuz)]:
+        A = torch.randn(M, K).to(dtype)
+        B = torch.randn(N, K).to(dtype)
+        sa, sb = torch.tensor([0.75]), torch.tensor([1.5])
+        C = torch.zeros(M, N, dtype=torch.float32)
+        gemm(A, B, C, scale_a=sa, scale_b=sb)
+        torch.testing.assert_close(C, (A.float() @ B.float().T) * sa * sb, rtol=1e-5,
+                                   atol=1e-5)
     print("PASS")
 
 
