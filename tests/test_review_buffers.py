@@ -105,10 +105,9 @@ def _run(dtype_name: str, bits: int, a_bytes: int, c_bytes: int):
 
 #: (dtype, atom bits, a's records in bytes, c's): records cutting a word of a tile,
 #: ending on a word, covering less than one word, past the tensor
-CASES = [("f16", 128, 3 * 16 + 10, 5 * 16 + 6), ("f16", 64, 2 * 8 + 2, 4 * 8 + 6),
-         ("bf16", 128, 4 * 16 + 14, 2 * 16 + 2), ("bf16", 32, 3 * 4 + 2, 5 * 4 + 2),
-         ("f16", 16, 5 * 2, 3 * 2), ("i8", 8, 5, 3), ("i8", 16, 7, 9), ("i8", 64, 13, 6),
-         ("fp8", 128, 2 * 16 + 7, 3 * 16 + 13), ("fp8", 32, 9, 14),
+CASES = [("f16", 128, 3 * 16 + 10, 5 * 16 + 6), ("f16", 128, 16 + 2, 1 << 20),
+         ("bf16", 32, 3 * 4 + 2, 5 * 4 + 2), ("f16", 16, 5 * 2, 3 * 2), ("i8", 8, 5, 3),
+         ("i8", 64, 13, 6), ("i8", 64, 2, 9), ("fp8", 128, 2 * 16 + 7, 3 * 16 + 13),
          ("f32", 128, 16 + 12, 3 * 16 + 4), ("f32", 64, 3 * 8 + 4, 8 * 8 + 100),
          ("f32", 32, 1 << 20, 2 * 4)]
 
@@ -120,7 +119,7 @@ def test_buffer_copies_check_each_word_as_the_hardware(dtype_name, bits, a_bytes
     np.testing.assert_array_equal(c, want_c)
 
 
-@pytest.mark.parametrize("dtype_name,bits,a_bytes,c_bytes", [CASES[0], CASES[3], CASES[8]])
+@pytest.mark.parametrize("dtype_name,bits,a_bytes,c_bytes", [CASES[0], CASES[2], CASES[7]])
 def test_the_memory_profiled_build_gives_the_same_values(monkeypatch, dtype_name, bits,
                                                           a_bytes, c_bytes):
     monkeypatch.setenv("FLYDSL_PROFILE", "memory")
