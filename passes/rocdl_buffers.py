@@ -9,9 +9,10 @@ semantics with plain LLVM memory operations, following the CDNA3 ISA for a raw b
 
 * the address is ``base + soffset + voffset`` (the immediate offset of the intrinsics
   is folded into ``voffset`` by their callers);
-* the range check is on the buffer offset ``voffset`` alone (unsigned; ``soffset`` is not
-  part of it), for each 32-bit word of a 64/96/128-bit access on its own: a word is
-  inside when its last byte lies below ``num_records`` (bytes);
+* the range check is on the whole offset ``voffset + soffset`` (each unsigned 32 bits,
+  summed without wrapping: the CDNA ISAs' total offset, as ROCm's CDNA simulator checks
+  it against the hardware), for each 32-bit word of a 64/96/128-bit access on its own: a
+  word is inside when its last byte lies below ``num_records`` (bytes);
 * a load gives 0 for each word outside, a store writes only the words inside, an atomic
   (one word) does nothing outside and a returning one gives 0.
 
@@ -193,7 +194,7 @@ class _Lowering:
         words = max(nbytes // WORD, 1)
         word_t = ir.IntegerType.get_signless(min(nbytes, WORD) * 8)
         vec_t = ir.VectorType.get([words], word_t)
-        mask = self._word_mask(res, voff, nbytes, words)
+        mask = self._word_mask(res, voff, soff, nbytes, words)
         ptr = self._address(res, voff, soff)
         i32 = ir.IntegerType.get_signless(32)
         align = ir.IntegerAttr.get(i32, 1)
@@ -204,11 +205,11 @@ class _Lowering:
         llvm.intr_masked_store(_to_words(data, vec_t), ptr, mask, align)
         return None
 
-    def _word_mask(self, res: _Resource, voff, nbytes: int, words: int) -> ir.Value:
-        """vector<words x i1>: word k (bytes voff+4k .. ) lies below num_records."""
+    def _word_mask(self, res: _Resource, voff, soff, nbytes: int, words: int) -> ir.Value:
+        """vector<words x i1>: word k (bytes voff+soff+4k .. ) lies below num_records."""
         from mlir.dialects import arith, vector
         i64 = ir.IntegerType.get_signless(64)
-        v = arith.extui(i64, voff)
+        v = arith.addi(arith.extui(i64, voff), arith.extui(i64, soff))
         ends = [arith.addi(v, _const(i64, WORD * k + min(WORD, nbytes - WORD * k)))
                 for k in range(words)]
         inside = [arith.cmpi(arith.CmpIPredicate.ule, e, res.num_records) for e in ends]
@@ -229,7 +230,8 @@ class _Lowering:
         if nbytes is None or nbytes > 8:
             raise _error(f"'{op.name}' of {data_type} is not a buffer atomic", op)
         i64 = ir.IntegerType.get_signless(64)
-        end = arith.addi(arith.extui(i64, voff), _const(i64, nbytes))
+        end = arith.addi(arith.addi(arith.extui(i64, voff), arith.extui(i64, soff)),
+                         _const(i64, nbytes))
         inside = arith.cmpi(arith.CmpIPredicate.ule, end, res.num_records)
         returns = len(op.results) == 1
         branch = scf.IfOp(inside, [data_type] if returns else [], has_else=returns)

@@ -90,9 +90,9 @@ def test_soffset_moves_the_address_and_two_byte_accesses_are_checked():
     x = (np.arange(33) + 1).astype(np.float16)
     y = np.full(32, -1, np.float16)
     shifted_half[1, 32](x, y, 20)
-    # the range check is on the voffset (2 * i) alone: i < 20 is inside
-    np.testing.assert_array_equal(y[:20], x[1:21])
-    np.testing.assert_array_equal(y[20:], 0)
+    # the range check is on voffset + soffset (2 * i + 2): i < 19 is inside
+    np.testing.assert_array_equal(y[:19], x[1:20])
+    np.testing.assert_array_equal(y[19:], 0)
 
 
 def test_buffer_atomics_skip_words_past_the_records():
