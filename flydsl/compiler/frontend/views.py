@@ -301,8 +301,19 @@ class TensorView:
             if value.numel != n:
                 raise DSLTypeError(f"cannot store a vector of {value.numel} lanes into a view "
                                    f"of {n} elements ({self.layout!r})")
+            vtype = ir.VectorType(value.v.type)
+            if value.dtype is self.dtype and self._register_run(n) and \
+                    vtype.element_type == storage_type(self.dtype):
+                flat = value.v if vtype.rank == 1 else \
+                    vector.shape_cast(vector_type(n, self.dtype), value.v)
+                self._store_run(flat, n)
+                return
             items = value.elements()
         else:
+            if n > 1 and self._register_run(n):   # fill: one broadcast, one store
+                v = coerce_for_store(value, self.dtype, self.memory.label())
+                self._store_run(vector.broadcast(vector_type(n, self.dtype), _to_storage(v)), n)
+                return
             items = [value] * n
         for i, v in enumerate(items):
             self[i] = v
@@ -310,6 +321,23 @@ class TensorView:
     def fill(self, value) -> None:
         v = as_value(value, self.dtype) if not isinstance(value, Value) else value
         self.store(v)
+
+    def _register_run(self, n: int) -> bool:
+        """Whether this view is ``n`` consecutive elements of a register fragment: a
+        store of it is then one ``vector.store`` (element by element, a fragment of
+        128 lanes was 384 traced ops instead of one)."""
+        return type(self.memory) is Memory and self.memory.space == "register" and \
+            (n == 1 or contiguous_runs(self.layout, n))
+
+    def _store_run(self, vec: ir.Value, n: int) -> None:
+        """Store the ``n``-lane ``vec`` (of the storage type) at this view's offset."""
+        mem, off = self.memory, self.offset
+        align = mem.itemsize
+        if isinstance(off, int):   # the fragment itself is MAX_VECTOR_BYTES-aligned
+            while align < MAX_VECTOR_BYTES and 2 * align <= n * mem.itemsize and \
+                    (off * mem.itemsize) % (2 * align) == 0:
+                align *= 2
+        vector.StoreOp(vec, mem.mem, [to_index(off)], alignment=align)
 
 
 def _has_none(coord) -> bool:
