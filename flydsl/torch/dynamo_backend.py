@@ -22,10 +22,12 @@
    :class:`flydsl.torch.row_kernels.RowModule`), and on the CPU independent groups
    of one pattern (an optimizer's per-parameter chains) by one launch
    (:mod:`flydsl.torch.multi_tensor`). Everything else runs as eager
-   ATen calls. A graph whose forward fusions save less than AOTAutograd costs
-   (nothing fused, or :data:`~flydsl.torch.fusion_cost.AOT_INFERENCE_TAX` /
-   ``AOT_TRAINING_TAX`` of its estimated time) runs as dynamo's graph module
-   itself, as in eager mode (eager autograd, no AOTAutograd wrapper).
+   ATen calls, but a residual add left after a matmul is the matmul's own
+   ``addmm`` (:func:`~flydsl.torch.rewrites.fold_residual_adds`). A graph whose
+   forward fusions save less than AOTAutograd costs (nothing fused, or
+   :data:`~flydsl.torch.fusion_cost.AOT_INFERENCE_TAX` / ``AOT_TRAINING_TAX`` of
+   its estimated time) runs as dynamo's graph module itself, as in eager mode
+   (eager autograd, no AOTAutograd wrapper).
 
 Set ``FLYDSL_TORCH_LOG=1`` (or ``debug``) to log the fused groups, their cost
 estimates and the generated kernels (logger ``"flydsl.torch"``).
@@ -48,7 +50,7 @@ from .partition import MIN_GROUP_SIZE, fusible, is_row_group, op_count, partitio
 from .patterns import build_pattern, build_row_pattern, output_layouts
 from .pointwise import decompositions, inline_decompositions
 from .reductions import reduction_count, row_input
-from .rewrites import inline_decomposition, split_addmm, split_log_softmax
+from .rewrites import fold_residual_adds, inline_decomposition, split_addmm, split_log_softmax
 from .row_kernels import RowModule
 from .scatter_sums import merge_scatter_sums
 from .trials import MAX_TRIALS, TRIALS, GraphTrial
@@ -61,7 +63,7 @@ COST_RULE = True
 stats = {"graphs": 0, "eager_graphs": 0, "aten_graphs": 0, "fused_groups": 0, "fused_ops": 0,
          "rewrites_kept": 0, "rewrites_undone": 0, "not_worth_aot": 0, "scatter_sums": 0,
          "graphs_kept_fused": 0, "graphs_back_to_aten": 0, "graphs_kept_aot": 0,
-         "graphs_back_to_dynamo": 0}
+         "graphs_back_to_dynamo": 0, "residual_adds": 0}
 _PREFIX = "flydsl_fused_"
 _OPTIONS = {"min_group_size": int, "cost_rule": bool}
 
@@ -272,6 +274,8 @@ def fuse_pointwise(gm: GraphModule, device_type: str, min_group_size: int = MIN_
             # with the cost rule, CPU kernels are also timed against eager (trials.py)
             module = kind(pattern, sub, device_type, output_layouts(sub), measure=cost_rule)
             setattr(new, node.target, module)
+    # the residual adds left eager after a matmul: added by the BLAS call instead
+    stats["residual_adds"] += fold_residual_adds(new.graph)
     new.recompile()
     if device_type == "cpu":
         # independent groups of one pattern (an optimizer's per-parameter chains): one

@@ -16,6 +16,10 @@ into several.
   means or sums over its dim (a cross entropy with label smoothing) ->
   ``logsumexp`` and those reductions of its input, so that ``log_softmax``'s
   result is never stored.
+* :func:`fold_residual_adds`: after fusion, an eager ``add(r, view(mm(x, w)))``
+  of two same-shaped tensors (a residual after a projection without bias)
+  -> ``view(addmm(reshape(r), x, w))``: the BLAS call adds ``r`` as it writes
+  its result (``beta = 1``), instead of a zeroed result and one more pass.
 
 Every created node carries ``meta["val"]`` and ``meta["flydsl_eager_us"]``,
 its share of the replaced call's estimated eager time (see
@@ -272,4 +276,75 @@ def split_log_softmax(graph: Graph, node: Node) -> Optional[Rewrite]:
     return Rewrite(node.name, created)
 
 
-__all__ = ["Rewrite", "inline_decomposition", "split_addmm", "split_log_softmax"]
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _product_of(node: object) -> Optional[tuple]:
+    """``(mm, view)`` when ``node`` is ``mm(x, w)`` or a view of it, read by one
+    user each (view None when there is none); None otherwise."""
+    if not isinstance(node, Node) or node.op != "call_function" or len(node.users) != 1:
+        return None
+    view = None
+    if node.target in _VIEWS:
+        view, node = node, node.args[0]
+        if not isinstance(node, Node) or node.op != "call_function" or len(node.users) != 1:
+            return None
+    if node.target is not aten.mm.default or node.kwargs:
+        return None
+    return node, view
+
+
+def fold_residual_adds(graph: Graph) -> int:
+    """Fold each eager ``add(r, p)`` (either order, no ``alpha``) whose ``p`` is
+    ``mm(x, w)`` or a view of it read only there, and ``r`` a floating tensor of
+    the add's shape and dtype, into ``addmm(reshape(r, mm's shape), x, w)`` (viewed
+    back): torch's own op for ``r + x @ w``, which adds ``r`` as the BLAS call writes
+    its result (one rounding of ``r`` plus the product, as the eager add's; the
+    product's own rounding may differ by the BLAS's accumulation order, as two
+    BLAS calls' do). Run on a fused graph: the adds left are the eager ones.
+    Returns the number folded."""
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.add.Tensor \
+                or node.kwargs or len(node.args) != 2:
+            continue
+        out = node.meta.get("val")
+        if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point:
+            continue
+        for r, p in (node.args, node.args[::-1]):
+            found = _product_of(p)
+            rval = r.meta.get("val") if isinstance(r, Node) else None
+            if found is None or not isinstance(rval, torch.Tensor) \
+                    or rval.shape != out.shape or rval.dtype != out.dtype:
+                continue
+            mm, view = found
+            mval = mm.meta.get("val")
+            if not isinstance(mval, torch.Tensor) or mval.dtype != out.dtype \
+                    or mval.numel() != out.numel():
+                continue
+            mode = _fake_mode(mm)
+            if mode is None:
+                continue
+            with mode:
+                flat_val = aten.reshape.default(rval, list(mval.shape))
+                sum_val = aten.addmm.default(flat_val, *[a.meta["val"] for a in mm.args])
+                back_val = aten.view.default(sum_val, list(out.shape))
+            with graph.inserting_before(node):
+                flat = graph.call_function(aten.reshape.default, (r, list(mval.shape)))
+                flat.meta["val"] = flat_val
+                new = graph.call_function(aten.addmm.default, (flat, *mm.args))
+                new.meta["val"] = sum_val
+                back = graph.call_function(aten.view.default, (new, list(out.shape)))
+                back.meta["val"] = back_val
+            node.replace_all_uses_with(back)
+            graph.erase_node(node)
+            if view is not None:
+                graph.erase_node(view)
+            graph.erase_node(mm)
+            done += 1
+            break
+    return done
+
+
+__all__ = ["Rewrite", "fold_residual_adds", "inline_decomposition", "split_addmm",
+           "split_log_softmax"]
