@@ -15,8 +15,9 @@ from .errors import CompileTimeWarning, DSLTypeError, FlydslError, LaunchError, 
 from .tracebacks import trim_traceback
 from .expr.dtypes import Stream, TensorAnnotation
 from .runtime.args import annotation_kind, check_scalar, constexpr_struct_type, scalar_dtype_of
-from .runtime.dispatch import (MAX_THREADS_PER_DIM, arg_key, check_extent, check_smem_arg,
-                               constexpr_token, dim3, env_token, holds_lookalike)
+from .runtime.dispatch import (ENV_KEYS, MAX_THREADS_PER_DIM, arg_key, check_extent,
+                               check_smem_arg, constexpr_token, dim3, env_token,
+                               holds_lookalike)
 from .runtime.specialization import checked_pairs, int_divisible, overlap
 from .runtime.host_args import host_value, unwrap_args
 from .runtime.tensors import as_tensor, range_of, tensor_range
@@ -25,6 +26,25 @@ from .expr.layout_algebra import rank as layout_rank
 _MAX_THREADS = MAX_THREADS_PER_DIM
 _DEFAULT = launch_context.DEFAULT
 _current_context = launch_context.current
+
+
+def _environ_read(compiled) -> tuple:
+    """``(names, values)`` of the environment variables ``compiled``'s trace read besides
+    those :func:`env_token` keys, as they are now (just after its compile or load);
+    ``()`` when there are none."""
+    from .compiler.dependencies import environ_values
+    names = tuple(n for n in getattr(compiled, "environ_names", ()) if n not in ENV_KEYS)
+    return (names, environ_values(names)) if names else ()
+
+
+def _same_environ(compiled) -> bool:
+    """Whether the environment variables ``compiled``'s trace read still have the values
+    it was compiled under (in this process: a new process keys the disk cache by them)."""
+    read = getattr(compiled, "environ_read", ())
+    if not read:
+        return True
+    from .compiler.dependencies import environ_values
+    return environ_values(read[0]) == read[1]
 
 
 @dataclass(frozen=True)
@@ -277,9 +297,10 @@ class KernelFunction:
         bound = bind_launch(compiled, runtime)
         if launch:
             bound(runtime, grid3, block3, smem, stream)
-        if fast_key is not None and not self._reads_launch_block:
+        if fast_key is not None and not self._reads_launch_block and not compiled.environ_read:
             # (a kernel specialized on its launch block takes this path every time:
-            # warm launches guard the arguments, not the block)
+            # warm launches guard the arguments, not the block; so does one whose trace
+            # read environment variables besides the codegen ones warm launches key)
             self._install_fast_path(fast_key, bound, args)
         return None
 
@@ -503,17 +524,21 @@ class KernelFunction:
         (``fx.known_block_size()`` without a declaration) is specialized on it."""
         from .compiler.kernel_compiler import compile_specialization
         from .compiler.kernel_function import launch_block, reads_launch_block
-        key = (tuple(s.key() for s in specs), backend.name, backend.target, options.key())
+        # the codegen environment (FLYDSL_GPU_ARCH, ...) is part of the key, and a hit
+        # whose trace read another variable that has changed since is compiled again
+        key = (tuple(s.key() for s in specs), backend.name, backend.target, options.key(),
+               env_token())
         if self._reads_launch_block:
             key += (block3,)
         hit = self._compiled.get(key)
-        if hit is not None:
+        if hit is not None and _same_environ(hit):
             return hit
         with self._lock:
             hit = self._compiled.get(key)
-            if hit is None:
+            if hit is None or not _same_environ(hit):
                 with launch_block(None if self.known_block_size else block3) as state:
                     hit = compile_specialization(self.fn, self.name, specs, backend, options)
+                hit.environ_read = _environ_read(hit)
                 if reads_launch_block(state, hit) and not self._reads_launch_block:
                     self._reads_launch_block = True   # from now on keyed by the block too
                     self._dispatch.clear()

@@ -384,6 +384,15 @@ def reading_environ():
                    lambda: [setattr(_ENVIRON, n, f) for n, f in _ENVIRON_READS.items()])
 
 
+def own_setting(name: str) -> Optional[str]:
+    """An environment variable flydsl itself reads while tracing that does not shape the
+    kernel's code (a trace-size limit): read without noting it as a dependency."""
+    try:
+        return _ENVIRON_READS["__getitem__"](os.environ, name)
+    except KeyError:
+        return None
+
+
 def _noting_getitem(self, key):
     if self is os.environ and isinstance(key, str):
         _note("environ", key)
@@ -400,6 +409,25 @@ def _noting_len(self):
     if self is os.environ:
         _note("environ", "")
     return _ENVIRON_READS["__len__"](self)
+
+
+def environ_names_in(encoded_paths) -> tuple:
+    """The environment variables among a dependency set's encoded paths (``""``: the
+    whole environment), sorted."""
+    names = set()
+    for text in encoded_paths:
+        if isinstance(text, str) and text.startswith('[["E",'):
+            path = decode_path(text)
+            if len(path) == 1:
+                names.add(path[0][1])
+    return tuple(sorted(names))
+
+
+def environ_values(names: tuple) -> tuple:
+    """The current values of the environment variables ``names`` (``""``: all of them),
+    to compare with those a kernel was compiled under."""
+    return tuple(tuple(sorted(os.environ.items())) if n == "" else os.environ.get(n)
+                 for n in names)
 
 
 def with_files(deps: Dependencies, paths, environ_names=()) -> Dependencies:
@@ -446,6 +474,7 @@ def _resolve(path: Path, memo: dict, constexprs: dict) -> Any:
 
 __all__ = ["Dependencies", "DependencyRecorder", "MISSING", "NotFound", "Path",
            "closure_vars", "constant_index", "decode_path", "describe", "encode_path",
+           "environ_names_in", "environ_values", "own_setting",
            "lookup_name", "reading_environ", "reading_files", "resolve_hashes", "runs_user_code", "show_path",
            "step_value", "with_files"]
 

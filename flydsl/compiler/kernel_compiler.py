@@ -12,7 +12,8 @@ from . import cache as disk_cache
 from . import deploy
 from .store import active_store
 from .target import GPUTarget
-from .dependencies import reading_environ, reading_files, resolve_hashes, with_files
+from .dependencies import environ_names_in, reading_environ, reading_files, resolve_hashes, \
+    with_files
 from .fingerprint import base_key, entry_key
 from .kernel_function import LAUNCH_BLOCK, current_launch_block
 
@@ -46,6 +47,12 @@ class CompiledKernel:
         #: What the trace read (its dependency set): with the keys, what a bundle's
         #: manifest records for it (None if unknown).
         self.variant = None
+        #: The environment variables its trace read (``""``: the whole environment):
+        #: a launch after one of them changed compiles again, as a new process would.
+        self.environ_names: tuple = ()
+        #: Set by the kernel that holds it: those of them outside the codegen keys and
+        #: their values when it was compiled or loaded (see ``flydsl.kernel``).
+        self.environ_read: tuple = ()
         #: Tensor parameters the kernel may write: read-only arguments are refused there.
         self.written = tuple(written)
         #: What the toolchain reported of the binary's resources (kept in the cache
@@ -190,6 +197,8 @@ def _lookup(store, base: str, fn, constexprs: dict, specs: tuple,
         hit = _from_entry(store, found[1], specs, found[0], base)
         if hit is not None:
             hit.variant = variants.get(found[0])
+            if hit.variant is not None:
+                hit.environ_names = environ_names_in(p for p, *_ in _split_stamp(hit.variant)[0])
             return hit
         unusable.add(found[0])
 
@@ -280,9 +289,12 @@ def _build(name: str, traced, specs: tuple, backend, options, key: str,
     compiled_keys.append(key)
     artifact = MlirCompiler.compile(traced.module, backend=backend, options=options,
                                     func_name=traced.name, keep_stages=False)
-    return CompiledKernel(kernel_name=name, name=traced.name, specs=specs,
-                          asm=artifact.asm, binary_stage=artifact.binary_stage,
-                          backend_name=backend.name, driver=backend.driver or backend.name,
-                          target=backend.target, shared_bytes=traced.shared_bytes,
-                          cache_key=key, base_key=base, written=traced.written,
-                          resources=artifact.resources.get(traced.name))
+    kernel = CompiledKernel(kernel_name=name, name=traced.name, specs=specs,
+                            asm=artifact.asm, binary_stage=artifact.binary_stage,
+                            backend_name=backend.name, driver=backend.driver or backend.name,
+                            target=backend.target, shared_bytes=traced.shared_bytes,
+                            cache_key=key, base_key=base, written=traced.written,
+                            resources=artifact.resources.get(traced.name))
+    kernel.environ_names = environ_names_in(
+        p for p, _, _ in (traced.dependencies.entries if traced.dependencies else ()))
+    return kernel

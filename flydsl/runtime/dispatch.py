@@ -26,7 +26,7 @@ from .tensors import cai_key, is_torch_tensor
 #: Environment variables that change what gets compiled or where it runs.
 ENV_KEYS = ("FLYDSL_COMPILE_BACKEND", "FLYDSL_GPU_ARCH", "FLYDSL_OPT_LEVEL", "FLYDSL_DEBUG",
             "FLYDSL_FAST_MATH", "FLYDSL_FP_CONTRACT", "FLYDSL_RACECHECK", "FLYDSL_PROFILE",
-            "FLYDSL_CPU_WARP_SIZE")
+            "FLYDSL_CPU_WARP_SIZE", "HSA_OVERRIDE_GFX_VERSION")
 
 _ENV_DATA = getattr(os.environ, "_data", None)   # CPython's raw dict: ~40x faster lookups
 if _ENV_DATA is not None and os.environ.encodekey("X") == b"X":
@@ -34,7 +34,7 @@ if _ENV_DATA is not None and os.environ.encodekey("X") == b"X":
 
     def env_token(_get=_ENV_DATA.get, _k=_ENV_BYTES) -> tuple:
         return (_get(_k[0]), _get(_k[1]), _get(_k[2]), _get(_k[3]), _get(_k[4]), _get(_k[5]),
-                _get(_k[6]), _get(_k[7]), _get(_k[8]))
+                _get(_k[6]), _get(_k[7]), _get(_k[8]), _get(_k[9]))
     #: ``(dict, keys)`` env_token reads (``dict.get`` of each key, in order), for the
     #: native warm launch (runtime.native_launch); None where env_token reads otherwise.
     ENV_SOURCE: Optional[tuple] = (_ENV_DATA, _ENV_BYTES)

@@ -194,7 +194,8 @@ _warned_budget: set = set()
 
 
 def _env_count(name: str, default: int) -> int:
-    text = os.environ.get(name, "").strip()
+    from ..dependencies import own_setting   # a limit, not part of the kernel's key
+    text = (own_setting(name) or "").strip()
     return int(text) if text.isdigit() else default
 
 
