@@ -17,12 +17,12 @@ from ...errors import DSLTypeError
 from ...expr import dtypes as dt
 from . import context
 from .values import Value, as_value, to_index
-from .tensors import storage_type
+from .tensors import coerce_for_store, storage_type
 from .views import Memory, as_view, when
 
 __all__ = ["GFX9_BUFFER_FLAGS", "address", "byte_offset", "checked_load", "checked_store",
            "checked_vector_load", "checked_vector_store",
-           "guarded_load", "i32", "in_records", "raw_buffer_access", "raw_load", "raw_store",
+           "guarded_load", "guarded_store", "i32", "in_records", "raw_buffer_access", "raw_load", "raw_store",
            "resource", "tensor_pointer", "word_checked_access"]
 
 #: Buffer-resource word 3 for gfx9 (CDNA): 32-bit data format, as LLVM's AMDGPU
@@ -163,11 +163,20 @@ def _checked_stores(mem: Memory, checks: list, values: list) -> None:
             mem.store(at, v)
 
 
+def _raw_element_access(mem: Memory) -> bool:
+    """Whether one element of the buffer memory ``mem`` is accessed by a raw buffer
+    instruction: on the CPU as :func:`raw_buffer_access` says, on gfx9 for every
+    element type but bool (which has no buffer load of its own)."""
+    backend = context.current().target.backend
+    return raw_buffer_access(mem) and (backend == "cpu" or
+                                       (backend == "rocm" and mem.dtype.kind != "bool"))
+
+
 def guarded_load(mem: Memory, offset) -> Value:
     """Element ``offset`` of ``mem``; 0 past a buffer's records."""
     if mem.records is None:
         return mem.load(offset)
-    if raw_buffer_access(mem) and context.current().target.backend == "cpu":
+    if _raw_element_access(mem):
         return Value(raw_load(mem, offset, mem.dtype.mlir_type()), mem.dtype)
     if word_checked_access(mem):
         return checked_load(mem, offset, 1)[0]
@@ -179,6 +188,21 @@ def guarded_load(mem: Memory, offset) -> Value:
     with ir.InsertionPoint(branch.else_block):
         scf.YieldOp([as_value(0, mem.dtype).v])
     return Value(branch.results[0], mem.dtype)
+
+
+def guarded_store(mem: Memory, offset, value: Value) -> None:
+    """Store ``value`` at element ``offset`` of ``mem``; dropped past a buffer's records."""
+    if mem.records is None:
+        mem.store(offset, value)
+        return
+    if _raw_element_access(mem) and context.current().target.backend == "rocm":
+        raw_store(coerce_for_store(value, mem.dtype, mem.label()).v, mem, offset)
+        return
+    if word_checked_access(mem):
+        checked_store(mem, offset, [value])
+        return
+    with when(in_records(mem, offset, 1)):
+        mem.store(offset, value)
 
 
 def raw_load(mem: Memory, offset, t: ir.Type) -> ir.Value:

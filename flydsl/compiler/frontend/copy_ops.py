@@ -35,6 +35,7 @@ from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit,
                     vector_store, vector_type, when)
 from .buffer_resources import GFX9_BUFFER_FLAGS  # noqa: F401  (re-exported)
 from .buffer_resources import address as _address, guarded_load as _guarded_load
+from .buffer_resources import guarded_store as _guarded_store
 from .buffer_resources import in_records as _in_records, raw_buffer_access as _raw_buffer_access
 from .buffer_resources import raw_load as _raw_load, raw_store as _raw_store
 from .buffer_resources import checked_load as _checked_load, checked_store as _checked_store
@@ -284,17 +285,6 @@ def _scalar_copy(src: TensorView, dst: TensorView, first: int, width: int) -> No
 def _retyped(value: Value, dtype) -> Value:
     """A loaded element as ``dtype`` (the same bits; see :func:`_bit_copy`)."""
     return value if value.dtype is dtype else bitcast(value, dtype)
-
-
-def _guarded_store(mem: Memory, offset, value: Value) -> None:
-    if mem.records is None:
-        mem.store(offset, value)
-        return
-    if _word_checked_access(mem):
-        _checked_store(mem, offset, [value])
-        return
-    with when(_in_records(mem, offset, 1)):
-        mem.store(offset, value)
 
 
 def _plus(offset, t: int):

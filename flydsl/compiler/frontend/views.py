@@ -270,6 +270,9 @@ class TensorView:
         off = self.element_offset(coord)
         if self.memory is None:
             return as_coordinate(off)
+        if self.memory.records is not None:   # a buffer tensor: 0 past its records
+            from .buffer_resources import guarded_load
+            return guarded_load(self.memory, off)
         return self.memory.load(off)
 
     def __setitem__(self, coord, value) -> None:
@@ -277,6 +280,10 @@ class TensorView:
             raise DSLTypeError("a coordinate (identity) tensor is read-only")
         if _has_none(coord):
             raise DSLTypeError("assign elements one at a time, or use view.store(v) / fill(x)")
+        if self.memory.records is not None:   # a buffer tensor: dropped past its records
+            from .buffer_resources import guarded_store
+            guarded_store(self.memory, self.element_offset(coord), value)
+            return
         self.memory.store(self.element_offset(coord), value)
 
     def size(self) -> int:

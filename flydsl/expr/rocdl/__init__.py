@@ -76,8 +76,8 @@ def readfirstlane(res_or_value, value=None):
 
 def make_buffer_tensor(tensor, max_size: bool = True, *, num_records_bytes=None):
     """``tensor`` accessed through an AMD buffer resource covering exactly its elements:
-    copies with ``BufferCopy*`` atoms (and any copy) read 0 past its end and drop
-    writes there.
+    copies with ``BufferCopy*`` atoms (and any copy), and plain indexing (``b[i, j]``,
+    ``b[i, j] = v``), read 0 past its end and drop writes there.
 
     ``num_records_bytes`` (FlyDSL's; an int or a run-time integer) sets the resource's
     size in bytes from the tensor's first element instead, e.g. to the rows that exist
