@@ -85,3 +85,39 @@ def test_register_vector_stores_compile_for_gfx942():
     X, Y = _args(2)
     asm = gpu_asm_or_skip(frag_runs, (X, Y), "rocm", "gfx942")
     assert "scratch_" not in asm and "buffer_store" not in asm   # stayed in registers
+
+
+@flydsl.kernel
+def swizzled_and_local(X: fx.Tensor, Y: fx.Tensor):
+    """A vector stored through a swizzled view of a fragment lands where the swizzle
+    puts each element (not as one run), and a view of an fx.local_array (aligned as
+    fragments are) is filled with one vector store."""
+    frag = fx.make_rmem_tensor(4, fx.Float32)
+    frag.fill(0.0)
+    swz = fx.make_view(fx.get_iter(frag),
+                       fx.make_composed_layout(fx.Swizzle(1, 0, 1), fx.make_layout(4, 1)))
+    swz.store(Vec.from_elements([X[i] for i in range(4)], fx.Float32))
+    local = fx.local_array((8,), fx.Float32)
+    view = fx.make_view(fx.get_iter(local), fx.make_layout(8, 1))
+    view.fill(2.5)
+    for i in range(4):
+        Y[i] = frag[i]
+    for i in range(8):
+        Y[4 + i] = local[i]
+
+
+def test_a_swizzled_register_view_is_stored_element_by_element():
+    X = np.arange(4, dtype=np.float32) + 1
+    Y = np.zeros(12, np.float32)
+    swizzled_and_local[1, 1](X, Y)
+    np.testing.assert_array_equal(Y[:4], [1, 2, 4, 3])     # Swizzle(1, 0, 1): 2 <-> 3
+    np.testing.assert_array_equal(Y[4:], 2.5)
+
+
+def test_local_arrays_are_aligned_for_the_vector_stores_of_their_views():
+    X, Y = np.zeros(4, np.float32), np.zeros(12, np.float32)
+    mlir = flydsl.compile(swizzled_and_local, X, Y, backend="cpu").asm["mlir"]
+    allocas = [line for line in mlir.splitlines() if "memref.alloca" in line]
+    assert allocas and all("alignment = 16" in line for line in allocas), allocas
+    assert any(line.strip().startswith("vector.store") and "vector<8xf32>" in line
+               for line in mlir.splitlines()), "the local view's fill is one store"

@@ -30,6 +30,7 @@ from ...expr import dtypes as dt
 from ...expr.dtypes import DType
 from . import context
 from .tensors import TensorValue, coerce_for_store, storage_type
+from .views import MAX_VECTOR_BYTES
 from .values import Value, to_index
 
 __all__ = [
@@ -207,7 +208,8 @@ def local_array(shape, dtype: DType) -> TensorValue:
     count = ctx.extra["local_arrays"] = ctx.extra.get("local_arrays", 0) + 1
     mtype = ir.MemRefType.get(list(shape), storage_type(dtype), memory_space=_space("private"))
     with _kernel_entry():   # one slot per thread for the whole kernel, even in a loop
-        mem = memref.AllocaOp(mtype, [], []).result
+        # aligned as register fragments are: vector accesses of a view of it claim it
+        mem = memref.AllocaOp(mtype, [], [], alignment=MAX_VECTOR_BYTES).result
     return TensorValue(mem, dtype, len(shape), name=f"local{count - 1}", static_shape=shape)
 
 

@@ -334,7 +334,7 @@ class TensorView:
         store of it is then one ``vector.store`` (element by element, a fragment of
         128 lanes was 384 traced ops instead of one)."""
         return type(self.memory) is Memory and self.memory.space == "register" and \
-            (n == 1 or contiguous_runs(self.layout, n))
+            self.memory.remap is None and (n == 1 or contiguous_runs(self.layout, n))
 
     def _store_run(self, vec: ir.Value, n: int) -> None:
         """Store the ``n``-lane ``vec`` (of the storage type) at this view's offset."""
