@@ -15,7 +15,7 @@ from mlir.dialects import arith, llvm, memref, rocdl, scf, vector
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
-from . import context
+from . import context, views
 from .values import Value, as_value, to_index
 from .tensors import coerce_for_store, storage_type
 from .views import Memory, as_view, when
@@ -348,3 +348,7 @@ def tensor_pointer(x, ptr_type: ir.Type, what: str) -> ir.Value:
             raise DSLTypeError(f"{what}: a coordinate (identity) tensor has no address")
         addr = address(view.memory, view.memory.physical(view.offset))
     return llvm.inttoptr(ptr_type, arith.index_cast(i64, addr))
+
+
+# views' element access of buffer tensors (b[i] and b[i] = v) goes through these
+views.buffer_element_access = (guarded_load, guarded_store)

@@ -44,6 +44,12 @@ from .vector_ops import vector_from
 MAX_VECTOR_BYTES = 16
 
 
+#: ``(load, store)`` of one element of a buffer memory (``records`` set), with the buffer
+#: resource's range check: :mod:`.buffer_resources` installs them when it is imported (it
+#: builds on this module, which therefore cannot import it; every trace has it loaded).
+buffer_element_access: tuple = ()
+
+
 class Memory:
     """Where a view's elements live: a flat 1-D memref of ``dtype`` elements.
 
@@ -271,8 +277,7 @@ class TensorView:
         if self.memory is None:
             return as_coordinate(off)
         if self.memory.records is not None:   # a buffer tensor: 0 past its records
-            from .buffer_resources import guarded_load
-            return guarded_load(self.memory, off)
+            return buffer_element_access[0](self.memory, off)
         return self.memory.load(off)
 
     def __setitem__(self, coord, value) -> None:
@@ -281,8 +286,7 @@ class TensorView:
         if _has_none(coord):
             raise DSLTypeError("assign elements one at a time, or use view.store(v) / fill(x)")
         if self.memory.records is not None:   # a buffer tensor: dropped past its records
-            from .buffer_resources import guarded_store
-            guarded_store(self.memory, self.element_offset(coord), value)
+            buffer_element_access[1](self.memory, self.element_offset(coord), value)
             return
         self.memory.store(self.element_offset(coord), value)
 
