@@ -121,3 +121,18 @@ def test_local_arrays_are_aligned_for_the_vector_stores_of_their_views():
     assert allocas and all("alignment = 16" in line for line in allocas), allocas
     assert any(line.strip().startswith("vector.store") and "vector<8xf32>" in line
                for line in mlir.splitlines()), "the local view's fill is one store"
+
+
+@flydsl.kernel
+def int4_fill(Y: fx.Tensor):
+    """An Int4 fragment (a byte per element in memory) filled and read back."""
+    frag = fx.make_rmem_tensor(8, fx.Int4)
+    frag.fill(3)
+    for i in range(8):
+        Y[i] = fx.cast(frag[i], fx.Int32)
+
+
+def test_sub_byte_fragments_are_filled_element_by_element():
+    Y = np.zeros(8, np.int32)
+    int4_fill[1, 1](Y)
+    np.testing.assert_array_equal(Y, 3)

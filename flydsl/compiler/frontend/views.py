@@ -336,9 +336,11 @@ class TensorView:
     def _register_run(self, n: int) -> bool:
         """Whether this view is ``n`` consecutive elements of a register fragment: a
         store of it is then one ``vector.store`` (element by element, a fragment of
-        128 lanes was 384 traced ops instead of one)."""
+        128 lanes was 384 traced ops instead of one). Not for sub-byte elements (4- and
+        6-bit types), which a vector packs in memory where the fragment has a byte each."""
         return type(self.memory) is Memory and self.memory.space == "register" and \
-            self.memory.remap is None and (n == 1 or contiguous_runs(self.layout, n))
+            self.memory.remap is None and self.memory.itemsize > 0 and \
+            (n == 1 or contiguous_runs(self.layout, n))
 
     def _store_run(self, vec: ir.Value, n: int) -> None:
         """Store the ``n``-lane ``vec`` (of the storage type) at this view's offset."""
