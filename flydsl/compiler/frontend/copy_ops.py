@@ -31,8 +31,8 @@ from ...expr.atoms import copy_state
 from . import context
 from .values import Value, as_value, bitcast, to_index
 from .tensors import storage_type
-from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit, vector_load,
-                    vector_store, vector_type, when)
+from .views import (Memory, TensorView, as_view, contiguous_runs, predicate_bit,
+                    static_alignment, vector_load, vector_store, vector_type, when)
 from .buffer_resources import GFX9_BUFFER_FLAGS  # noqa: F401  (re-exported)
 from .buffer_resources import address as _address, guarded_load as _guarded_load
 from .buffer_resources import guarded_store as _guarded_store
@@ -219,8 +219,8 @@ def _vector_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     nbytes = width * sm.itemsize
     checks = [c for c in (_aligned(sm, so, nbytes), _aligned(dm, do, nbytes)) if c is not None]
     if not checks:
-        vec = vector_load(sm, so, width, _static_align(sm, so, nbytes))
-        vector_store(dm, do, _as_bits_of(vec, width, dm.dtype), _static_align(dm, do, nbytes))
+        vec = vector_load(sm, so, width, static_alignment(sm, so, nbytes))
+        vector_store(dm, do, _as_bits_of(vec, width, dm.dtype), static_alignment(dm, do, nbytes))
         return
     aligned = checks[0] if len(checks) == 1 else arith.andi(checks[0], checks[1])
     branch = scf.IfOp(aligned, [], has_else=True)
@@ -232,13 +232,6 @@ def _vector_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
         for t in range(width):
             dm.store(_plus(do, t), _retyped(sm.load(_plus(so, t)), dm.dtype))
         scf.YieldOp([])
-
-
-def _static_align(mem: Memory, offset, nbytes: int) -> int:
-    """The alignment a vector access may claim without a run-time check."""
-    if mem.space == "register" and isinstance(offset, int) and offset * mem.itemsize % nbytes == 0:
-        return nbytes
-    return mem.itemsize
 
 
 def _aligned(mem: Memory, offset, nbytes: int):
@@ -267,12 +260,12 @@ def _checked_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     if sm.records is not None:
         vec = _checked_vector_load(sm, so, width)
     else:
-        vec = vector_load(sm, so, width, _static_align(sm, so, width * sm.itemsize))
+        vec = vector_load(sm, so, width, static_alignment(sm, so, width * sm.itemsize))
     vec = _as_bits_of(vec, width, dm.dtype)
     if dm.records is not None:
         _checked_vector_store(dm, do, vec)
     else:
-        vector_store(dm, do, vec, _static_align(dm, do, width * dm.itemsize))
+        vector_store(dm, do, vec, static_alignment(dm, do, width * dm.itemsize))
 
 
 def _scalar_copy(src: TensorView, dst: TensorView, first: int, width: int) -> None:
@@ -310,11 +303,11 @@ def _buffer_copy(sm: Memory, so, dm: Memory, do, width: int) -> None:
     elif width == 1:      # through a swizzled view's remap, as every other access
         vec = memref.load(sm.mem, [to_index(sm.physical(so))])
     else:
-        vec = vector_load(sm, so, width, _static_align(sm, so, width * sm.itemsize))
+        vec = vector_load(sm, so, width, static_alignment(sm, so, width * sm.itemsize))
     if dm.records is not None:
         _raw_store(_as_bits_of(vec, width, dm.dtype), dm, do)
     elif width == 1:
         memref.store(_as_bits_of(vec, 1, dm.dtype), dm.mem, [to_index(dm.physical(do))])
     else:
         vector_store(dm, do, _as_bits_of(vec, width, dm.dtype),
-                     _static_align(dm, do, width * dm.itemsize))
+                     static_alignment(dm, do, width * dm.itemsize))

@@ -317,13 +317,15 @@ class TensorView:
                     vtype.element_type == storage_type(self.dtype):
                 flat = value.v if vtype.rank == 1 else \
                     vector.shape_cast(vector_type(n, self.dtype), value.v)
-                self._store_run(flat, n)
+                vector_store(self.memory, self.offset, flat, self._run_alignment(n))
                 return
             items = value.elements()
         else:
             if n > 1 and self._register_run(n):   # fill: one broadcast, one store
                 v = coerce_for_store(value, self.dtype, self.memory.label())
-                self._store_run(vector.broadcast(vector_type(n, self.dtype), _to_storage(v)), n)
+                vector_store(self.memory, self.offset,
+                             vector.broadcast(vector_type(n, self.dtype), _to_storage(v)),
+                             self._run_alignment(n))
                 return
             items = [value] * n
         for i, v in enumerate(items):
@@ -342,15 +344,11 @@ class TensorView:
             self.memory.remap is None and self.memory.itemsize > 0 and \
             (n == 1 or contiguous_runs(self.layout, n))
 
-    def _store_run(self, vec: ir.Value, n: int) -> None:
-        """Store the ``n``-lane ``vec`` (of the storage type) at this view's offset."""
-        mem, off = self.memory, self.offset
-        align = mem.itemsize
-        if isinstance(off, int):   # the fragment itself is MAX_VECTOR_BYTES-aligned
-            while align < MAX_VECTOR_BYTES and 2 * align <= n * mem.itemsize and \
-                    (off * mem.itemsize) % (2 * align) == 0:
-                align *= 2
-        vector.StoreOp(vec, mem.mem, [to_index(off)], alignment=align)
+    def _run_alignment(self, n: int) -> int:
+        """What a vector store of this view's ``n`` registers may claim: a power of two
+        of at most MAX_VECTOR_BYTES, the fragment's own alignment."""
+        nbytes = min(n * self.memory.itemsize, MAX_VECTOR_BYTES)
+        return static_alignment(self.memory, self.offset, 1 << (nbytes.bit_length() - 1))
 
 
 def _has_none(coord) -> bool:
@@ -587,6 +585,16 @@ def vector_load(mem: Memory, offset, n: int, align: int) -> ir.Value:
     return _remapped(mem, offset, n, vector_type(n, mem.dtype),
                      lambda: _vload(mem, mem.physical(offset), n, align),
                      lambda: _gather(mem, offset, n))
+
+
+def static_alignment(mem: Memory, offset, nbytes: int) -> int:
+    """The alignment a vector access of ``nbytes`` at element ``offset`` of ``mem`` may
+    claim without a run-time check: ``nbytes`` in a register fragment (allocated
+    MAX_VECTOR_BYTES-aligned) at a static offset that is a multiple of it, else the
+    element size."""
+    if mem.space == "register" and isinstance(offset, int) and offset * mem.itemsize % nbytes == 0:
+        return nbytes
+    return mem.itemsize
 
 
 def vector_store(mem: Memory, offset, vec: ir.Value, align: int) -> None:
