@@ -414,13 +414,8 @@ def _noting_len(self):
 def environ_names_in(encoded_paths) -> tuple:
     """The environment variables among a dependency set's encoded paths (``""``: the
     whole environment), sorted."""
-    names = set()
-    for text in encoded_paths:
-        if isinstance(text, str) and text.startswith('[["E",'):
-            path = decode_path(text)
-            if len(path) == 1:
-                names.add(path[0][1])
-    return tuple(sorted(names))
+    paths = (decode_path(text) for text in encoded_paths)
+    return tuple(sorted({p[0][1] for p in paths if len(p) == 1 and p[0][0] == "E"}))
 
 
 def environ_values(names: tuple) -> tuple:
