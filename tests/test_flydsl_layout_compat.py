@@ -8,6 +8,7 @@ The upstream cases are FlyDSL's tests/unit/test_layout_algebra.py, restated here
 CuTe's definition of Swizzle<B, M, S> written out bit by bit below, not from our code.
 """
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ import flydsl
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 from flydsl.errors import DSLTypeError
-from flydsl.expr.layout_algebra import LayoutError
+from flydsl.expr.layout_algebra import LayoutError, LayoutWarning
 
 L = fx.make_layout
 
@@ -66,10 +67,19 @@ def test_the_same_cases_inside_a_kernel_with_a_runtime_stride():
     assert out.tolist() == [12, 11]
 
 
-def test_non_injective_complement_is_an_error():
-    # Upstream's dialect returns some layout (size 0) here; CuTe rejects it: so do we.
-    with pytest.raises(LayoutError, match="non-injective"):
-        fx.complement(L((3, 2), (1, 2)), codomain_size=12)
+def test_non_injective_complement_is_size_0_with_a_warning_at_the_user_line():
+    """Upstream's dialect answers a non-injective complement with a size-0 layout
+    (its test_complement_rank_2_error); CuTe rejects it. flydsl answers as upstream
+    and warns, located at this file's line, not inside flydsl."""
+    with pytest.warns(LayoutWarning, match=r"non-injective layout \(3,2\):\(1,2\)") as got:
+        rest = fx.complement(L((3, 2), (1, 2)), codomain_size=12)
+    assert fx.size(rest) == 0
+    assert got[0].filename == __file__
+    # a stride-0 mode is not a collision: the whole codomain, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fx.complement(L(3, 0), codomain_size=12) == L(12, 1)
+        assert fx.complement(L(4, 2), 16) == L((2, 2), (1, 8))
 
 
 def test_int_tuple_like_ops_on_a_layout():

@@ -253,9 +253,16 @@ def test_complement_values(a, m, want):
     assert s(complement(a, m)) == want
 
 
-def test_complement_rejects_non_injective():
-    with pytest.raises(LayoutError):
-        complement(L((3, 2), (1, 2)), 12)
+def test_divides_and_products_reject_a_non_injective_layout():
+    """fx.complement answers a non-injective layout with size 0 as FlyDSL does (and
+    warns); the divides and products built on it keep CuTe's error, since their later
+    steps would divide by that zero extent."""
+    with pytest.raises(LayoutError, match="non-injective"):
+        logical_divide(L(12, 1), L((3, 2), (1, 2)))
+    with pytest.raises(LayoutError, match="non-injective"):
+        logical_product(L((3, 2), (1, 2)), L(2, 1))
+    with pytest.warns(UserWarning, match="non-injective"):
+        assert size(complement(L((3, 2), (1, 2)), 12)) == 0
 
 
 def test_coalesce_and_inverse_values():

@@ -27,10 +27,11 @@ Conventions (CuTe's):
 from __future__ import annotations
 
 import math
+import warnings
 import numbers
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-from flydsl.errors import FlydslError
+from flydsl.errors import FlydslError, user_call_site
 
 from .layout_types import IntTupleType, LayoutType
 
@@ -61,6 +62,11 @@ __all__ = [
 
 class LayoutError(FlydslError, ValueError):
     """An ill-formed layout operation (CuTe would reject it at compile time)."""
+
+
+class LayoutWarning(UserWarning):
+    """A layout operation CuTe would reject but FlyDSL answers (flydsl answers as
+    FlyDSL does, so that FlyDSL code runs unchanged, and says so)."""
 
 
 # ======================================================================================
@@ -1133,7 +1139,7 @@ def ceil_div(a: Any, b: Any) -> Any:
         (13,16)
     """
     if isinstance(b, Layout):
-        return complement(b, _shape_of(a)).shape
+        return _complement(b, _shape_of(a)).shape
     if isinstance(a, tuple):
         if isinstance(b, tuple):
             b = tuple(b) + (1,) * (len(a) - len(b))
@@ -1593,7 +1599,12 @@ def complement(L: Layout, cotarget: Any = None, *, codomain_size: Any = None) ->
     """The layout of the "rest" of ``L`` up to ``cotarget`` (a size or a shape; default
     ``cosize(L)``; FlyDSL spells it ``codomain_size=``): ordered, disjoint from ``L``'s
     image except 0, so that ``make_layout(L, complement(L, M))`` covers ``[0, M)``
-    (rounded up). A non-injective ``L`` is a :class:`LayoutError`.
+    (rounded up).
+
+    A non-injective ``L`` (two coordinates on one offset, e.g. ``(3,2):(1,2)``) has no
+    complement: CuTe rejects it at compile time. FlyDSL's dialect answers it with a
+    size-0 layout (a zero-extent mode where a stride is not past the previous mode's
+    span), and so does flydsl, with a :class:`LayoutWarning` naming ``L``.
 
     Returns: a :class:`Layout`.
 
@@ -1606,6 +1617,13 @@ def complement(L: Layout, cotarget: Any = None, *, codomain_size: Any = None) ->
         if cotarget is not None:
             raise LayoutError("complement: give cotarget or codomain_size, not both")
         cotarget = codomain_size
+    return _complement(L, cotarget, strict=False)
+
+
+def _complement(L: Any, cotarget: Any, strict: bool = True) -> Layout:
+    """:func:`complement`; a non-injective ``L`` is a :class:`LayoutError` when
+    ``strict`` (the divides and products built on it, whose later steps would divide
+    by the zero extent), else the size-0 answer with a :class:`LayoutWarning`."""
     L = _as_layout(L)
     f = _filter(L)
     if cotarget is None:
@@ -1624,7 +1642,12 @@ def complement(L: Layout, cotarget: Any = None, *, codomain_size: Any = None) ->
     for i in order:
         new_s = _floordiv(fd[i], res_d[-1])
         if _is_zero(new_s):
-            raise LayoutError(f"complement: non-injective layout {L!r}")
+            if strict:
+                raise LayoutError(f"complement: non-injective layout {L!r}")
+            filename, lineno, _ = user_call_site()
+            warnings.warn_explicit(f"complement of the non-injective layout {L!r} has size 0 "
+                                   "(FlyDSL's answer; CuTe rejects it)", LayoutWarning,
+                                   filename or "<flydsl>", lineno)
         res_s.append(new_s)
         res_d.append(_mul(fd[i], fs[i]))
     last = res_d.pop()
@@ -1754,7 +1777,7 @@ def logical_divide(A: Layout, tiler: Any) -> Layout:
     if isinstance(tiler, tuple):
         return _by_mode(logical_divide, A, tiler)
     B = _tiler_layout(tiler)
-    return composition(A, _cat([B, complement(B, coalesce(A).shape)]))
+    return composition(A, _cat([B, _complement(B, coalesce(A).shape)]))
 
 
 def _unzip(L: Layout, guide, keep_first: bool) -> Layout:
@@ -1841,7 +1864,7 @@ def logical_product(A: Layout, tiler: Any) -> Layout:
     if isinstance(tiler, tuple):
         return _by_mode(logical_product, A, tiler)
     B = _tiler_layout(tiler)
-    rest = complement(A, _mul(size(A), cosize(B)))
+    rest = _complement(A, _mul(size(A), cosize(B)))
     return _cat([A, composition(rest, B)])
 
 
@@ -1898,7 +1921,7 @@ def _rank_product(A, B, raked: bool) -> Layout:
     A, B = _as_layout(A), _tiler_layout(B)
     r = max(rank(A), rank(B))
     A2, B2 = _pad_rank(A, r), _pad_rank(B, r)
-    C = composition(complement(A2, _mul(size(A2), cosize(B2))), B2)
+    C = composition(_complement(A2, _mul(size(A2), cosize(B2))), B2)
     a_modes = _modes(A2) if isinstance(A2.shape, tuple) else [A2]
     c_modes = _modes(C) if isinstance(B2.shape, tuple) else [C]
     # CuTe's zip: rank r in, rank r out (two rank-1 leaves give ((a,c)):((da,dc)))
