@@ -40,9 +40,14 @@ buffer loads straight to LDS, an XOR-swizzled LDS, double buffering over K and M
   the other stage any more), reads all its fragments of tile ``kt`` from LDS, issues the
   DMA of tile ``kt + 1`` into the other stage, then runs the MFMAs. docs/gemm-gfx942.md
   has the idiom.
-* Scaled epilogue (fp8's per-tensor scales, as ``torch._scaled_mm`` takes them): each
-  accumulator is stored as ``(acc * scale_a) * scale_b``, the order torch's reference
-  ``(A.float() @ B.float().T) * scale_a * scale_b`` multiplies in.
+* Scaled epilogue (fp8's scales, per-tensor or row-wise as ``torch._scaled_mm`` takes
+  them: scale_a (M, 1), scale_b (1, N)): each accumulator is stored as
+  ``(acc * scale_a[m]) * scale_b[n]``, the order torch's reference
+  ``(A.float() @ B.float().T) * scale_a * scale_b`` multiplies in. Per-tensor scales are
+  two scalar loads; row-wise ones are loaded once per lane before the stores: scale_a
+  one ``buffer_load_dwordx4`` per run of 4 accumulator rows (the MFMA C layouts give a
+  lane runs of 4 consecutive rows of one column), scale_b one ``buffer_load_dword``
+  per MFMA tile along N (consecutive lanes, consecutive columns).
 
 ``python examples/gemm_gfx942.py`` runs it on the default backend against torch.
 """
@@ -87,7 +92,7 @@ def unswizzle_col(row, col, chunk: int, swizzle: bool):
 @flyc.kernel(known_block_size=[THREADS, 1, 1])   # lets LLVM give a wave 512 VGPRs
 def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor,
                 mfma: fx.Constexpr[int], dma: fx.Constexpr[bool], swizzle: fx.Constexpr[bool],
-                scaled: fx.Constexpr[bool]):
+                scale_a_kind: fx.Constexpr[str], scale_b_kind: fx.Constexpr[str]):
     tid = fx.thread_idx.x
     bm, bn = fx.block_idx.x, fx.block_idx.y
     lane, wave = tid % WAVE, tid // WAVE
@@ -194,34 +199,88 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, SA: fx.Tensor, SB: fx.
 
     # accumulators -> C: lanes hold consecutive columns (128-byte rows per 32 lanes);
     # scaled: (acc * scale_a) * scale_b, in the order torch multiplies its reference
-    sa = SA[0] if scaled else None
-    sb = SB[0] if scaled else None
     c_tv = atom.layout_C_tv
+
+    def row_of(m, v):
+        return bm * BM + wm * WM + m * MN + c_tv((lane, v)) % MN
+
+    def col_of(n, v):
+        return bn * BN + wn * WN + n * MN + c_tv((lane, v)) // MN
+
+    sa = epilogue_scales(SA, scale_a_kind, row_of, rm, nacc, accumulator_runs(c_tv, MN, nacc))
+    sb = epilogue_scales(SB, scale_b_kind, col_of, rn, 1, 1)
     for m in fx.range_constexpr(rm):
         for n in fx.range_constexpr(rn):
             for v in fx.range_constexpr(nacc):
-                i = c_tv((lane, v))
-                row = bm * BM + wm * WM + m * MN + i % MN
-                col = bn * BN + wn * WN + n * MN + i // MN
+                row, col = row_of(m, v), col_of(n, v)
                 if (row < M) & (col < N):
-                    if fx.const_expr(scaled):
-                        C[row, col] = fC[v, m, n] * sa * sb
-                    else:
-                        C[row, col] = fC[v, m, n]
+                    acc = fC[v, m, n]
+                    if fx.const_expr(sa is not None):
+                        acc = acc * sa(m, v)
+                    if fx.const_expr(sb is not None):
+                        acc = acc * sb(n, 0)
+                    C[row, col] = acc
 
 
-def _scale(s, name: str, like):
-    """A per-tensor scale as a one-element float32 tensor (``s`` a number or such a
-    tensor), or ``like`` when ``s`` is None (not read)."""
+def accumulator_runs(c_tv, mn: int, nacc: int, run: int = 4) -> int:
+    """``run`` when every lane's accumulators ``run j .. run j + run - 1`` are
+    consecutive rows of one column starting at a multiple of ``run`` (the MFMA C
+    layouts: 32x32 rows 8 j + 4 (lane // 32) + 0..3, 16x16 rows 4 (lane // 16) + 0..3),
+    else 1; checked on the layout while tracing."""
+    def ok(lane: int, v: int) -> bool:
+        first = c_tv((lane, v - v % run)) % mn
+        return (c_tv((lane, v)) == c_tv((lane, v - v % run)) + v % run
+                and first % run == 0 and first + run <= mn)
+    if not all(ok(lane, v) for lane in range(WAVE) for v in range(nacc)):
+        return 1
+    return run
+
+
+def epilogue_scales(S, kind: str, index_of, reps: int, nacc: int, run: int):
+    """The scales the epilogue multiplies by, loaded once per lane before the stores:
+    ``scale(rep, v)`` for the lane's accumulator ``v`` of MFMA tile ``rep`` along M
+    (``S`` = scale_a) or N (scale_b, ``nacc`` 1: a lane's accumulators share a column);
+    ``index_of(rep, v)`` is that accumulator's row (or column) of C.
+
+    ``kind`` "none": None; "tensor": ``S[0]`` for all (one scalar load, wave-uniform);
+    "row": ``S[index_of(rep, v)]`` through a buffer tensor (0 past the end; rows and
+    columns past M, N are not stored), ``run`` consecutive values a load: scale_a
+    is one 16-byte aligned ``buffer_load_dwordx4`` per run of 4 accumulator rows (the
+    same 4 rows for the 32 or 16 lanes of a column group: a broadcast); scale_b one
+    ``buffer_load_dword`` per tile along N, consecutive lanes on consecutive columns
+    (coalesced)."""
+    if kind == "none":
+        return None
+    if kind == "tensor":
+        s = S[0]
+        return lambda rep, v: s
+    buf = fx.rocdl.make_buffer_tensor(S)
+    runs = fx.flat_divide(buf, (run,))          # (run, ceil(len / run))
+    ld = fx.make_copy_atom(fx.rocdl.BufferCopy(32 * run), fx.Float32)
+    regs = fx.make_rmem_tensor((run, nacc // run, reps), fx.Float32)
+    for rep in fx.range_constexpr(reps):
+        for j in fx.range_constexpr(nacc // run):
+            fx.copy(ld, runs[None, index_of(rep, run * j) // run], regs[None, j, rep])
+    return lambda rep, v: regs[v % run, v // run, rep]
+
+def _scale(s, name: str, rows: int, like):
+    """``(tensor, kind)`` of a scale: kind "tensor" (a number or a one-element float32
+    tensor: per-tensor), "row" (a float32 tensor of ``rows`` elements, scale_a of shape
+    (M, 1) or scale_b of shape (1, N) as ``torch._scaled_mm`` takes row-wise scales;
+    passed flat) or "none" (``s`` None: ``like`` stands in, not read)."""
     import torch
     if s is None:
-        return like
+        return like, "none"
     if isinstance(s, (int, float)):
-        return torch.tensor([float(s)], device=like.device)
-    if s.dtype != torch.float32 or s.numel() != 1:
-        raise TypeError(f"gemm_gfx942: {name} must be a number or a one-element float32 "
-                        f"tensor (per-tensor scale), got {s.dtype} of shape {tuple(s.shape)}")
-    return s.reshape(1)
+        return torch.tensor([float(s)], device=like.device), "tensor"
+    shape = (rows, 1) if name == "scale_a" else (1, rows)
+    if s.dtype == torch.float32 and s.numel() == 1:
+        return s.reshape(1), "tensor"
+    if s.dtype == torch.float32 and tuple(s.shape) == shape:
+        return s.reshape(rows), "row"
+    raise TypeError(f"gemm_gfx942: {name} must be a number or a float32 tensor of one "
+                    f"element (per-tensor) or of shape {shape} (row-wise), got {s.dtype} "
+                    f"of shape {tuple(s.shape)}")
 
 
 @flyc.jit
@@ -232,8 +291,10 @@ def gemm(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int] = 32,
     float8_e4m3fnuz or float8_e5m2fnuz, C (M, N) float32, row-major.
     ``mfma``: 32 (v_mfma_f32_32x32x8, fp8 32x32x16) or 16 (16x16x16, fp8 16x16x32);
     ``swizzle=False`` stores the LDS tiles unswizzled (bank conflicts; for comparison).
-    ``scale_a``, ``scale_b``: per-tensor scales (a number or a one-element float32
-    tensor, as ``torch._scaled_mm`` takes them), both or neither."""
+    ``scale_a``, ``scale_b``: both or neither, as ``torch._scaled_mm`` takes them:
+    per-tensor (a number or a one-element float32 tensor) or row-wise (float32,
+    scale_a of shape (M, 1), scale_b of shape (1, N): C[m, n] is scaled by
+    scale_a[m] * scale_b[n])."""
     if mfma not in MFMAS:
         raise ValueError(f"gemm_gfx942: mfma must be one of {sorted(MFMAS)}, got {mfma!r}")
     dtype = DTYPES.get(str(A.dtype))
@@ -243,12 +304,13 @@ def gemm(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int] = 32,
                         f"{B.dtype}")
     if (scale_a is None) != (scale_b is None):
         raise TypeError("gemm_gfx942: give both scale_a and scale_b, or neither")
-    SA, SB = _scale(scale_a, "scale_a", C), _scale(scale_b, "scale_b", C)
     M, K = A.shape
     N = B.shape[0]
+    (SA, sa_kind), (SB, sb_kind) = (_scale(scale_a, "scale_a", M, C),
+                                     _scale(scale_b, "scale_b", N, C))
     # the LDS DMA moves aligned dwords: rows of A and B a whole number of them
     dma = K % elems(4, dtype) == 0
-    gemm_kernel(A, B, C, SA, SB, mfma, dma, swizzle, scale_a is not None).launch(
+    gemm_kernel(A, B, C, SA, SB, mfma, dma, swizzle, sa_kind, sb_kind).launch(
         grid=((M + BM - 1) // BM, (N + BN - 1) // BN, 1), block=(THREADS, 1, 1), stream=stream)
 
 
@@ -261,13 +323,17 @@ def main() -> None:
         C = torch.zeros(M, N, dtype=torch.float32)
         gemm(A, B, C)
         torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
-    # fp8 with per-tensor scales (the scaled epilogue), against torch on the same fp8
-    # values: the products are exact in f32, only the order of the sums differs
+    # fp8 with per-tensor and row-wise scales (the scaled epilogue), against torch on
+    # the same fp8 values: the products are exact in f32, only the order of the sums
+    # differs
     for (M, N, K), dtype in [((200, 72, 40), torch.float8_e4m3fnuz),
                              ((130, 70, 75), torch.float8_e5m2fnuz)]:
         A = torch.randn(M, K).to(dtype)
         B = torch.randn(N, K).to(dtype)
-        sa, sb = torch.tensor([0.75]), torch.tensor([1.5])
+        if dtype == torch.float8_e4m3fnuz:
+            sa, sb = torch.tensor([0.75]), torch.tensor([1.5])
+        else:
+            sa, sb = torch.rand(M, 1) + 0.5, torch.rand(1, N) + 0.5
         C = torch.zeros(M, N, dtype=torch.float32)
         gemm(A, B, C, scale_a=sa, scale_b=sb)
         torch.testing.assert_close(C, (A.float() @ B.float().T) * sa * sb, rtol=1e-5,

@@ -94,8 +94,9 @@ def test_fp8_gemm_lds_reads_are_conflict_free_and_global_traffic_coalesced(profi
 
 
 def test_fp8_gemm_rejects_ocp_fp8_and_half_given_scales(example):
-    """gfx942's fp8 is FNUZ (OCP e4m3fn is gfx950's); per-tensor scales come in pairs
-    of one float32 value each. Checked before anything compiles."""
+    """gfx942's fp8 is FNUZ (OCP e4m3fn is gfx950's); scales come in pairs, each one
+    float32 value (or a row / column of them: tests/test_gemm_gfx942_fp8_rowwise.py).
+    Checked before anything compiles."""
     C = torch.zeros(8, 8)
     ocp = torch.zeros(8, 8, dtype=torch.float8_e4m3fn)
     with pytest.raises(TypeError, match="gemm_gfx942: A and B must both be one of .*"
@@ -104,5 +105,6 @@ def test_fp8_gemm_rejects_ocp_fp8_and_half_given_scales(example):
     A = torch.zeros(8, 8, dtype=E4M3)
     with pytest.raises(TypeError, match="give both scale_a and scale_b"):
         example.gemm(A, A, C, scale_a=1.0)
-    with pytest.raises(TypeError, match=r"scale_a must be .* one-element float32 .* \(2,\)"):
+    with pytest.raises(TypeError, match=r"scale_a must be .* float32 tensor of one "
+                                        r"element \(per-tensor\) .* got .* \(2,\)"):
         example.gemm(A, A, C, scale_a=torch.ones(2), scale_b=1.0)

@@ -1,7 +1,8 @@
 """The other paths of the fp8 GEMM of examples/gemm_gfx942.py than the CPU runs of
-tests/test_gemm_gfx942_fp8.py: its gfx942 code object (compiled at the default level:
-LDS DMA, ds_read_b128, the fp8 MFMA, the scaled epilogue, no spills), and, on the CPU,
-the byte path K % 4 != 0 takes, in e5m2 with MFMA 16x16x32."""
+tests/test_gemm_gfx942_fp8.py and tests/test_gemm_gfx942_fp8_rowwise.py: its gfx942
+code objects (compiled at the default level: LDS DMA, ds_read_b128, the fp8 MFMA, the
+per-tensor and the row-wise scaled epilogue, no spills), and, on the CPU, the byte path
+K % 4 != 0 takes, in e5m2 with MFMA 16x16x32, row-wise scales and odd M and N."""
 import re
 
 import pytest
@@ -51,14 +52,43 @@ def test_fp8_gemm_amdgcn_has_lds_dma_ds_read_b128_fp8_mfma_and_no_spills(example
     assert "v_mfma" not in loop[wait:loop.index("ds_read_b128", wait)]
 
 
-def test_fp8_gemm_odd_k_e5m2_unscaled_mfma16(example, llvm_o0):
+def test_fp8_gemm_rowwise_scales_amdgcn_loads_per_tile(example):
+    """Row-wise scales (scale_a (M, 1), scale_b (1, N)): per lane, one
+    buffer_load_dwordx4 per run of 4 accumulator rows (2 tiles x 4 runs) and one
+    buffer_load_dword per tile along N (2), loaded once before the stores; the same
+    two v_mul_f32 per accumulator; no spills, and VGPRs for 3 waves a SIMD (<= 168)."""
+    A = torch.zeros(4096, 4096, dtype=torch.float8_e4m3fnuz)
+    C = torch.zeros(4096, 4096)
+    prog = flydsl.compile(example.gemm, A, A, C, 32, True, torch.ones(4096, 1),
+                          torch.ones(1, 4096), backend="rocm", arch="gfx942")
+    text = prog.asm["amdgcn"]
+
+    def count(pattern):
+        return len(re.findall(pattern, text))
+    assert count(r"v_mfma_f32_32x32x16_fp8_fp8\b") == 16
+    assert count(r"buffer_load_dword\s.*\blds\b") == 32
+    assert count(r"\bbuffer_load_dwordx4\b") == 8
+    assert count(r"\bbuffer_load_dword\s") - 32 == 2
+    assert count(r"\bv_mul_f32") == 2 * 64
+    assert count(r"\bglobal_load") == 0 and "scratch_" not in text
+    for kind in ("vgpr", "sgpr"):
+        assert int(re.search(rf"\.{kind}_spill_count:\s+(\d+)", text).group(1)) == 0
+    assert 0 < prog.kernels[0].metadata.registers <= 168
+    # every scale load precedes the first store of C
+    first_store = text.index("global_store")
+    assert text.rindex("buffer_load_dwordx4") < first_store
+
+
+def test_fp8_gemm_odd_k_e5m2_rowwise_mfma16(example, llvm_o0):
     """K % 4 != 0: rows of A and B are not whole dwords, so the tiles go global ->
     registers -> LDS a byte at a time into the same swizzled slots; e5m2 (bf8) with
-    MFMA 16x16x32, no scales (C = A @ B.T)."""
+    MFMA 16x16x32 (a lane's 4 accumulators of a tile: one run of 4 rows), row-wise
+    scales, odd M and N."""
     torch.manual_seed(5)
     E5M2 = torch.float8_e5m2fnuz
-    A, B = torch.randn(70, 75).to(E5M2), torch.randn(36, 75).to(E5M2)
-    C = torch.full((70, 36), float("nan"))
-    example.gemm(A, B, C, mfma=16)
-    ref = A.float() @ B.float().T
-    assert ((C - ref).abs() <= summation_bound(A, B, 1.0)).all()
+    A, B = torch.randn(69, 75).to(E5M2), torch.randn(37, 75).to(E5M2)
+    sa, sb = torch.rand(69, 1) + 0.5, torch.rand(1, 37) + 0.5
+    C = torch.full((69, 37), float("nan"))
+    example.gemm(A, B, C, mfma=16, scale_a=sa, scale_b=sb)
+    ref = (A.float() @ B.float().T) * sa * sb
+    assert ((C - ref).abs() <= summation_bound(A, B, 1.0) * sa * sb).all()
