@@ -73,7 +73,8 @@ def copy(atom, src, dst, pred=None, soffset=None) -> None:
     if kind in ("buffer_lds", "buffer_atomic"):
         _rocdl_copy(kind, atom, src, dst, pred, width, calls)
         return
-    vectorizable = contiguous_runs(src.layout, width) and contiguous_runs(dst.layout, width)
+    vectorizable = contiguous_runs(src.layout, width) and contiguous_runs(dst.layout, width) \
+        and not _sub_byte(src.dtype) and not _sub_byte(dst.dtype)
     for j in range(calls):
         if pred is None:
             _copy_call(src, dst, j * width, width, vectorizable)
@@ -178,6 +179,14 @@ def _bit_copy(atom, src: TensorView, dst: TensorView) -> bool:
     bits = getattr(atom.dtype, "bits", None)
     return (bits is not None and bits >= 8 and src.dtype.bits == dst.dtype.bits == bits
             and "bool" not in (src.dtype.kind, dst.dtype.kind))
+
+
+def _sub_byte(dtype) -> bool:
+    """Whether ``dtype``'s elements are narrower than a byte (Int4, the 4- and 6-bit
+    floats). Their copies go element by element: a vector of them is bit-packed, which
+    their memory is not in general (MLIR stores a 4-bit float in a byte of its own and
+    packs two Int4 in a byte), and their size in bytes, 0, has no vector alignment."""
+    return dtype.kind != "bool" and dtype.bits < 8
 
 
 def _as_bits_of(raw: ir.Value, width: int, dtype) -> ir.Value:
