@@ -21,8 +21,8 @@ buffer loads straight to LDS, an XOR-swizzled LDS, double buffering over K and M
   outside (M, K) reads from row M (past the end) instead, so every DMA writes its slot
   (zeros at the edges) and the MFMAs need no masking. This needs 4-byte aligned rows
   (K even, or a multiple of 4 in fp8); any other K takes global -> registers -> LDS (one
-  ``buffer_load_ushort``/``ubyte`` per value, 0 past the end, and LDS stores) into the
-  same swizzled slots.
+  ``buffer_load_ushort``/``ubyte`` per value, rows past M reading 0 past the end,
+  values past K zeroed, and LDS stores) into the same swizzled slots.
 * LDS: per operand, 2 stages of 128 rows x 64 bytes (32 KiB in all), swizzled in
   16-byte chunks: ``fx.Swizzle(2, 3, 3)`` on halves, ``fx.Swizzle(2, 4, 3)`` on fp8,
   the same on bytes: chunk ``c`` of row ``r`` is stored at chunk ``c ^ ((r >> 1) & 3)``.
@@ -151,10 +151,15 @@ def gemm_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, SA: fx.Tensor, SB: fx.
                     first = fx.rocdl.readfirstlane(stage * (BM * BK // PACK) + d0)
                     fx.copy(lds_dma, src, dst[None, first])
                 else:    # K % PACK != 0: global -> registers -> LDS, one value at a time
+                    # a row past M reads 0 by itself (offset >= M K: the buffer's
+                    # check); a column past K would read the next row, so the value is
+                    # zeroed. No row test and no select on the address: testing rows
+                    # made 16 loop-invariant lane masks (2 SGPRs each) that LLVM kept
+                    # across the K loop and spilled to VGPR lanes (29 SGPRs in fp8); one
+                    # address for a lane's PACK values puts h in the instruction offset
                     for h in fx.range_constexpr(PACK):
-                        ok = (row < extent) & (col + h < K)     # else row M: 0
-                        fx.copy(load1, ones[0, None, fx.select(ok, row, extent),
-                                            fx.select(ok, col + h, 0)], one)
+                        fx.copy(load1, ones[0, None, row, col + h], one)
+                        one[0] = fx.select(col + h < K, one[0], dtype(0.0))
                         raw[stage * BM * BK + p + h] = one[0]
 
     # fragments: A (VALS, rm, steps), B (VALS, rn, steps), C (nacc, rm, rn)

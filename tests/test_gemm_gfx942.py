@@ -92,7 +92,8 @@ def test_gemm_gfx942_amdgcn_has_lds_dma_ds_read_b128_mfma_and_no_spills(K, dtype
         assert count(r"buffer_load_dword\s.*\blds\b") == 0
         assert count(r"\bbuffer_load_(ushort|short_d16)") > 0 and count(r"\bds_write") > 0
     assert "scratch_" not in text
-    assert int(re.search(r"\.vgpr_spill_count:\s+(\d+)", text).group(1)) == 0
+    for kind in ("vgpr", "sgpr"):
+        assert int(re.search(rf"\.{kind}_spill_count:\s+(\d+)", text).group(1)) == 0
     meta = prog.kernels[0].metadata
     assert meta.spill_bytes == 0 and meta.local_bytes == 0
     assert 0 < meta.registers <= 256            # 2 waves per SIMD at least

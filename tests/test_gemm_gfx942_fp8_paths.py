@@ -79,6 +79,29 @@ def test_fp8_gemm_rowwise_scales_amdgcn_loads_per_tile(example):
     assert text.rindex("buffer_load_dwordx4") < first_store
 
 
+def test_fp8_gemm_odd_k_byte_path_amdgcn_keeps_its_sgprs(example):
+    """K % 4 != 0, e4m3 with per-tensor scales: 128 buffer_load_ubyte (8 calls x 4
+    bytes, A and B, prologue and loop), a lane's 4 bytes one address (the byte in the
+    instruction offset) and one ds_write_b32, and no SGPR spilled to VGPR lanes (the
+    row test's loop-invariant lane masks spilled 29 SGPRs: v_writelane/v_readlane)."""
+    A = torch.zeros(4096, 4095, dtype=torch.float8_e4m3fnuz)
+    C, s = torch.zeros(4096, 4096), torch.ones(1)
+    prog = flydsl.compile(example.gemm, A, A, C, 32, True, s, s, backend="rocm",
+                          arch="gfx942")
+    text = prog.asm["amdgcn"]
+
+    def count(pattern):
+        return len(re.findall(pattern, text))
+    assert count(r"\bbuffer_load_ubyte\b") == 128
+    assert count(r"buffer_load_ubyte\s.*offset:67\b") > 0       # value h = 3 of tile 1
+    assert count(r"buffer_load_dword\s.*\blds\b") == 0
+    assert count(r"\bds_write_b8\b") == 0 and count(r"\bds_write") > 0
+    assert count(r"\bv_(write|read)lane_b32\b") == 0 and "scratch_" not in text
+    for kind in ("vgpr", "sgpr"):
+        assert int(re.search(rf"\.{kind}_spill_count:\s+(\d+)", text).group(1)) == 0
+    assert 0 < prog.kernels[0].metadata.registers <= 256
+
+
 def test_fp8_gemm_odd_k_e5m2_rowwise_mfma16(example, llvm_o0):
     """K % 4 != 0: rows of A and B are not whole dwords, so the tiles go global ->
     registers -> LDS a byte at a time into the same swizzled slots; e5m2 (bf8) with
