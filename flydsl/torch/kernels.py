@@ -31,6 +31,7 @@ import hashlib
 import importlib.util
 import logging
 import math
+import operator
 import os
 import sys
 import tempfile
@@ -316,6 +317,33 @@ def signature_key(positions: Sequence[int]) -> Callable[[tuple], tuple]:
     return eval(f"lambda args: ({''.join(i + ', ' for i in items)})")   # noqa: S307 - ints only
 
 
+def tensors_at(positions: Sequence[int]) -> Callable[[tuple], tuple]:
+    """``pick(args)``: the tuple ``(args[p] for p in positions)``, picked in C."""
+    if len(positions) == 1:
+        p = positions[0]
+        return lambda args: (args[p],)
+    return operator.itemgetter(*positions) if positions else (lambda args: ())
+
+
+def tensor_guard(tensors: Sequence[torch.Tensor]) -> Optional[Callable[..., bool]]:
+    """``check(*others) -> bool``: whether ``others`` (as many tensors) have the Python
+    type, dtype, device, sizes, strides, ``requires_grad`` and dispatch keys (under the
+    thread's dispatch state) of ``tensors``: torch's C++ check of a tensor's metadata,
+    the one dynamo's guards run (about 0.3 us a tensor, where a Python key of shapes,
+    strides and devices cost about 1.5 us). None when this torch has no such check.
+    Everything a launch plan depends on but the data pointers (which a prepared
+    launch checks) is in it, so a plan made for ``tensors`` fits ``others`` when it
+    passes. It keeps no reference to ``tensors``."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+        # concrete sizes and strides (None would leave a dimension unchecked)
+        guards = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    except Exception:  # noqa: BLE001 - a private torch API: without it, the Python key
+        return None
+    return guards.check
+
+
 def view_specs(tensors: Sequence[torch.Tensor], sizes: Sequence[int],
                strides: Sequence[Sequence[int]]) -> tuple:
     """Per tensor, the (sizes, strides) of the view a kernel gets, or None where
@@ -478,4 +506,5 @@ class FusedModule(torch.nn.Module):
 
 
 __all__ = ["FusedModule", "FusedPattern", "LaunchPlan", "cache_dir", "coalesce", "kernel_source",
-           "load_kernel", "out_specs", "signature_key", "stats", "view_specs"]
+           "load_kernel", "out_specs", "signature_key", "stats", "tensor_guard", "tensors_at",
+           "view_specs"]
