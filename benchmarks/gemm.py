@@ -7,19 +7,23 @@
   of each GEMM (fp16 in, fp32 accumulate): the layout GEMM with both atoms (MFMA and
   mma.sync lane layouts), ``examples/gemm_cp_async.py`` (3-stage cp.async, ldmatrix,
   mma.sync) and ``examples/gemm_gfx942.py`` (buffer loads to LDS, swizzled double-buffered
-  LDS, MFMA 32x32x8; and its fp8 form: e4m3fnuz in, MFMA 32x32x16, per-tensor scales,
-  against ``torch.matmul`` on the same fp8 values upcast to fp32, then scaled) and
+  LDS, MFMA 32x32x8; and its fp8 form: e4m3fnuz in, MFMA 32x32x16, per-tensor and
+  row-wise scales, against ``torch.matmul`` on the same fp8 values upcast to fp32, then
+  scaled) and
   ``examples/gemm_sm90.py`` (TMA, 4-stage mbarrier pipeline,
   wgmma; on the CPU its one-schedule form with a 128 x 32 tile, see its docstring),
   next to ``torch.matmul`` on the same inputs converted to fp32, same process. The CPU runs each with its GPU's per-lane semantics (MMA and MFMA
   emulated): these rows check correctness and show the CPU backend's speed, not the GPU's.
 * **Registers** from the compiled code objects: for sm_90 ``ptxas -v`` (registers,
   spills, register-limited occupancy), for gfx942 the code object's ``.vgpr_count``,
-  ``.sgpr_count``, ``.vgpr_spill_count`` and LDS bytes (fp16 and fp8 for the gfx942 GEMM).
+  ``.sgpr_count``, ``.vgpr_spill_count``, ``.sgpr_spill_count`` and LDS bytes (fp16 and
+  fp8 for the gfx942 GEMM: per-tensor at K = 4096 and on the byte path of K = 4095,
+  row-wise).
 * **GPU** (when torch sees one): TFLOP/s at 4096^3 fp16 against ``torch.matmul``
   (cuBLAS / hipBLASLt): on NVIDIA the layout GEMM and the cp.async GEMM, on AMD the
   layout GEMM and the gfx942 GEMM, and on gfx942 the gfx942 GEMM in fp8 (e4m3fnuz,
-  per-tensor scales, f32 out) against ``torch._scaled_mm`` with the same scales; on sm_90 (H100/H200) also the warp-specialized
+  per-tensor and row-wise scales, f32 out) against ``torch._scaled_mm`` with the same
+  scales; on sm_90 (H100/H200) also the warp-specialized
   TMA + wgmma GEMM at 4096^3 bf16 (f32 out, and bf16 out against torch's own bf16
   matmul; targets >= 700 TFLOP/s and >= 90% of torch) and in fp8 (e4m3, per-row and
   per-column f32 scales, bf16 out, against ``torch._scaled_mm`` with the same scales
@@ -64,18 +68,31 @@ GEMMS = {
 }
 
 
-#: the fp8 rows (e4m3fnuz A and B, per-tensor scales): name -> (module, kwargs, threads)
+#: the fp8 rows (e4m3fnuz A and B): name -> (module, kwargs, threads, scales), scales
+#: "tensor" (per-tensor) or "row" (scale_a (M, 1), scale_b (1, N), as torch._scaled_mm)
 FP8_GEMMS = {
-    "gfx942 fp8 (LDS DMA)": ("gemm_gfx942", {}, 256),
+    "gfx942 fp8 (LDS DMA)": ("gemm_gfx942", {}, 256, "tensor"),
+    "gfx942 fp8 row-wise (LDS DMA)": ("gemm_gfx942", {}, 256, "row"),
 }
 #: the per-tensor scales of the fp8 rows
 FP8_SCALES = (0.75, 1.5)
 
 
 def _gemm(name: str):
-    module, kwargs, _ = GEMMS[name] if name in GEMMS else FP8_GEMMS[name]
+    module, kwargs = (GEMMS[name] if name in GEMMS else FP8_GEMMS[name])[:2]
     fn = importlib.import_module(module).gemm
     return lambda A, B, C, **scales: fn(A, B, C, **kwargs, **scales)
+
+
+def fp8_scales(name: str, M: int, N: int, device=None) -> tuple:
+    """The fp8 row ``name``'s (scale_a, scale_b): per-tensor ``FP8_SCALES``, or row-wise
+    ones in [0.5, 1.5) of shapes (M, 1) and (1, N)."""
+    import torch
+    if FP8_GEMMS[name][3] == "tensor":
+        return tuple(torch.tensor([s], device=device) for s in FP8_SCALES)
+    gen = torch.Generator().manual_seed(M * N)
+    return ((torch.rand(M, 1, generator=gen) + 0.5).to(device),
+            (torch.rand(1, N, generator=gen) + 0.5).to(device))
 
 
 def cpu_rows(quick: bool) -> list:
@@ -94,23 +111,24 @@ def cpu_rows(quick: bool) -> list:
         # fp8: other values (randn in e4m3fnuz), the reference on the same fp8 values
         A8 = torch.randn(M, K).to(torch.float8_e4m3fnuz)
         B8 = torch.randn(N, K).to(torch.float8_e4m3fnuz)
-        sa, sb = (torch.tensor([s]) for s in FP8_SCALES)
-        ref8 = (A8.float() @ B8.float().T) * sa * sb
+        scales = {name: fp8_scales(name, M, N) for name in FP8_GEMMS}
+        ref8 = {name: (A8.float() @ B8.float().T) * sa * sb
+                for name, (sa, sb) in scales.items()}
         flop = 2 * M * N * K
         C = {name: torch.zeros(M, N) for name in (*GEMMS, *FP8_GEMMS)}
         calls = {"torch": lambda: torch.matmul(Af, Bt)}
         for name in GEMMS:
             calls[name] = (lambda g, c: lambda: g(A, B, c))(_gemm(name), C[name])
         for name in FP8_GEMMS:
-            calls[name] = (lambda g, c: lambda: g(A8, B8, c, scale_a=sa, scale_b=sb))(
-                _gemm(name), C[name])
+            calls[name] = (lambda g, c, s: lambda: g(A8, B8, c, scale_a=s[0], scale_b=s[1]))(
+                _gemm(name), C[name], scales[name])
         times: dict = {name: [] for name in calls}
         for _ in range(rounds):
             for name, fn in calls.items():
                 times[name].append(bench_ms(fn, warmup=3, rep=rep, flush=False)[0])
         t_lo = min(times["torch"])
         for name in (*GEMMS, *FP8_GEMMS):
-            err = (C[name] - (ref8 if name in FP8_GEMMS else ref)).abs().max().item()
+            err = (C[name] - (ref8[name] if name in FP8_GEMMS else ref)).abs().max().item()
             lo, med = min(times[name]), statistics.median(times[name])
             rows.append([f"{M}x{N}x{K}", name, f"{err:.1e}", f"{flop / lo / 1e6:.2f}",
                          f"{flop / med / 1e6:.2f}", f"{flop / t_lo / 1e6:.1f}",
@@ -139,16 +157,18 @@ def ptxas_row(name: str, prog, threads: int, arch: str = "sm_90") -> list:
 
 
 def amdgcn_row(name: str, prog) -> list:
-    """The gfx942 code object's VGPRs (and SGPRs), spills and LDS: waves per SIMD they
-    allow."""
+    """The gfx942 code object's VGPRs (and SGPRs), spills (VGPRs to scratch, SGPRs to
+    VGPR lanes) and LDS: waves per SIMD they allow."""
     amd = prog.asm["amdgcn"]
     vgpr = int(re.search(r"\.vgpr_count:\s+(\d+)", amd).group(1))
     sgpr = int(re.search(r"\.sgpr_count:\s+(\d+)", amd).group(1))
     spill = int(re.search(r"\.vgpr_spill_count:\s+(\d+)", amd).group(1))
+    sgpr_spill = int(re.search(r"\.sgpr_spill_count:\s+(\d+)", amd).group(1))
     lds = int(re.search(r"\.group_segment_fixed_size:\s+(\d+)", amd).group(1))
     waves = min(512 // (-(-vgpr // 8) * 8), 8)
     scratch = "scratch" if "scratch_" in amd else "no scratch"
-    return [name, "gfx942 (.vgpr_count)", f"{vgpr} (SGPRs {sgpr})", f"{spill} VGPRs, {scratch}",
+    return [name, "gfx942 (.vgpr_count)", f"{vgpr} (SGPRs {sgpr})",
+            f"{spill} VGPRs, {sgpr_spill} SGPRs, {scratch}",
             f"{waves} waves/SIMD (VGPRs), LDS {lds // 1024} KiB/block"]
 
 
@@ -172,12 +192,16 @@ def register_rows() -> list:
     b16 = torch.zeros(4096, 4096, dtype=torch.bfloat16)
     prog = flydsl.compile(sm90.gemm, b16, b16, c, backend="cuda", arch="sm_90a")
     rows.append(ptxas_row("sm_90a TMA+wgmma", prog, sm90.THREADS, "sm_90a"))
-    for name, (module, kwargs, _) in FP8_GEMMS.items():
-        e4m3, one = torch.zeros(4096, 4096, dtype=torch.float8_e4m3fnuz), torch.ones(1)
+    # fp8 at K = 4096 (the LDS DMA) and, per-tensor, K = 4095 (rows not whole dwords:
+    # the byte path, buffer_load_ubyte into LDS)
+    for name, (module, kwargs, _, kind) in FP8_GEMMS.items():
         fn = importlib.import_module(module).gemm
-        prog = flydsl.compile(fn, e4m3, e4m3, c, *kwargs.values(), scale_a=one, scale_b=one,
-                              backend="rocm", arch="gfx942")
-        rows.append(amdgcn_row(name + " scaled", prog))
+        for k in (4096, 4095) if kind == "tensor" else (4096,):
+            e4m3 = torch.zeros(4096, k, dtype=torch.float8_e4m3fnuz)
+            sa, sb = fp8_scales(name, 4096, 4096)
+            prog = flydsl.compile(fn, e4m3, e4m3, c, *kwargs.values(), scale_a=sa,
+                                  scale_b=sb, backend="rocm", arch="gfx942")
+            rows.append(amdgcn_row(f"{name} scaled" + (f", K={k}" if k % 4 else ""), prog))
     f8, ones = torch.zeros(4096, 4096, dtype=torch.float8_e4m3fn), torch.ones(4096)
     prog = flydsl.compile(sm90.gemm, f8, f8, b16, ones, ones, backend="cuda", arch="sm_90a")
     rows.append(ptxas_row("sm_90a TMA+wgmma fp8 scaled", prog, sm90.THREADS, "sm_90a"))
@@ -225,13 +249,13 @@ def gpu_rows(torch) -> list:
 
 
 def gfx942_fp8_row(torch, name: str, n: int = 4096) -> list:
-    """The gfx942 GEMM in fp8 (e4m3fnuz, per-tensor scales, f32 out) at n^3, against
-    ``torch._scaled_mm`` (hipBLASLt) with the same scales, same process; the ratio is
-    "-" where this torch has no fp8 ``_scaled_mm`` for the device."""
+    """The gfx942 GEMM in fp8 (e4m3fnuz, per-tensor or row-wise scales, f32 out) at n^3,
+    against ``torch._scaled_mm`` (hipBLASLt) with the same scales, same process; the
+    ratio is "-" where this torch has no such fp8 ``_scaled_mm`` for the device."""
     gemm = _gemm(name)
     A = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fnuz)
     B = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fnuz)
-    sa, sb = (torch.tensor([s], device="cuda") for s in FP8_SCALES)
+    sa, sb = fp8_scales(name, n, n, device="cuda")
     C = torch.empty(n, n, device="cuda")
     gemm(A, B, C, scale_a=sa, scale_b=sb)
     err = (C - (A.float() @ B.float().T) * sa * sb).abs().max().item()
@@ -242,7 +266,8 @@ def gfx942_fp8_row(torch, name: str, n: int = 4096) -> list:
         torch_tflops, ratio = f"{flop / t_lo / 1e9:.1f}", f"{t_lo / lo:.2f}"
     except (RuntimeError, TypeError) as e:        # no fp8 GEMM in this torch build
         torch_tflops, ratio = f"- ({type(e).__name__})", "-"
-    return [f"gemm {name} {n}^3 e4m3fnuz scaled->f32 TFLOP/s (max err {err:.1e}; "
+    kind = "row-wise" if FP8_GEMMS[name][3] == "row" else "per-tensor"
+    return [f"gemm {name} {n}^3 e4m3fnuz {kind} scaled->f32 TFLOP/s (max err {err:.1e}; "
             "torch: _scaled_mm)", f"{flop / lo / 1e9:.1f}", f"{flop / med / 1e9:.1f}",
             torch_tflops, ratio, GEMM_VS_TORCH_TARGET]
 
