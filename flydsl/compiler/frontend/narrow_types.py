@@ -22,10 +22,15 @@ On GPUs the Float32 -> FP8 step uses the hardware where it has the same semantic
 ``cvt.rn.satfinite.e4m3x2.f32`` for Float8E4M3FN on sm_89 and newer (CUDA), and
 ``v_cvt_pk_fp8_f32`` / ``v_cvt_pk_bf8_f32`` for Float8E4M3FNUZ / Float8E5M2FNUZ on
 gfx942 (ROCm; out-of-range values give the NaN code, as torch). Every other case, and
-the CPU, runs the integer code, which ``tests/test_flydsl_numeric_types.py`` checks
-against torch over all 256 codes and random floats. (The CUDA instruction writes every
-NaN as 0x7F, where torch and the integer code keep a negative NaN's sign: 0xFF. The
-hardware paths are checked by compiling only: no GPU ran them.)
+the CPU, runs the integer code, which ``tests/test_flydsl_numeric_types.py`` and
+``tests/test_review_narrow_floats.py`` check against torch and the formats' definitions
+(every code; every bfloat16 and float16 value and their float32 neighbours; the FP8 rules
+were also checked on all 2**32 float32 values once). The CUDA instruction writes every NaN
+as 0x7F: the sign of a negative NaN is put back (0xFF), as torch and the integer code
+give. gfx942's instruction runs without the clamp modifier and with the kernel's
+MODE.FP16_OVFL clear (LLVM's default), so it does not saturate: out-of-range values,
+infinities and NaN give 0x80, as torch. (The hardware paths are checked by compiling
+only: no GPU ran them.)
 """
 from __future__ import annotations
 
@@ -247,10 +252,14 @@ def _hardware_encode(f: ir.Value, to: DType):
     semantics, else None."""
     target = context.current().target
     if target.backend == "cuda" and to is dt.Float8E4M3FN and _sm(target.arch) >= 89:
-        # cvt.rn.satfinite.e4m3x2.f32: RNE, saturating, NaN -> 0x7F (torch's rules)
+        # cvt.rn.satfinite.e4m3x2.f32: RNE, saturating (torch's rules), but every NaN
+        # is 0x7F: a negative NaN gets its sign back (0xFF), as torch and the CPU give
         i16 = ir.IntegerType.get_signless(16)
         pair = llvm.call_intrinsic(i16, "llvm.nvvm.ff.to.e4m3x2.rn", [f, f], [], [])
-        return arith.andi(arith.extui(_i32(), pair), _c(0xFF))
+        code = arith.andi(arith.extui(_i32(), pair), _c(0xFF))
+        b = arith.bitcast(_i32(), f)
+        negative_nan = _ucmp("ugt", b, _c(0xFF800000))     # above -inf's bits
+        return arith.ori(code, arith.shli(arith.extui(_i32(), negative_nan), _c(7)))
     if target.backend == "rocm" and target.arch.startswith("gfx94") and to in (
             dt.Float8E4M3FNUZ, dt.Float8E5M2FNUZ):
         # v_cvt_pk_{fp8,bf8}_f32: RNE, out of range and NaN -> 0x80 (torch's rules)
