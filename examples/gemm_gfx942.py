@@ -268,6 +268,10 @@ def epilogue_scales(S, kind: str, index_of, reps: int, nacc: int, run: int):
             fx.copy(ld, runs[None, index_of(rep, run * j) // run], regs[None, j, rep])
     return lambda rep, v: regs[v % run, v // run, rep]
 
+#: the scale kinds of the epilogue, by their names in errors
+SCALE_KINDS = {"none": "not given", "tensor": "per-tensor", "row": "row-wise"}
+
+
 def _scale(s, name: str, rows: int, like):
     """``(tensor, kind)`` of a scale: kind "tensor" (a number or a one-element float32
     tensor: per-tensor), "row" (a float32 tensor of ``rows`` elements, scale_a of shape
@@ -313,6 +317,16 @@ def gemm(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, mfma: fx.Constexpr[int] = 32,
     N = B.shape[0]
     (SA, sa_kind), (SB, sb_kind) = (_scale(scale_a, "scale_a", M, C),
                                      _scale(scale_b, "scale_b", N, C))
+    if sa_kind != sb_kind:
+        # one value for a dimension of 1 is a row-wise scale too (scale_a (1, 1), M = 1)
+        if sa_kind == "tensor" and M == 1:
+            sa_kind = "row"
+        elif sb_kind == "tensor" and N == 1:
+            sb_kind = "row"
+        else:
+            raise TypeError(f"gemm_gfx942: scale_a is {SCALE_KINDS[sa_kind]} and scale_b "
+                            f"{SCALE_KINDS[sb_kind]}: give both per-tensor or both "
+                            "row-wise, as torch._scaled_mm takes them")
     # the LDS DMA moves aligned dwords: rows of A and B a whole number of them
     dma = K % elems(4, dtype) == 0
     gemm_kernel(A, B, C, SA, SB, mfma, dma, swizzle, sa_kind, sb_kind).launch(

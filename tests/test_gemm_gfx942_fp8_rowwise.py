@@ -4,9 +4,9 @@ C = (A @ B.T) * scale_a[m] * scale_b[n] (per-tensor scales:
 tests/test_gemm_gfx942_fp8.py).
 
 On the CPU backend one profiled compile (LLVM -O0, e4m3fnuz, MFMA 32x32x16) serves
-every run: odd M against torch on the same fp8 values (within the f32 summation-order
-bound), powers of two exactly, and the memory profiler's count of the scale loads of
-one 128 x 128 block. The e5m2 form with odd M and N, and the gfx942 code object, are
+every run: odd M (and M = 1) against torch on the same fp8 values (within the f32
+summation-order bound), powers of two exactly, and the memory profiler's count of the
+scale loads of one 128 x 128 block. The e5m2 form with odd M and N, and the gfx942 code object, are
 in tests/test_gemm_gfx942_fp8_paths.py."""
 import pytest
 import torch
@@ -73,6 +73,15 @@ def test_rowwise_scales_are_exact_on_integers_with_power_of_two_scales(profiled)
     assert torch.equal(C, (A.float() @ B.float().T) * sa * sb)
 
 
+def test_one_row_of_a_takes_a_one_element_row_scale(profiled):
+    """M = 1: scale_a of shape (1, 1) is one value, per-tensor or row-wise alike; with a
+    row-wise scale_b it is row-wise (torch._scaled_mm's shapes), not a mismatch."""
+    A, B, sa, sb = rowwise(1, 72, 9)
+    C, _ = profiled(A, B, sa, sb)
+    ref = (A.float() @ B.float().T) * sa * sb
+    assert ((C - ref).abs() <= summation_bound(A, B, 1.0) * sa * sb).all()
+
+
 def test_rowwise_scale_loads_per_tile_and_unchanged_operand_traffic(profiled):
     """One 128 x 128 block of 4 waves, each 64 x 64 of C (2 x 2 MFMA tiles of 32 x 32):
     a lane's 16 accumulators of a tile lie in 4 runs of 4 consecutive rows of one
@@ -106,9 +115,9 @@ def test_rowwise_scale_loads_per_tile_and_unchanged_operand_traffic(profiled):
 
 
 def test_rowwise_scale_shapes_are_checked(example):
-    """scale_a (M, 1) and scale_b (1, N) as torch._scaled_mm takes them, float32;
-    other shapes (e.g. scale_a of shape (1, M)) are errors naming the shape expected.
-    Checked before anything compiles."""
+    """scale_a (M, 1) and scale_b (1, N) as torch._scaled_mm takes them, float32, and
+    both row-wise or both per-tensor; other shapes (e.g. scale_a of shape (1, M)) are
+    errors naming the shape expected. Checked before anything compiles."""
     A, B, C = torch.zeros(8, 16, dtype=E4M3), torch.zeros(4, 16, dtype=E4M3), torch.zeros(8, 4)
     with pytest.raises(TypeError, match=r"scale_a must be .* of shape \(8, 1\) \(row-wise\), "
                                         r"got torch.float32 of shape \(1, 8\)"):
@@ -117,3 +126,6 @@ def test_rowwise_scale_shapes_are_checked(example):
                                         r"got torch.float16 of shape \(1, 4\)"):
         example.gemm(A, B, C, scale_a=torch.ones(8, 1),
                      scale_b=torch.ones(1, 4, dtype=torch.float16))
+    with pytest.raises(TypeError, match="scale_a is row-wise and scale_b per-tensor: give "
+                                        "both per-tensor or both row-wise"):
+        example.gemm(A, B, C, scale_a=torch.ones(8, 1), scale_b=2.0)
