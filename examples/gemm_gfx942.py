@@ -251,9 +251,10 @@ def epilogue_scales(S, kind: str, index_of, reps: int, nacc: int, run: int):
     "row": ``S[index_of(rep, v)]`` through a buffer tensor (0 past the end; rows and
     columns past M, N are not stored), ``run`` consecutive values a load: scale_a
     is one 16-byte aligned ``buffer_load_dwordx4`` per run of 4 accumulator rows (the
-    same 4 rows for the 32 or 16 lanes of a column group: a broadcast); scale_b one
-    ``buffer_load_dword`` per tile along N, consecutive lanes on consecutive columns
-    (coalesced)."""
+    same 4 rows for the 32 or 16 lanes of a column group: a broadcast; a run that M
+    cuts keeps its rows below M, as CDNA checks a dwordx4's range per dword); scale_b
+    one ``buffer_load_dword`` per tile along N, consecutive lanes on consecutive
+    columns (coalesced)."""
     if kind == "none":
         return None
     if kind == "tensor":
@@ -267,6 +268,7 @@ def epilogue_scales(S, kind: str, index_of, reps: int, nacc: int, run: int):
         for j in fx.range_constexpr(nacc // run):
             fx.copy(ld, runs[None, index_of(rep, run * j) // run], regs[None, j, rep])
     return lambda rep, v: regs[v % run, v // run, rep]
+
 
 #: the scale kinds of the epilogue, by their names in errors
 SCALE_KINDS = {"none": "not given", "tensor": "per-tensor", "row": "row-wise"}
