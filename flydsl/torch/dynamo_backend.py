@@ -53,7 +53,7 @@ from .reductions import reduction_count, row_input
 from .rewrites import fold_residual_adds, inline_decomposition, split_addmm, split_log_softmax
 from .row_kernels import RowModule
 from .scatter_sums import merge_scatter_sums
-from .trials import MAX_TRIALS, TRIALS, GraphTrial
+from .trials import MAX_GROUP_TRIALS, MAX_TRIALS, GraphTrial
 
 log = logging.getLogger("flydsl.torch")
 
@@ -154,8 +154,9 @@ def _captured_graph_trial(compiled: Callable, gm: GraphModule,
         log.info("inference graph: %s: %s", trial.summary("AOTAutograd", "as captured"),
                  "keeps it" if trial.verdict else "runs as dynamo captured it")
     settled = (lambda: inner.chosen is not None) if inner is not None else (lambda: True)
-    # settles within the groups' trials and the fused graph's (up to MAX_TRIALS a side)
-    return GraphTrial(compiled, gm.forward, settled, 2 * TRIALS + 2 * MAX_TRIALS + 6,
+    # settles within the groups' trials and the fused graph's (up to MAX_GROUP_TRIALS
+    # and MAX_TRIALS a side)
+    return GraphTrial(compiled, gm.forward, settled, 2 * MAX_GROUP_TRIALS + 2 * MAX_TRIALS + 6,
                       on_verdict)
 
 
@@ -238,7 +239,8 @@ def _graph_trial(fused: GraphModule, gm: GraphModule) -> GraphTrial:
         log.info("ATen graph with %d fused group(s): %s: %s", len(modules),
                  trial.summary("fused", "ATen"),
                  "keeps its kernels" if trial.verdict else "runs the ATen graph")
-    return GraphTrial(fused.forward, gm.forward, settled, 2 * TRIALS + 2, on_verdict)
+    return GraphTrial(fused.forward, gm.forward, settled, 2 * MAX_GROUP_TRIALS + 2,
+                      on_verdict)
 
 
 def fuse_pointwise(gm: GraphModule, device_type: str, min_group_size: int = MIN_GROUP_SIZE,

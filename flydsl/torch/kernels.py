@@ -44,7 +44,7 @@ import torch
 
 from ..errors import FlydslError
 from .pointwise import fx_dtype, register_dtype
-from .trials import Trial
+from .trials import MAX_GROUP_TRIALS, Trial
 
 _empty_strided = torch.empty_strided
 
@@ -385,7 +385,7 @@ class FusedModule(torch.nn.Module):
         if plan is _MISSING:
             plan = self.plans[key] = self._plan([args[k] for k in self.tensor_pos], args)
             if plan is not None and self.measure and plan.views:
-                plan.trial = Trial()
+                plan.trial = Trial(most=MAX_GROUP_TRIALS)
         if plan is None:
             return self._eager(args)
         if plan.trial is not None and plan.tried:

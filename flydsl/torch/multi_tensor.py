@@ -31,7 +31,7 @@ from torch.fx import GraphModule, Node
 from ..errors import FlydslError
 from . import kernels
 from .pointwise import fx_dtype
-from .trials import Trial
+from .trials import MAX_GROUP_TRIALS, Trial
 
 log = logging.getLogger("flydsl.torch")
 
@@ -165,7 +165,7 @@ class MultiTensorModule(torch.nn.Module):
             if plan is _MISSING:
                 plan = self.plans[key] = self._plan(args)
                 if plan is not None and self.measure:
-                    plan.trial = Trial()
+                    plan.trial = Trial(most=MAX_GROUP_TRIALS)
             check = kernels.tensor_guard(self._tensors(args))
             self._last = None if check is None else (check, key, plan)
         if plan is None:
