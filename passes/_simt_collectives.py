@@ -43,6 +43,14 @@ from .ir import walk
 #: Discardable attribute of the ``gpu.barrier`` standing for ``fx.syncwarp`` on the
 #: CPU: a barrier that, like a shuffle, may run under a thread-dependent ``scf.if``.
 WARP_SYNC_ATTR = "flydsl.warp_sync"
+#: Integer attribute (the wave's lane count) of the ``gpu.barrier``s of an emulated
+#: wave-wide instruction (an MFMA's operand exchange through per-wave scratch): like a
+#: warp barrier it may run under a thread-dependent ``scf.if``, but only when every lane
+#: of each wave takes the same branch, as the instruction needs its whole wave
+#: (:func:`wave_lanes`; the CPU pass checks the condition). Distinct from
+#: :data:`WARP_SYNC_ATTR`: the race checker counts these barriers as the emulation's own,
+#: not as the kernel's.
+WAVE_EXCHANGE_ATTR = "flydsl.wave_exchange"
 #: ``gpu.subgroup_reduce`` attribute making it a scan: "inclusive" or "exclusive".
 SCAN_ATTR = "flydsl.scan"
 #: What an exclusive scan gives a lane with no active lane before it (a typed attribute).
@@ -64,7 +72,16 @@ def is_warp_collective(op) -> bool:
     under a thread-dependent ``scf.if`` (a block barrier may not)."""
     name = op.name
     return (name in ("gpu.shuffle", "gpu.subgroup_reduce")
-            or (name == "gpu.barrier" and WARP_SYNC_ATTR in op.attributes))
+            or (name == "gpu.barrier" and (WARP_SYNC_ATTR in op.attributes
+                                           or WAVE_EXCHANGE_ATTR in op.attributes)))
+
+
+def wave_lanes(op) -> int:
+    """The lanes of the wave whose every lane a wave-wide emulation's barrier ``op``
+    needs (:data:`WAVE_EXCHANGE_ATTR`), 0 for any other op."""
+    if op.name != "gpu.barrier" or WAVE_EXCHANGE_ATTR not in op.attributes:
+        return 0
+    return ir.IntegerAttr(op.attributes[WAVE_EXCHANGE_ATTR]).value
 
 
 def _kind(op) -> str:

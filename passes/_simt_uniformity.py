@@ -25,7 +25,8 @@ it (a row's mean, ``rsqrt`` of its variance) stays a block value instead of bein
 recomputed for every thread, or for every element of a block-level strided loop.
 
 A synchronising ``scf.if`` with a per-thread condition (only legal when its
-synchronisation comes from warp collectives: shuffles, votes, warp barriers) is
+synchronisation comes from warp collectives: shuffles, votes, warp barriers, the
+wave-scoped exchange of an emulated MFMA) is
 lowered by predication: its bodies become block levels too, executed for every
 block whatever the condition, so ops hoisted from them must not trap
 (*speculative* levels).

@@ -28,7 +28,7 @@ import mlir.ir as ir
 
 from flydsl.errors import DivergentBarrierError, DivergentBarrierWarning
 
-from ._simt_collectives import is_warp_collective
+from ._simt_collectives import SCAN_ATTR, is_warp_collective
 from ._simt_ir import is_pure, source_location
 from .ir import gpu_modules, op_of, terminator, walk
 
@@ -174,3 +174,136 @@ class ThreadDependence:
             yielded = terminator(op.regions[0].blocks[0]).operands[i]
             return self._all(operands[:3] + [operands[3 + i], yielded], depth)
         return DATA
+
+
+#: Casts through which a thread index keeps its value (a block has < 2**31 threads).
+_CASTS = frozenset({"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui",
+                    "arith.trunci"})
+#: Rounding-down divisions (``ceildiv`` rounds lane 0 of a wave apart from the others).
+_DIVISIONS = frozenset({"arith.divui", "arith.divsi", "arith.floordivsi"})
+_SHIFTS = frozenset({"arith.shrui", "arith.shrsi"})
+
+
+class WaveDependence:
+    """Whether a value may differ between the lanes of one wave: the ``lanes`` threads
+    of linear ids ``w * lanes .. (w + 1) * lanes - 1`` (an AMD wavefront of 64).
+
+    A wave-wide instruction (an MFMA) may sit under an ``if`` that whole waves take or
+    skip (``if tid // 64 == 0:``, producer and consumer waves), not under one that
+    splits a wave. Provably wave-uniform: values the same for the whole block, the
+    thread index divided (rounding down, or shifted right) by a multiple of ``lanes``,
+    and pure ops of those. Values loaded from memory (:data:`DATA`) cannot be told
+    apart here and count as wave-uniform; other thread-dependent values as varying.
+
+    A shuffle or warp reduction is wave-uniform where its lane groups and operands make
+    it so (``readfirstlane`` of a wave-uniform value; ``warp``: the reductions' default
+    cluster). ``bdim_x``: the block's x size (a value), so that the linear thread id
+    ``tx + bdim_x * row`` is recognised; ``known_block``: the block's static size, if
+    any: ``tx`` alone is a thread index of whole waves unless ``bdim_x`` is not a
+    multiple of ``lanes`` in a block of several rows."""
+
+    def __init__(self, lanes: int, deps: ThreadDependence, bdim_x=None, known_block=None,
+                 warp: int = 0):
+        self.lanes, self.deps, self.bdim_x, self.warp = lanes, deps, bdim_x, warp
+        kb = known_block
+        self.tx_aligned = not kb or kb[0] % lanes == 0 or (kb[1] == 1 and kb[2] == 1)
+        self.memo: dict = {}
+
+    def varies(self, value: ir.Value, loaded: bool = False, depth: int = 0) -> bool:
+        """``value`` may differ between the lanes of a wave; ``loaded``: a value
+        computed from loaded values may too (else it counts as wave-uniform)."""
+        dependence = self.deps.of(value)
+        if dependence != THREAD:
+            return loaded and dependence == DATA
+        key = (value, loaded)
+        if key not in self.memo:
+            self.memo[key] = True           # a cycle (loop-carried): varying
+            self.memo[key] = depth > _DEPTH or self._varies(value, loaded, depth + 1)
+        return self.memo[key]
+
+    def _varies(self, value: ir.Value, loaded: bool, depth: int) -> bool:
+        if not isinstance(value, ir.OpResult):
+            return True
+        op = op_of(value.owner)
+        if op.name in _DIVISIONS or op.name in _SHIFTS:
+            k = _constant(op.operands[1])
+            divisor = k if op.name in _DIVISIONS or k is None else 1 << k
+            if divisor and divisor % self.lanes == 0 and self._thread_index(op.operands[0]):
+                return False
+        if op.name == "gpu.shuffle" and value == op.results[0]:
+            return self._shuffle_varies(op, loaded, depth)
+        if op.name == "gpu.subgroup_reduce" and SCAN_ATTR not in op.attributes:
+            # one result per cluster of lanes: the same in a wave its clusters cover
+            cluster = ir.IntegerAttr(op.attributes["cluster_size"]).value \
+                if "cluster_size" in op.attributes else self.warp
+            return not (cluster and cluster % self.lanes == 0) and \
+                self.varies(op.operands[0], loaded, depth)
+        if is_pure(op):
+            return any(self.varies(v, loaded, depth) for v in op.operands)
+        return True
+
+    def _shuffle_varies(self, op, loaded: bool, depth: int) -> bool:
+        """A shuffle's value (``readfirstlane`` is one) is wave-uniform when every lane
+        reads a lane of its own wave holding a wave-uniform value, or when its groups
+        hold whole waves and it reads one lane of the group (``idx`` mode)."""
+        value, offset, width = list(op.operands)
+        width = _constant(width)
+        if not width:
+            return True
+        if self.lanes % width == 0 and not self.varies(value, loaded, depth):
+            return False
+        mode = str(op.attributes["mode"]).split()[-1].rstrip(">")
+        return not (mode == "idx" and width % self.lanes == 0
+                    and not self.varies(offset, loaded, depth))
+
+    def _thread_index(self, value: ir.Value) -> bool:
+        """``value`` is the linear thread id, or ``tx`` where that is a thread index of
+        whole waves (through casts)."""
+        value = _uncast(value)
+        op = value.owner if isinstance(value, ir.OpResult) else None
+        op = op_of(op) if op is not None else None
+        if op is None:
+            return False
+        if op.name == "gpu.thread_id":
+            return self.tx_aligned and str(op.attributes["dimension"]).endswith("x>")
+        if op.name != "arith.addi" or self.bdim_x is None:
+            return False
+        # tx + row * bdim_x, as the CPU pass builds the linear id
+        for t, rest in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+            t_op = _uncast(t)
+            defining = op_of(t_op.owner) if isinstance(t_op, ir.OpResult) else None
+            row = op_of(rest.owner) if isinstance(rest, ir.OpResult) else None
+            if defining is not None and defining.name == "gpu.thread_id" and \
+                    str(defining.attributes["dimension"]).endswith("x>") and \
+                    row is not None and row.name == "arith.muli" and \
+                    self.bdim_x in list(row.operands):
+                return True
+        return False
+
+
+def _uncast(value: ir.Value) -> ir.Value:
+    while isinstance(value, ir.OpResult) and op_of(value.owner).name in _CASTS:
+        value = op_of(value.owner).operands[0]
+    return value
+
+
+def _constant(value: ir.Value) -> Optional[int]:
+    """The integer constant ``value`` is (through casts), else None."""
+    value = _uncast(value)
+    if not isinstance(value, ir.OpResult):
+        return None
+    op = op_of(value.owner)
+    if op.name != "arith.constant" or not isinstance(op.attributes["value"], ir.IntegerAttr):
+        return None
+    return ir.IntegerAttr(op.attributes["value"]).value
+
+
+def split_wave_message(lanes: int) -> str:
+    """Why a wave-wide emulated instruction under an ``if`` splitting a wave is refused."""
+    return (f"an MFMA (on the CPU: an exchange between the {lanes} lanes of a wave) is "
+            f"under an 'if' whose condition may differ between the lanes of a wave: a "
+            f"matrix instruction is one operation of its whole wave (LLVM declares the "
+            f"MFMA intrinsics convergent), and lanes that branched away supply whatever "
+            f"their registers hold. Make the "
+            f"condition the same for the {lanes} lanes of each wave (e.g. `if tid // "
+            f"{lanes} == 0:`), or run the MFMA unguarded and select its result")

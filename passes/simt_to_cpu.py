@@ -28,7 +28,11 @@ How a kernel body (a single block of structured ops) is lowered:
 3. Uniformity analysis (:mod:`._simt_uniformity`); a barrier under divergent
    control flow is a :class:`~flydsl.errors.DivergentBarrierError` (see
    :mod:`.barrier_divergence`), a warp collective there an
-   :class:`~flydsl.errors.UnsupportedConstructError`. Before that, the bounds of a
+   :class:`~flydsl.errors.UnsupportedConstructError`; an emulated MFMA's wave-scoped
+   barriers (:data:`._simt_collectives.WAVE_EXCHANGE_ATTR`) run predicated under an
+   ``if`` whose condition is the same for every lane of a wave, and are a
+   :class:`~flydsl.errors.DivergentBarrierError` under one that may split a wave
+   (:class:`.barrier_divergence.WaveDependence`). Before that, the bounds of a
    synchronising ``for`` (the condition of an ``if``) computed from loaded values
    become thread 0's, read at the block level, with a
    :class:`~flydsl.errors.DivergentBarrierWarning` as on GPUs.
@@ -73,8 +77,9 @@ from flydsl.errors import (DivergentBarrierError, DivergentBarrierWarning,
                            UnsupportedConstructError)
 
 from ._simt_bounds import BoundsChecks
-from .barrier_divergence import DATA, THREAD, ThreadDependence, divergence, hazard_message
-from ._simt_collectives import SubgroupReduceLowering, is_warp_collective
+from .barrier_divergence import (DATA, THREAD, ThreadDependence, WaveDependence, divergence,
+                                 hazard_message, split_wave_message)
+from ._simt_collectives import SubgroupReduceLowering, is_warp_collective, wave_lanes
 from ._simt_memprofile import MemoryRecorder
 from ._simt_printf import PrintfLowering
 from ._simt_racecheck import RaceChecks
@@ -753,8 +758,11 @@ class _KernelLowering:
     def _check_divergence(self) -> None:
         uni = self._analyze()
         deps = ThreadDependence()
+        waves: dict = {}            # lanes -> WaveDependence
+        at_run_time: dict = {}      # debug mode: ifs whose waves are checked as they run
         for s in walk(self.block_loop, lambda o: o.name in SYNC_OPS):
             p = s.parent
+            lanes = wave_lanes(s)
             while p != self.block_loop:
                 ok = (uni.uniform_control(p)
                       # warp collectives under a thread-dependent scf.if run predicated
@@ -763,7 +771,38 @@ class _KernelLowering:
                     if s.name == "gpu.barrier" and not is_warp_collective(s):
                         raise self._divergent_barrier(s, deps)
                     raise _unsupported(self._divergent_collective(s, p), s, self.name)
+                if lanes and not uni.uniform_control(p):
+                    # an emulated MFMA runs predicated only under a condition that
+                    # whole waves share (each wave exchanges through its own scratch)
+                    if lanes not in waves:
+                        waves[lanes] = WaveDependence(lanes, deps, self.bdim["x"],
+                                                      self.known_block, self.warp)
+                    if waves[lanes].varies(p.operands[0]):
+                        filename, lineno, source = source_location(s)
+                        raise DivergentBarrierError(split_wave_message(lanes),
+                                                    kernel=self.name, filename=filename,
+                                                    lineno=lineno, source_line=source)
+                    if self.bounds and waves[lanes].varies(p.operands[0], loaded=True):
+                        at_run_time[p] = lanes
                 p = p.parent
+        for p, lanes in at_run_time.items():
+            self._check_whole_waves(p, lanes)
+
+    def _check_whole_waves(self, branch, lanes: int) -> None:
+        """Debug mode: assert that the lanes of each wave agree on the condition of
+        ``branch`` (computed from loaded values), which holds an emulated MFMA: a wave
+        whose lanes disagree would read its skipped lanes' stale scratch."""
+        cond = branch.operands[0]
+        slot = self.slot(cond.type)
+        with ir.InsertionPoint(branch), branch.location:
+            self.store_slot(cond, slot)
+            ir.Operation.create("gpu.barrier")
+            wave = arith.divui(self.linear_tid(), self.const(lanes))
+            first = self.load_slot_row(slot, arith.muli(wave, self.const(lanes)))
+            cf.assert_(arith.cmpi(arith.CmpIPredicate.eq, cond, first),
+                       f"the condition of this if, computed from loaded values, differs "
+                       f"between the lanes of a wave ({lanes}), and an MFMA is inside it: "
+                       "a matrix instruction needs every lane of its wave")
 
     def _divergent_barrier(self, barrier, deps) -> DivergentBarrierError:
         """The hazard (see :mod:`.barrier_divergence`): a block's threads run as loops

@@ -16,7 +16,10 @@
   Integer atoms (int8 MFMA)
   run the same loop in i32: exact products, sums wrapping at 32 bits as the hardware's.
   A lane that holds the wrong values gives the wrong answer on the CPU exactly as on
-  the GPU.
+  the GPU. Each wave exchanges through its own scratch region, and the barriers are
+  marked wave-scoped (:func:`_wave_barrier`): an MFMA under an ``if`` whole waves take
+  or skip (``if tid // 64 == 0:``, producer and consumer waves) runs predicated, as on
+  the GPU; one under an ``if`` that splits a wave is a located error.
 
 An atom the target does not have is an error naming the arches that have it.
 """
@@ -34,6 +37,7 @@ from ...expr import dtypes as dt
 from ...expr import implementation
 from ...expr import layout_algebra as la
 from ...expr.mma_layouts import values_per_lane
+from ...passes._simt_collectives import WAVE_EXCHANGE_ATTR
 from ...runtime.dispatch import MAX_BLOCK_THREADS
 from . import context
 from .values import Value, cast, to_index
@@ -241,7 +245,7 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
     with _members(idx.member):
         _scatter(spec, scratch, a, (na, rm, rk), spec.a_tv, idx.a_first, mk)
         _scatter(spec, scratch, b, (nb, rn, rk), spec.b_tv, idx.b_first, nk)
-    gpu.barrier()
+    _wave_barrier(lanes)
     with _members(idx.member):
         runs = _runs(spec, idx)
         with _runtime_range(rm * rn) as t:          # atom (m, n), m outer as unrolled
@@ -259,7 +263,7 @@ def _emulated_gemm(atom, spec, d, a, b, c, rm, rn, rk) -> None:
                 for j in range(r.length):
                     elem = x if r.length == 1 else vector.extract(x, [], [j])
                     d_at.set(r.first + j, cast(Value(elem, acc_t), d.dtype))
-    _trailing_barrier(scratch)
+    _trailing_barrier(lanes)
 
 
 def emulated_mfma(spec, a_vals: list, b_vals: list, c: ir.Value) -> ir.Value:
@@ -284,14 +288,14 @@ def emulated_mfma(spec, a_vals: list, b_vals: list, c: ir.Value) -> ir.Value:
                 at = _add(first, _tv_part(tv, 1, v))
                 memref.store(_operand(spec, val).v, scratch.mem, [at])
     if not joined:
-        context.current().block_state["mma_group"] = (gpu.BarrierOp().operation, 1)
+        context.current().block_state["mma_group"] = (_wave_barrier(spec.lanes), 1)
     runs = _runs(spec, idx)
     nc = ir.VectorType(c.type).shape[0]
     whole = len(runs) == 1 and runs[0].length == nc
     accs = [c if whole else vector.extract(c, [], [r.first]) if r.length == 1 else
             vector.shuffle(c, c, list(range(r.first, r.end))) for r in runs]
     out = _k_loop(spec, scratch, 1, runs, accs)
-    _trailing_barrier(scratch)
+    _trailing_barrier(spec.lanes)
     return out[0] if whole else _concat([x if r.length > 1 else
                                          vector.from_elements(_vec_type(1, acc_t), [x])
                                          for r, x in zip(runs, out)])
@@ -616,12 +620,24 @@ def _next_scratch(count: int, dtype):
     return _scratch_array(count, dtype, parity)
 
 
-def _trailing_barrier(scratch) -> None:
+def _wave_barrier(lanes: int) -> ir.Operation:
+    """A barrier of the exchange of one wave's (``lanes`` threads') values through their
+    own scratch region: a block barrier on the CPU, marked so that the CPU pass lowers
+    it, like a warp collective, under an ``if`` that whole waves take or skip (an MFMA
+    in ``if wave_id == 0:``, legal on the GPU, where the wave's registers are the
+    exchange), and refuses it under one that splits a wave."""
+    barrier = gpu.BarrierOp().operation
+    barrier.attributes[WAVE_EXCHANGE_ATTR] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(32), lanes)
+    return barrier
+
+
+def _trailing_barrier(lanes: int) -> None:
     """The barrier after a call's reads of its scratch (:func:`_next_scratch` or
     :func:`_join_group` may remove it when the next call comes)."""
     ctx = context.current()
-    barrier = gpu.BarrierOp()
-    ctx.block_state["mma_last_call"] = (ir.InsertionPoint.current.block, barrier.operation,
+    barrier = _wave_barrier(lanes)
+    ctx.block_state["mma_last_call"] = (ir.InsertionPoint.current.block, barrier,
                                   ctx.block_state.pop("mma_next_key"),
                                   ctx.block_state.pop("mma_group", None))
 
