@@ -181,3 +181,30 @@ def _to_fnuz_pair(x: fx.Tensor, a: fx.Tensor, b: fx.Tensor):
     i = fx.thread_idx.x
     a[i] = fx.cast(x[i], fx.Float8E4M3FNUZ)
     b[i] = fx.cast(x[i], fx.Float8E5M2FNUZ)
+
+
+@flydsl.kernel
+def _pk_fp8(x: fx.Tensor, out: fx.Tensor, arch: fx.Constexpr):
+    """(``arch``: one specialization per FLYDSL_GPU_ARCH.)"""
+    i = fx.thread_idx.x
+    out[i] = fx.rocdl.cvt_pk_fp8_f32(fx.Int32, x[2 * i], x[2 * i + 1], 0, False)
+
+
+PK_INPUTS = [448.0, 464.0, 464.5, 500.0, float("inf"), -float("inf"), -1e6, float("nan"),
+             240.0, 247.0, 248.0, -0.0]
+
+
+@pytest.mark.parametrize("arch,codes", [
+    (None, [0x80] * 8 + [0x7F, 0x7F, 0x80, 0x00]),
+    ("gfx950", [0x7E, 0x7E, 0x7F, 0x7F, 0x7F, 0xFF, 0xFF, 0x7F, 0x77, 0x77, 0x78, 0x80])])
+def test_rocdl_cvt_pk_fp8_f32_does_not_saturate(monkeypatch, arch, codes):
+    """fx.rocdl.cvt_pk_fp8_f32 is the instruction, which (without clamp or FP16_OVFL)
+    gives NaN past the largest value: gfx942's FNUZ 0x80 (as torch), gfx950's OCP E4M3 NaN
+    with the sign (above 464, the tie to 448, and inf), where torch's float8_e4m3fn and
+    fx.cast saturate to 448 (0x7E)."""
+    if arch:
+        monkeypatch.setenv("FLYDSL_GPU_ARCH", arch)
+    out = np.zeros(len(PK_INPUTS) // 2, np.int32)
+    _pk_fp8[1, out.size](np.array(PK_INPUTS, np.float32), out, arch)
+    got = [(int(w) >> s) & 0xFF for w in out for s in (0, 8)]
+    assert got == codes, ([hex(c) for c in got], [hex(c) for c in codes])

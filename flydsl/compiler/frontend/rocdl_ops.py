@@ -211,13 +211,10 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
             r = arith.divf(arith.constant(x.v.type, 1.0), x.v)
         return cast(Value(r, dt.Float32), out or dt.Float32)
     if name == "cvt_pk_fp8_f32":
-        fp8 = dt.Float8E4M3FN if _ocp_fp8_arch() else dt.Float8E4M3FNUZ
-        a, b = (cast(_operand(v, name), fp8) for v in args[:2])
+        ocp = _ocp_fp8_arch()
+        codes = [_pk_fp8_code(cast(_operand(v, name), dt.Float32), ocp) for v in args[:2]]
         old = cast(_operand(args[2], name), dt.Int32)
         high = bool(getattr(args[3], "value", args[3]))
-        i32 = ir.IntegerType.get_signless(32)
-        codes = [arith.extui(i32, arith.bitcast(ir.IntegerType.get_signless(8), v.v))
-                 for v in (a, b)]
         pair = arith.ori(codes[0], arith.shli(codes[1], _i32(8)))
         shift = 16 if high else 0
         keep = arith.andi(old.v, _i32(~(0xFFFF << shift)))
@@ -240,6 +237,24 @@ def rocdl_intrinsic(name: str, res, *args) -> Optional[Value]:
         mask = Value(_ballot_raw(pred), _mask_dtype())
         return cast(mask, out) if out is not None else mask
     raise AssertionError(name)
+
+
+def _pk_fp8_code(x: Value, ocp: bool) -> ir.Value:
+    """The i32 code ``v_cvt_pk_fp8_f32`` gives the Float32 ``x`` (round to nearest even,
+    no clamp modifier, MODE.FP16_OVFL clear as LLVM's kernels have it: not saturating).
+    gfx942 (FNUZ): torch's rule, 0x80 for what overflows, inf and NaN. OCP E4M3 (gfx950,
+    gfx12): NaN with ``x``'s sign (0x7F/0xFF) for what rounds past 448 (above 464, inf),
+    where torch's (and ``fx.cast``'s) Float8E4M3FN saturates."""
+    fp8 = dt.Float8E4M3FN if ocp else dt.Float8E4M3FNUZ
+    i32 = ir.IntegerType.get_signless(32)
+    code = arith.extui(i32, arith.bitcast(ir.IntegerType.get_signless(8), cast(x, fp8).v))
+    if not ocp:
+        return code
+    from mlir.dialects import math as mmath
+    over = arith.cmpf(arith.CmpFPredicate.OGT, mmath.absf(x.v),
+                      arith.constant(ir.F32Type.get(), 464.0))
+    sign = arith.andi(arith.shrui(arith.bitcast(i32, x.v), _i32(24)), _i32(0x80))
+    return arith.select(over, arith.ori(sign, _i32(0x7F)), code)
 
 
 def _ocp_fp8_arch() -> bool:

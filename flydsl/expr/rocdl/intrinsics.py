@@ -46,7 +46,10 @@ def cvt_pk_fp8_f32(res, src_a, src_b, old, word_sel):
     """``v_cvt_pk_fp8_f32``: ``src_a`` and ``src_b`` converted to fp8 (round to nearest
     even) in the arch's format, E4M3FNUZ on gfx942 and OCP E4M3FN on gfx950 (on the CPU,
     the arch ``get_rocm_arch()`` names), and written to the low (``word_sel`` false) or
-    high 16 bits of the Int32 ``old`` (byte 0/2: ``src_a``, byte 1/3: ``src_b``).
+    high 16 bits of the Int32 ``old`` (byte 0/2: ``src_a``, byte 1/3: ``src_b``). As the
+    instruction without clamp (and MODE.FP16_OVFL clear), it does not saturate: what
+    overflows, and inf, give NaN (gfx942: 0x80; gfx950: 0x7F/0xFF with the sign, where
+    ``fx.cast`` to Float8E4M3FN saturates to 448 as torch).
 
     Example: ``lo = fx.rocdl.cvt_pk_fp8_f32(fx.Int32, a, b, 0, False)``
     """
