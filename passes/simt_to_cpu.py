@@ -820,7 +820,8 @@ class _KernelLowering:
 
     @staticmethod
     def _divergent_collective(s, p) -> str:
-        what = ("warp shuffle" if s.name == "gpu.shuffle" else "warp collective")
+        what = ("warp shuffle" if s.name == "gpu.shuffle" else
+                "an MFMA's operand exchange" if wave_lanes(s) else "warp collective")
         msg = (f"{what} (it synchronises the block on the CPU) in divergent control flow "
                "is not supported on the CPU backend")
         if p.name == "scf.for":

@@ -16,7 +16,7 @@ import pytest
 import flydsl
 import flydsl.expr as fx
 from flydsl.compiler.frontend import builder
-from flydsl.errors import DivergentBarrierError, DSLError
+from flydsl.errors import DivergentBarrierError, DSLError, UnsupportedConstructError
 from flydsl.expr import T
 from flydsl.expr.typing import Vector as Vec
 from flydsl.runtime.debug_checks import DeviceAssertError
@@ -230,3 +230,22 @@ def test_debug_mode_reports_a_wave_whose_lanes_loaded_different_conditions(monke
         lane_flagged[1, 128](A, B, C[:2], split)
     line = next(i for i, text in enumerate(open(__file__), 1) if "# LANE-FLAG" in text)
     assert f"{__file__}:{line}" in str(caught.value)
+
+
+@flydsl.kernel
+def wave_trips(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor):
+    a, b = _lane_operands(A, B)
+    acc = Vec.filled(4, 0, fx.Float32)
+    for _ in range(fx.thread_idx.x // 64):
+        acc = _mfma(a, b, acc)
+    _store(C, fx.thread_idx.x // 64, acc)
+
+
+def test_an_mfma_in_a_loop_of_wave_dependent_trips_is_refused_by_name():
+    """Not supported on the CPU (its thread loops run a block's waves alike): an error
+    naming the MFMA and the loop, not a wrong value."""
+    A, _, B, C = _inputs()
+    with pytest.raises(UnsupportedConstructError,
+                       match="an MFMA's operand exchange .* in divergent control flow .* "
+                             "'scf.for' whose bounds depend on the thread id"):
+        wave_trips[1, 128](A, B, C[:2])
