@@ -30,7 +30,7 @@ from flydsl.errors import DivergentBarrierError, DivergentBarrierWarning
 
 from ._simt_collectives import SCAN_ATTR, is_warp_collective
 from ._simt_ir import is_pure, source_location
-from .ir import gpu_modules, op_of, terminator, walk
+from .ir import defining_op, gpu_modules, op_of, terminator, walk
 
 #: What a value's dependence on the thread is, in increasing order.
 UNIFORM, DATA, THREAD = 0, 1, 2
@@ -230,6 +230,8 @@ class WaveDependence:
             divisor = k if op.name in _DIVISIONS or k is None else 1 << k
             if divisor and divisor % self.lanes == 0 and self._thread_index(op.operands[0]):
                 return False
+        if op.name == "arith.cmpi" and self._whole_wave_comparison(op):
+            return False
         if op.name == "gpu.shuffle" and value == op.results[0]:
             return self._shuffle_varies(op, loaded, depth)
         if op.name == "gpu.subgroup_reduce" and SCAN_ATTR not in op.attributes:
@@ -241,6 +243,43 @@ class WaveDependence:
         if is_pure(op):
             return any(self.varies(v, loaded, depth) for v in op.operands)
         return True
+
+    def _whole_wave_comparison(self, op) -> bool:
+        """``tid < 64 * k`` (or ``tid % (64 * j) >= 64 * k``, ``tid <= 64 * k - 1``, ...):
+        an order comparison of the thread index (modulo a multiple of the wave) with a
+        constant at a wave boundary."""
+        pred = ir.IntegerAttr(op.attributes["predicate"]).value
+        if pred not in _BELOW_AT and pred not in _ABOVE_AT:
+            return False
+        x, c = op.operands[0], _constant(op.operands[1])
+        if c is None:       # `c > tid`: the same boundary with the operands swapped
+            x, c, pred = op.operands[1], _constant(op.operands[0]), _SWAPPED.get(pred)
+        if c is None or pred is None:
+            return False
+        boundary = c if pred in _BELOW_AT else c + 1
+        return boundary % self.lanes == 0 and self._thread_index_mod(x)
+
+    def _thread_index_mod(self, value: ir.Value) -> bool:
+        """``value`` is the thread index, or its remainder by a multiple of the wave."""
+        value = _uncast(value)
+        if isinstance(value, ir.OpResult):
+            op = op_of(value.owner)
+            if op.name == "arith.select":
+                # Python's floor modulo, as the front end emits it: select((r != 0) &
+                # (r < 0 ^ k < 0), r + k, r) with r = tid rem k, which is r (tid >= 0)
+                r, fixed, cond = op.operands[2], defining_op(op.operands[1]), \
+                    defining_op(op.operands[0])
+                rem = defining_op(r)
+                if fixed is None or fixed.name != "arith.addi" or cond is None or \
+                        cond.name != "arith.andi" or rem is None or \
+                        rem.name not in ("arith.remui", "arith.remsi") or \
+                        list(fixed.operands) != [r, rem.operands[1]]:
+                    return False
+                op = rem
+            if op.name in ("arith.remui", "arith.remsi"):
+                k = _constant(op.operands[1])
+                return bool(k) and k % self.lanes == 0 and self._thread_index(op.operands[0])
+        return self._thread_index(value)
 
     def _shuffle_varies(self, op, loaded: bool, depth: int) -> bool:
         """A shuffle's value (``readfirstlane`` is one) is wave-uniform when every lane
@@ -279,6 +318,14 @@ class WaveDependence:
                     self.bdim_x in list(row.operands):
                 return True
         return False
+
+
+#: arith.cmpi predicates (slt 2, sle 3, sgt 4, sge 5, ult 6, ule 7, ugt 8, uge 9) whose
+#: answer changes between ``c - 1`` and ``c`` (``x < c``, ``x >= c``), or between ``c`` and
+#: ``c + 1`` (``x <= c``, ``x > c``); and each one with its operands swapped.
+_BELOW_AT = frozenset({2, 5, 6, 9})
+_ABOVE_AT = frozenset({3, 4, 7, 8})
+_SWAPPED = {2: 4, 3: 5, 4: 2, 5: 3, 6: 8, 7: 9, 8: 6, 9: 7}
 
 
 def _uncast(value: ir.Value) -> ir.Value:

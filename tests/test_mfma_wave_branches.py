@@ -249,3 +249,23 @@ def test_an_mfma_in_a_loop_of_wave_dependent_trips_is_refused_by_name():
                        match="an MFMA's operand exchange .* in divergent control flow .* "
                              "'scf.for' whose bounds depend on the thread id"):
         wave_trips[1, 128](A, B, C[:2])
+
+
+@flydsl.kernel
+def wave_ranges(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor):
+    """Conditions comparing the thread index with a wave boundary: ``tid < 64`` (wave 0)
+    and ``tid % 128 >= 64`` (waves 1 and 3)."""
+    a, b = _lane_operands(A, B)
+    acc = Vec.filled(4, 0, fx.Float32)
+    if fx.thread_idx.x < 64:
+        acc = _mfma(a, b, acc)
+    if fx.thread_idx.x % 128 >= 64:
+        acc = _mfma(a, b, acc)
+    _store(C, fx.thread_idx.x // 64, acc)
+
+
+def test_comparisons_of_the_thread_index_at_wave_boundaries_are_wave_uniform():
+    A, _, B, C = _inputs()
+    wave_ranges[1, 64 * WAVES](A, B, C)
+    product = A @ B.T
+    np.testing.assert_array_equal(C, np.stack([product, product, 0 * product, product]))
