@@ -208,3 +208,27 @@ def test_rocdl_cvt_pk_fp8_f32_does_not_saturate(monkeypatch, arch, codes):
     _pk_fp8[1, out.size](np.array(PK_INPUTS, np.float32), out, arch)
     got = [(int(w) >> s) & 0xFF for w in out for s in (0, 8)]
     assert got == codes, ([hex(c) for c in got], [hex(c) for c in codes])
+
+
+@flydsl.kernel
+def _narrow_scalars(s: fx.Float8E4M3FN, t: fx.Float8E5M2FNUZ, u: fx.Float4E2M1FN,
+                    w: fx.Float8E8M0FNU, out: fx.Tensor):
+    out[0] = fx.Float32(s)
+    out[1] = fx.Float32(t)
+    out[2] = fx.Float32(u)
+    out[3] = fx.Float32(w)
+
+
+def test_scalar_arguments_of_narrow_types_are_their_codes():
+    """A Python number passed for a narrow-float parameter arrives as that type's code
+    (what fx.cast gives), on the cold and the warm launch; it was packed as bfloat16
+    bits, whose low byte the kernel read (1.3 arrived as -0.21875)."""
+    out = np.zeros(4, np.float32)
+    for args in [(1.3, 1.3, 1.3, 3.0), (1000.0, 1e6, 7.0, 0.3), (-0.0, -1e-9, -2.5, 1e39),
+                 (float("nan"), float("-inf"), float("nan"), 0.0)] * 2:
+        _narrow_scalars[1, 1](*args, out)
+        want = [float(torch.tensor([v]).to(td).float()) for v, td in
+                zip([args[0], args[1], args[3]], [torch.float8_e4m3fn, torch.float8_e5m2fnuz,
+                                                  torch.float8_e8m0fnu])]
+        want.insert(2, fx.Float4E2M1FN.format.decode(fx.Float4E2M1FN.format.encode(args[2])))
+        np.testing.assert_array_equal(out, np.array(want, np.float32), str(args))

@@ -1,6 +1,7 @@
 """Scalar types and parameter annotations of the DSL (no MLIR import here)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -60,6 +61,54 @@ class NarrowFloatFormat:
     @property
     def max_value(self) -> float:
         return self.decode(self.max_code)
+
+    @property
+    def bits(self) -> int:
+        return self.exp_bits + self.man_bits + (1 if self.signed else 0)
+
+    def encode(self, x: float) -> int:
+        """The code of the Python number ``x`` (rounded to Float32 first, as kernels
+        do): round to nearest, ties to the even code, then :attr:`overflow`; NaN gives
+        the NaN code (a negative one keeps its sign where the format has one), or the
+        largest value where there is none (FP6/FP4). Float8E8M0FNU: the exponent of the
+        nearest power of two (ties up, as torch), 0xFF for inf, NaN and overflow."""
+        with np.errstate(over="ignore"):      # beyond Float32: inf, as a kernel's cast
+            x = float(np.float32(x))
+        nbits = self.bits
+        sign_bit = 1 << (nbits - 1) if self.signed else 0
+        neg = math.copysign(1.0, x) < 0
+        if math.isnan(x):
+            return self._nan_code(neg)
+        a = abs(x)
+        if self.specials == "fnu":   # the kernel code's rule, on the Float32 bits
+            bits = int(np.float32(a).view(np.uint32))
+            e, m = bits >> 23, bits & 0x7FFFFF
+            up = bool(m & 0x400000) and (e != 0 or bool(m & 0x3FFFFF))
+            return min(e + up, 0xFF)
+        # the nearest finite magnitude code, ties to the even code
+        best = min(range(self.max_code + 1), key=lambda c: (abs(self.decode(c) - a), c & 1))
+        top = self.max_value
+        half_ulp = (top - self.decode(self.max_code - 1)) / 2
+        if math.isinf(a) or a > top + half_ulp or (a == top + half_ulp and self.max_code & 1):
+            if self.overflow == "saturate":
+                best = self.max_code
+            elif self.overflow == "inf":
+                return (sign_bit if neg else 0) | (self.max_code + 1)
+            else:
+                return self._nan_code(neg)
+        if best == 0 and self.specials == "fnuz":
+            return 0
+        return (sign_bit if neg else 0) | best
+
+    def _nan_code(self, negative: bool) -> int:
+        nbits = self.bits
+        if self.specials == "fnuz":
+            return 1 << (nbits - 1)
+        if self.specials == "fnu":
+            return 0xFF
+        if self.specials == "none":
+            return self.max_code
+        return (1 << (nbits - 1) if negative else 0) | ((1 << (nbits - 1)) - 1)
 
 
 class DType(type):

@@ -67,6 +67,8 @@ def scalar_bits(dtype: DType) -> Callable[[object], int]:
         return lambda v: unpack(pack(v))[0]
     if dtype.mlir == "f16":
         return lambda v: int(np.array(float(v), np.float16).view(np.uint16))
+    if dtype.format is not None:   # FP8/FP6/FP4: the code, as the kernel's conversion
+        return lambda v: dtype.format.encode(float(v))
 
     def bf16(v) -> int:  # round-to-nearest-even from the float32 pattern
         bits = struct.unpack("<I", struct.pack("<f", float(v)))[0]

@@ -34,7 +34,6 @@ only: no GPU ran them.)
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import mlir.ir as ir
@@ -84,48 +83,9 @@ def constant(x, to: DType) -> ir.Value:
 
 def encode_python(x: float, to: DType) -> int:
     """The code of the Python float ``x`` in ``to`` (after rounding ``x`` to Float32,
-    as kernels do): the same rules as the kernel code, computed by searching the
-    codes, for constants."""
-    import numpy as np
-    fmt = to.format
-    x = float(np.float32(x))
-    signed = fmt.signed
-    nbits = to.bits
-    sign_bit = 1 << (nbits - 1) if signed else 0
-    if math.isnan(x):
-        return _nan_code(fmt, nbits, negative=math.copysign(1.0, x) < 0)
-    neg = math.copysign(1.0, x) < 0 and signed
-    a = abs(x)
-    if fmt.specials == "fnu":   # the kernel code's rule, on the Float32 bits
-        bits = int(np.float32(a).view(np.uint32))
-        e, m = bits >> 23, bits & 0x7FFFFF
-        up = bool(m & 0x400000) and (e != 0 or bool(m & 0x3FFFFF))
-        return min(e + up, 0xFF)
-    # nearest finite magnitude code, ties to the even code
-    codes = range(fmt.max_code + 1)
-    best = min(codes, key=lambda c: (abs(fmt.decode(c) - a), c & 1))
-    top, half_ulp = fmt.max_value, (fmt.max_value - fmt.decode(fmt.max_code - 1)) / 2
-    over = math.isinf(a) or a > top + half_ulp or (a == top + half_ulp and fmt.max_code & 1)
-    if over:
-        if fmt.overflow == "saturate":
-            best = fmt.max_code
-        elif fmt.overflow == "inf":
-            return (sign_bit if neg else 0) | (fmt.max_code + 1)
-        else:
-            return _nan_code(fmt, nbits, neg)
-    if best == 0 and fmt.specials == "fnuz":
-        return 0
-    return (sign_bit if neg else 0) | best
-
-
-def _nan_code(fmt: NarrowFloatFormat, nbits: int, negative: bool) -> int:
-    if fmt.specials == "fnuz":
-        return 1 << (nbits - 1)
-    if fmt.specials == "fnu":
-        return 0xFF
-    if fmt.specials == "none":
-        return fmt.max_code
-    return (1 << (nbits - 1) if negative else 0) | ((1 << (nbits - 1)) - 1)
+    as kernels do): :meth:`~flydsl.expr.dtypes.NarrowFloatFormat.encode`, the same rules
+    as the kernel code."""
+    return to.format.encode(x)
 
 
 # -- IR helpers -------------------------------------------------------------------------
