@@ -176,6 +176,22 @@ def test_gfx942_cvt_pk_fp8_does_not_saturate():
     assert ".amdhsa_fp16_overflow 0" in asm
 
 
+def test_gfx942_negative_values_rounding_to_zero_give_zero():
+    """On MI300 hardware v_cvt_pk_fp8_f32 keeps the sign of a negative value that
+    rounds to zero, giving 0x80, FNUZ's NaN (upstream FlyDSL's qk_norm_rope_quant clamps
+    (-2**-8, 0) to +0 before it for that reason); torch and the CPU give 0. Each
+    conversion's code is replaced by 0 where it is 0x80 for an input under 1 in
+    magnitude (compiled only: no GPU here)."""
+    import re
+    asm = flydsl.compile(_to_fnuz_pair, torch.zeros(32),
+                         torch.zeros(32, dtype=torch.float8_e4m3fnuz),
+                         torch.zeros(32, dtype=torch.float8_e5m2fnuz),
+                         backend="rocm", arch="gfx942").asm["amdgcn"]
+    body = asm[asm.index("v_cvt_pk_"):asm.index("s_endpgm")]
+    assert re.search(r"v_cmp_\w+_f32\w*\s+[^\n]*\|v\d+\|, 1\.0", body), body
+    assert body.count("v_cndmask_b32") >= 2, body
+
+
 @flydsl.kernel
 def _to_fnuz_pair(x: fx.Tensor, a: fx.Tensor, b: fx.Tensor):
     i = fx.thread_idx.x

@@ -29,8 +29,9 @@ were also checked on all 2**32 float32 values once). The CUDA instruction writes
 as 0x7F: the sign of a negative NaN is put back (0xFF), as torch and the integer code
 give. gfx942's instruction runs without the clamp modifier and with the kernel's
 MODE.FP16_OVFL clear (LLVM's default), so it does not saturate: out-of-range values,
-infinities and NaN give 0x80, as torch. (The hardware paths are checked by compiling
-only: no GPU ran them.)
+infinities and NaN give 0x80, as torch; a negative value that rounds to zero, which the
+hardware gives as 0x80 too (FNUZ's NaN), is put back to torch's 0. (The hardware paths
+are checked by compiling only: no GPU ran them.)
 """
 from __future__ import annotations
 
@@ -222,12 +223,19 @@ def _hardware_encode(f: ir.Value, to: DType):
         return arith.ori(code, arith.shli(arith.extui(_i32(), negative_nan), _c(7)))
     if target.backend == "rocm" and target.arch.startswith("gfx94") and to in (
             dt.Float8E4M3FNUZ, dt.Float8E5M2FNUZ):
-        # v_cvt_pk_{fp8,bf8}_f32: RNE, out of range and NaN -> 0x80 (torch's rules)
+        # v_cvt_pk_{fp8,bf8}_f32: RNE, out of range and NaN -> 0x80 (torch's rules). A
+        # negative value that rounds to zero keeps its sign on MI300 hardware: 0x80, the
+        # FNUZ NaN (upstream FlyDSL's qk_norm_rope_quant clamps (-2**-8, 0) to +0 for
+        # it); torch's 0 instead (no 0x80 comes from a value under 1 otherwise)
         name = "fp8" if to is dt.Float8E4M3FNUZ else "bf8"
         i1 = ir.IntegerType.get_signless(1)
         packed = llvm.call_intrinsic(_i32(), f"llvm.amdgcn.cvt.pk.{name}.f32",
                                      [f, f, _c(0), arith.constant(i1, 0)], [], [])
-        return arith.andi(packed, _c(0xFF))
+        code = arith.andi(packed, _c(0xFF))
+        from mlir.dialects import math as mmath
+        tiny = arith.cmpf(arith.CmpFPredicate.OLT, mmath.absf(f),
+                          arith.constant(ir.F32Type.get(), 1.0))
+        return arith.select(arith.andi(tiny, _ucmp("eq", code, _c(0x80))), _c(0), code)
     return None
 
 
