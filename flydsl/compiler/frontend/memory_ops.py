@@ -29,7 +29,7 @@ from ...errors import CompileTimeValueRequired, DSLTypeError
 from ...expr import dtypes as dt
 from ...expr.dtypes import DType
 from . import context
-from .tensors import TensorValue, coerce_for_store, storage_type
+from .tensors import TensorValue, coerce_for_store, element_bytes, storage_type
 from .views import MAX_VECTOR_BYTES
 from .values import Value, to_index
 
@@ -77,10 +77,6 @@ def _check_dtype(fname: str, dtype) -> DType:
     return dtype
 
 
-def _itemsize(dtype: DType) -> int:
-    return 1 if dtype.kind == "bool" else dtype.bits // 8
-
-
 def _kernel_entry() -> ir.InsertionPoint:
     """The start of the kernel body: what is made there dominates every later use,
     whatever runtime ``if`` or loop the call sits in."""
@@ -110,7 +106,7 @@ def dynamic_shared_array(dtype: DType, offset=0) -> TensorValue:
     ``dtype`` (``(bytes - offset) // itemsize`` elements)."""
     fname = "fx.dynamic_shared_array"
     _check_dtype(fname, dtype)
-    size = _itemsize(dtype)
+    size = element_bytes(dtype)
     base, nbytes = _dynamic_shared_base()
     start = _byte_offset(fname, offset, size)
     left = arith.select(arith.cmpi(arith.CmpIPredicate.ugt, nbytes, start),

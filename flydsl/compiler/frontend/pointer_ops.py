@@ -41,8 +41,9 @@ from ...expr.dtypes import DType
 from ...passes.ir import CHECKED_VIEW
 from . import context
 from .memory_ops import _dynamic_shared_base, _space
-from .raw_memory import LLVM_SPACES, element_bytes as _itemsize, raw_memory
-from .tensors import TensorValue, coerce_for_store, storage_type
+from .raw_memory import LLVM_SPACES, raw_memory
+from .tensors import (TensorValue, byte_stored, coerce_for_store, element_bytes, from_storage,
+                      storage_type, to_storage)
 from .values import Value, as_value, cast, to_index
 from .views import (FragmentValue, Memory, TensorView, add_offsets, as_view, reaches_past,
                     static_elements, vector_load, vector_store)
@@ -90,7 +91,7 @@ class PointerValue:
                  offset=0, address: Optional[Value] = None, alignment: int = 0):
         self.dtype, self.space = dtype, space
         self.memory, self.offset, self.address = memory, offset, address
-        self.alignment = alignment or _itemsize(dtype)
+        self.alignment = alignment or element_bytes(dtype)
 
     #: ``p[i]`` takes a runtime ``i`` (the front end's subscript check).
     __flydsl_runtime_index__ = True
@@ -218,10 +219,10 @@ def add_offset(p, k) -> PointerValue:
                            f"{k.dtype.name} value")
     if p.is_raw:
         step = as_value(k, dt.Int64) if not isinstance(k, Value) else cast(k, dt.Int64)
-        addr = cast(p.address, dt.Int64) + step * _itemsize(p.dtype)
-        return PointerValue(p.dtype, p.space, address=addr, alignment=_itemsize(p.dtype))
+        addr = cast(p.address, dt.Int64) + step * element_bytes(p.dtype)
+        return PointerValue(p.dtype, p.space, address=addr, alignment=element_bytes(p.dtype))
     return PointerValue(p.dtype, p.space, p.memory, add_offsets(p.offset, k),
-                        alignment=_itemsize(p.dtype))
+                        alignment=element_bytes(p.dtype))
 
 
 def recast_iter(dtype, p) -> PointerValue:
@@ -247,7 +248,7 @@ def recast_iter(dtype, p) -> PointerValue:
 
 def _recast_pooled(mem: PooledMemory, offset, dtype: DType) -> PointerValue:
     idx_t = ir.IndexType.get()
-    size = _itemsize(dtype)
+    size = element_bytes(dtype)
     if isinstance(offset, int) and isinstance(mem.pool_offset, int):
         start = mem.pool_offset + offset * mem.itemsize
         shift = arith.constant(idx_t, start)
@@ -451,7 +452,7 @@ def ptr_load(p, result_type=None, *, checked: bool = True):
     if not p.is_raw:
         if lanes == 0:
             return p.memory.load(p.offset)
-        if dtype.kind == "bool" or _checked():
+        if byte_stored(dtype) or _checked():
             return _as_vector([p.memory.load(add_offsets(p.offset, k))
                                for k in range(lanes)], dtype)
         vec = vector_load(p.memory, p.offset, lanes, p.memory.itemsize)   # one access
@@ -459,12 +460,10 @@ def ptr_load(p, result_type=None, *, checked: bool = True):
                           dtype)
     elem = storage_type(dtype)
     if lanes == 0:
-        raw = llvm.load(elem, p.llvm_ptr, alignment=p.alignment)
-        return Value(raw, dtype) if dtype.kind != "bool" else Value(
-            arith.cmpi(arith.CmpIPredicate.ne, raw, arith.constant(elem, 0)), dt.Bool)
+        return from_storage(llvm.load(elem, p.llvm_ptr, alignment=p.alignment), dtype)
     vec = llvm.load(ir.VectorType.get([lanes], elem), p.llvm_ptr, alignment=p.alignment)
-    return _as_vector([Value(vector.extract(vec, [], [k]), dtype) for k in range(lanes)],
-                      dtype)
+    return _as_vector([from_storage(vector.extract(vec, [], [k]), dtype)
+                       for k in range(lanes)], dtype)
 
 
 def ptr_store(value, p, *, checked: bool = True) -> None:
@@ -475,7 +474,7 @@ def ptr_store(value, p, *, checked: bool = True) -> None:
     items = _elements(value)
     if items is None:
         items = [value]
-    if len(items) > 1 and p.dtype.kind != "bool" and (p.is_raw or not _checked()):
+    if len(items) > 1 and not byte_stored(p.dtype) and (p.is_raw or not _checked()):
         # consecutive elements: one access
         lanes = [coerce_for_store(x, p.dtype, "fx.ptr_store").v for x in items]
         vec = vector.from_elements(ir.VectorType.get([len(lanes)], storage_type(p.dtype)),
@@ -491,9 +490,7 @@ def ptr_store(value, p, *, checked: bool = True) -> None:
             q.memory.store(q.offset, item)
             continue
         v = coerce_for_store(item, q.dtype, "fx.ptr_store")
-        raw = arith.extui(ir.IntegerType.get_signless(8), v.v) if q.dtype.kind == "bool" \
-            else v.v
-        llvm.store(raw, q.llvm_ptr, alignment=q.alignment)
+        llvm.store(to_storage(v), q.llvm_ptr, alignment=q.alignment)
 
 
 def _elements(value) -> Optional[list]:

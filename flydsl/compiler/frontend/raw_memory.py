@@ -29,11 +29,11 @@ from ...expr import dtypes as dt
 from ...expr.dtypes import DType
 from ...passes.ir import CHECKED_VIEW
 from . import context
-from .tensors import storage_type
+from .tensors import element_bytes, storage_type
 from .values import Value, cast
 from .views import Memory, _flatten
 
-__all__ = ["LLVM_SPACES", "RawMemory", "element_bytes", "raw_memory"]
+__all__ = ["LLVM_SPACES", "RawMemory", "raw_memory"]
 
 #: LLVM address space of a raw pointer per (backend, space); host backends use 0.
 #: (Device memory has the same address in the generic and global spaces on both GPUs.)
@@ -68,11 +68,6 @@ def raw_memory(address: Value, dtype: DType, space: str) -> RawMemory:
     mem = _descriptor(ptr, _host_extent(addr, item, _buffers(space)), dtype)
     mem.owner.attributes[CHECKED_VIEW] = ir.UnitAttr.get()
     return RawMemory(mem, dtype, space, "raw pointer")
-
-
-def element_bytes(dtype: DType) -> int:
-    """Bytes one ``dtype`` element takes in memory (a Bool is a byte)."""
-    return 1 if dtype.kind == "bool" else max(dtype.bits // 8, 1)
 
 
 def _descriptor(ptr: ir.Value, size: ir.Value, dtype: DType) -> ir.Value:

@@ -14,9 +14,42 @@ from ...expr.dtypes import DType
 from .values import Value, as_value, cast, numpy_constant, to_index
 
 
+def byte_stored(dtype: DType) -> bool:
+    """Whether ``dtype``'s elements each take a byte of their own in memory though
+    narrower: bools (as in numpy and torch) and Int4 (sign-extended; MLIR would pack a
+    ``memref<i4>`` two per byte, where flydsl's pointer arithmetic, raw views and the
+    4-bit floats have one element per byte)."""
+    return dtype.kind == "bool" or (dtype.kind == "int" and dtype.bits < 8)
+
+
+def element_bytes(dtype: DType) -> int:
+    """Bytes one ``dtype`` element takes in memory: a byte for :func:`byte_stored` types
+    and the 4- and 6-bit floats (one element per byte)."""
+    return 1 if byte_stored(dtype) else max(dtype.bits // 8, 1)
+
+
 def storage_type(dtype: DType) -> ir.Type:
-    """Element type in memory: bools are bytes (as in numpy and torch)."""
-    return ir.IntegerType.get_signless(8) if dtype.kind == "bool" else dtype.mlir_type()
+    """Element type in memory: a byte for :func:`byte_stored` types."""
+    return ir.IntegerType.get_signless(8) if byte_stored(dtype) else dtype.mlir_type()
+
+
+def from_storage(raw: ir.Value, dtype: DType) -> Value:
+    """An element loaded from memory (:func:`storage_type`) as a ``dtype`` value."""
+    if dtype.kind == "bool":
+        zero = arith.constant(ir.IntegerType.get_signless(8), 0)
+        return Value(arith.cmpi(arith.CmpIPredicate.ne, raw, zero), dt.Bool)
+    if byte_stored(dtype):
+        return Value(arith.trunci(dtype.mlir_type(), raw), dtype)
+    return Value(raw, dtype)
+
+
+def to_storage(v: Value) -> ir.Value:
+    """The value ``v`` as its memory element (:func:`storage_type`)."""
+    if v.dtype.kind == "bool":
+        return arith.extui(ir.IntegerType.get_signless(8), v.v)
+    if byte_stored(v.dtype):
+        return arith.extsi(ir.IntegerType.get_signless(8), v.v)
+    return v.v
 
 
 def tensor_memref_type(dtype: DType, rank: int, inner_contiguous: bool) -> ir.MemRefType:
@@ -158,18 +191,11 @@ class TensorValue:
         return [to_index(i) for i in idx]
 
     def __getitem__(self, idx) -> Value:
-        raw = memref.load(self.mem, self._indices(idx))
-        if self.dtype.kind == "bool":
-            zero = arith.constant(ir.IntegerType.get_signless(8), 0)
-            return Value(arith.cmpi(arith.CmpIPredicate.ne, raw, zero), dt.Bool)
-        return Value(raw, self.dtype)
+        return from_storage(memref.load(self.mem, self._indices(idx)), self.dtype)
 
     def __setitem__(self, idx, value) -> None:
         v = coerce_for_store(value, self.dtype, self._label())
-        raw = v.v
-        if self.dtype.kind == "bool":
-            raw = arith.extui(ir.IntegerType.get_signless(8), raw)
-        memref.store(raw, self.mem, self._indices(idx))
+        memref.store(to_storage(v), self.mem, self._indices(idx))
 
     def _label(self) -> str:
         return f"tensor {self.name!r}" if self.name else "tensor"

@@ -36,7 +36,8 @@ from ...expr.dtypes import DType
 from ...expr.swizzle import ComposedLayout
 from ...passes.ir import CHECKED_SHARED, root_memref
 from . import context
-from .tensors import TensorValue, coerce_for_store, storage_type
+from .tensors import (TensorValue, byte_stored, coerce_for_store, from_storage, storage_type,
+                      to_storage)
 from .values import Value, as_value, cast, resolve_dtype, to_index
 from .vector_ops import vector_from
 
@@ -104,15 +105,15 @@ class Memory:
 
     @property
     def itemsize(self) -> int:
-        return 1 if self.dtype.kind == "bool" else self.dtype.bits // 8
+        return 1 if byte_stored(self.dtype) else self.dtype.bits // 8
 
     def load(self, offset) -> Value:
         raw = memref.load(self.mem, [to_index(self.physical(offset))])
-        return _from_storage(raw, self.dtype)
+        return from_storage(raw, self.dtype)
 
     def store(self, offset, value) -> None:
         v = coerce_for_store(value, self.dtype, self.label())
-        memref.store(_to_storage(v), self.mem, [to_index(self.physical(offset))])
+        memref.store(to_storage(v), self.mem, [to_index(self.physical(offset))])
 
     def note_view(self, offset, layout: la.Layout) -> None:
         """A view of ``layout`` from ``offset`` was made over this memory. On the CPU, a
@@ -175,19 +176,6 @@ def _check_shared_array(arg: ir.BlockArgument) -> None:
 
 def _is_zero(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x == 0
-
-
-def _from_storage(raw: ir.Value, dtype: DType) -> Value:
-    if dtype.kind == "bool":
-        zero = arith.constant(ir.IntegerType.get_signless(8), 0)
-        return Value(arith.cmpi(arith.CmpIPredicate.ne, raw, zero), dt.Bool)
-    return Value(raw, dtype)
-
-
-def _to_storage(v: Value) -> ir.Value:
-    if v.dtype.kind == "bool":
-        return arith.extui(ir.IntegerType.get_signless(8), v.v)
-    return v.v
 
 
 # -- offsets (ints, kernel values, or coordinate tuples) -------------------------
@@ -324,7 +312,7 @@ class TensorView:
             if n > 1 and self._register_run(n):   # fill: one broadcast, one store
                 v = coerce_for_store(value, self.dtype, self.memory.label())
                 vector_store(self.memory, self.offset,
-                             vector.broadcast(vector_type(n, self.dtype), _to_storage(v)),
+                             vector.broadcast(vector_type(n, self.dtype), to_storage(v)),
                              self._run_alignment(n))
                 return
             items = [value] * n
