@@ -11,30 +11,10 @@ in tests/test_gemm_gfx942_fp8_paths.py."""
 import pytest
 import torch
 
-import flydsl
-from conftest import load_script
-from test_gemm_gfx942_fp8 import summation_bound
+# the per-tensor module's fixtures: this module gets its own module-scoped instances
+from test_gemm_gfx942_fp8 import example, profiled, summation_bound  # noqa: F401
 
 E4M3 = torch.float8_e4m3fnuz
-
-
-@pytest.fixture(scope="module")
-def example():
-    return load_script("examples/gemm_gfx942.py")
-
-
-@pytest.fixture(scope="module")
-def profiled(example):
-    """``run(A, B, sa, sb) -> (C, sites)``: the row-wise scaled fp8 GEMM (mfma=32)
-    under the memory profiler, compiled once for the module at LLVM -O0."""
-    def run(A, B, sa, sb):
-        C = torch.full((A.shape[0], B.shape[0]), float("nan"))
-        with flydsl.profile("memory", arch="gfx942") as report:
-            example.gemm(A, B, C, scale_a=sa, scale_b=sb)
-        return C, report.sites
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLYDSL_OPT_LEVEL", "0")
-        yield run
 
 
 def rowwise(M: int, N: int, seed: int):
