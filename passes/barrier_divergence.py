@@ -192,7 +192,8 @@ class WaveDependence:
     skip (``if tid // 64 == 0:``, producer and consumer waves), not under one that
     splits a wave. Provably wave-uniform: values the same for the whole block, the
     thread index divided (rounding down, or shifted right) by a multiple of ``lanes``,
-    and pure ops of those. Values loaded from memory (:data:`DATA`) cannot be told
+    the thread index (or its remainder by such a multiple) compared with a wave
+    boundary (``tid < 64``), and pure ops of those. Values loaded from memory (:data:`DATA`) cannot be told
     apart here and count as wave-uniform; other thread-dependent values as varying.
 
     A shuffle or warp reduction is wave-uniform where its lane groups and operands make
