@@ -22,8 +22,7 @@ import logging
 import math
 import operator
 import re
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -41,9 +40,6 @@ log = logging.getLogger("flydsl.torch")
 MAX_SEGMENTS = 16
 #: Elements per block (one thread each).
 CHUNK = 4096
-#: Most sets of result buffers a launch plan keeps for reuse: 2 serves a loop that
-#: feeds each step's results to the next (one set in use, one free).
-POOL = 2
 #: Counters for tests and debugging (per process).
 stats = {"merged_nodes": 0, "groups_merged": 0, "multi_launches": 0, "per_group_calls": 0}
 _MISSING = object()
@@ -127,19 +123,6 @@ class _Plan:
     prepared: Any = None
     tried: bool = False
     trial: Any = None
-    pool: list = field(default_factory=list)   # result buffers kept for reuse
-
-
-def _unreferenced(buffers: list) -> bool:
-    """Whether nothing but the plan's pool refers to ``buffers``: no tensor made from
-    them (a result, a view of one, ``result._base``) is alive, so writing them again
-    changes nothing anyone can read. Storage use count 2: the buffer and the
-    temporary storage object; Python references 3: the pool's list, ``b`` and
-    ``getrefcount``'s argument."""
-    for b in buffers:
-        if _getrefcount(b) > 3 or _use_count(b.untyped_storage()._cdata) > 2:
-            return False
-    return True
 
 
 class MultiTensorModule(torch.nn.Module):
@@ -260,24 +243,8 @@ class MultiTensorModule(torch.nn.Module):
                 self.broken = True
         return self.kernel
 
-    def _result_buffers(self, plan: _Plan) -> list:
-        """The result buffers of a launch of ``plan``: a pooled set that nothing refers
-        to any more, or new ones (kept in the pool while it has fewer than
-        :data:`POOL`). Reusing them spares a fresh allocation of several megabytes per
-        call (an optimizer step's results) and its page faults: measured 70-125
-        faults and 0.16-0.49 ms of system time per AdamW call, against 5-30 faults for
-        inductor's per-parameter buffers."""
-        if _use_count is not None:
-            for bufs in plan.pool:
-                if _unreferenced(bufs):
-                    return bufs
-        bufs = [torch.empty(n, dtype=d, device=dev) for n, d, dev in plan.buffers]
-        if _use_count is not None and len(plan.pool) < POOL:
-            plan.pool.append(bufs)
-        return bufs
-
     def _launch(self, key: tuple, plan: _Plan, args: tuple) -> tuple:
-        bufs = self._result_buffers(plan)
+        bufs = [torch.empty(n, dtype=d, device=dev) for n, d, dev in plan.buffers]
         kargs = list(args) + bufs
         kargs += plan.extra
         prepared = plan.prepared
@@ -301,9 +268,6 @@ class MultiTensorModule(torch.nn.Module):
 
 
 _as_strided = torch.as_strided
-_getrefcount = sys.getrefcount
-#: torch's count of the owners of a storage (None: this torch has none; no pooling)
-_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _flat_group(module: kernels.FusedModule) -> bool:
@@ -408,5 +372,5 @@ def _stable_topological_sort(graph: torch.fx.Graph) -> None:
             prev.append(n)
 
 
-__all__ = ["MAX_SEGMENTS", "POOL", "MultiPattern", "MultiTensorModule", "merge_independent",
+__all__ = ["MAX_SEGMENTS", "MultiPattern", "MultiTensorModule", "merge_independent",
            "multi_kernel_source", "output_slots", "stats"]
