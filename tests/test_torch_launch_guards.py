@@ -116,3 +116,12 @@ def test_a_dropped_plan_is_not_reused_through_the_last_check(multi):
     assert mt.stats["per_group_calls"] == before + 1
     del mod.plans[key]                 # let the other tests' signature plan again
     mod._last = None
+
+
+def test_each_result_is_its_own_tensor(multi):
+    """Results are allocated one by one, as eager's are: no result keeps a buffer of
+    all of them alive, and an optimizer step's megabytes are not one allocation."""
+    fused, _ = multi
+    got = _check(fused, _flat(30))
+    assert all(t._base is None and t.is_contiguous() for t in got)
+    assert len({t.untyped_storage().data_ptr() for t in got}) == len(got)

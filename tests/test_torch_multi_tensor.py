@@ -95,6 +95,6 @@ def test_multi_kernel_source_names_each_segments_operands():
     name, src = mt.multi_kernel_source(pattern, 2)
     assert name.endswith("_s2")
     assert "v0_1 = fx.cast((x0_1 * x1_1), fx.Float32)" in src
-    assert "x1_0: fx.Float64" in src and "out0: fx.Tensor[fx.Float32, 1]" in src
-    # two float32 results per segment share one buffer: slots 0 and 1
-    assert "out0[2 * p_1 + 1 * m_1 + j_1] = fx.cast(x0_1, fx.Float32)" in src
+    assert "x1_0: fx.Float64" in src and "o1_1: fx.Tensor[fx.Float32, 1]" in src
+    # each result of each segment is its own tensor
+    assert "o1_1[j_1] = fx.cast(x0_1, fx.Float32)" in src

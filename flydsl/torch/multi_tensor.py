@@ -59,32 +59,15 @@ class MultiPattern(kernels.KernelPattern):
         return multi_kernel_source(self.pattern, self.segments)
 
 
-def output_slots(pattern: kernels.FusedPattern) -> tuple[list, list]:
-    """(the distinct result dtypes, per result ``(buffer, slot)``): a multi-tensor
-    launch writes the results of one dtype into one buffer, ``slot`` giving a result's
-    place among its segment's results of that dtype."""
-    dtypes: list = []
-    slots = []
-    for _, d in pattern.outputs:
-        if d not in dtypes:
-            dtypes.append(d)
-        q = dtypes.index(d)
-        slots.append((q, sum(1 for q2, _ in slots if q2 == q)))
-    return dtypes, slots
-
-
 def multi_kernel_source(pattern: kernels.FusedPattern, segments: int) -> tuple[str, str]:
     """(kernel name, module source) of ``segments`` copies of ``pattern``: copy ``s``
-    reads ``t<k>_<s>`` and runs on blocks ``b_<s>`` to ``b_<s+1>`` for its ``n_<s>``
-    elements. The results of one dtype go to one flat buffer ``out<q>``: copy ``s``
-    writes its ``r``-th result of that dtype at ``c * p_<s> + r * m_<s>``, where ``c``
-    is the number of such results per copy, ``m_<s>`` is ``n_<s>`` rounded up to 16
-    and ``p_<s>`` the sum of the ``m`` before copy ``s`` (arguments ``n, b, p, m`` per
-    copy after the tensors, then ``b_<segments>``, the number of blocks)."""
+    reads ``t<k>_<s>``, writes its ``r``-th result to ``o<r>_<s>`` (each result its own
+    flat tensor, as torch's per-parameter results are) and runs on blocks ``b_<s>`` to
+    ``b_<s+1>`` for its ``n_<s>`` elements (arguments ``n, b`` per copy after the
+    tensors, then ``b_<segments>``, the number of blocks)."""
     name = f"multi_{pattern.key}_s{segments}"
-    dtypes, slots = output_slots(pattern)
-    counts = [sum(1 for q2, _ in slots if q2 == q) for q in range(len(dtypes))]
     params: list = []
+    outs: list = []
     lines = kernels.module_header(f"pattern {pattern.key}, {segments} segments")
     lines += ["@flydsl.kernel", None,
               "    b = fx.block_idx.x"]
@@ -92,10 +75,11 @@ def multi_kernel_source(pattern: kernels.FusedPattern, segments: int) -> tuple[s
         ren = functools.partial(_NAME.sub, lambda m: f"{m.group(1)}_{s}")
         segment_params, loads = kernels.input_params(pattern, 1, f"j_{s}", f"_{s}")
         params += segment_params
+        outs += [f"o{r}_{s}: fx.Tensor[{fx_dtype(d)}, 1]"
+                 for r, (_, d) in enumerate(pattern.outputs)]
         body = loads + [ren(stmt) for stmt in pattern.body]
-        body += [f"out{q}[{counts[q]} * p_{s} + {r} * m_{s} + j_{s}] = "
-                 f"fx.cast({ren(var)}, {fx_dtype(d)})"
-                 for (var, d), (q, r) in zip(pattern.outputs, slots)]
+        body += [f"o{r}_{s}[j_{s}] = fx.cast({ren(var)}, {fx_dtype(d)})"
+                 for r, (var, d) in enumerate(pattern.outputs)]
         # one thread per block, which loops over the block's CHUNK elements: a
         # plain loop over contiguous memory (vectorized by LLVM) under one uniform
         # branch per segment, where a thread per element would run every segment's
@@ -104,8 +88,8 @@ def multi_kernel_source(pattern: kernels.FusedPattern, segments: int) -> tuple[s
                   f"        lo_{s} = (b - b_{s}) * {CHUNK}",
                   f"        for j_{s} in range(lo_{s}, fx.min(lo_{s} + {CHUNK}, n_{s})):"]
         lines += ["            " + stmt for stmt in body]
-    params += [f"out{q}: fx.Tensor[{fx_dtype(d)}, 1]" for q, d in enumerate(dtypes)]
-    params += [f"{p}_{s}: fx.Int32" for s in range(segments) for p in ("n", "b", "p", "m")]
+    params += outs
+    params += [f"{p}_{s}: fx.Int32" for s in range(segments) for p in ("n", "b")]
     params.append(f"b_{segments}: fx.Int32")
     lines[lines.index(None)] = f"def {name}({', '.join(params)}):"
     return name, "\n".join(lines) + "\n"
@@ -115,11 +99,11 @@ def multi_kernel_source(pattern: kernels.FusedPattern, segments: int) -> tuple[s
 class _Plan:
     """A multi-tensor launch for one signature of the groups' inputs."""
 
-    buffers: tuple       # per result dtype: (elements, dtype, device) of its buffer
-    outs: tuple          # per group, per result: (buffer, shape, strides, offset)
+    outs: tuple          # per group, per result: (shape, dtype) of its (contiguous) tensor
+    device: Any
     kernel: Any
     grid: tuple
-    extra: tuple         # (n_0, b_0, p_0, m_0, n_1, ..., blocks)
+    extra: tuple         # (n_0, b_0, n_1, b_1, ..., blocks)
     prepared: Any = None
     tried: bool = False
     trial: Any = None
@@ -207,9 +191,8 @@ class MultiTensorModule(torch.nn.Module):
     def _plan(self, args: tuple) -> Optional[_Plan]:
         """The launch for these inputs, or None: every group's tensors must be
         contiguous, of one shape, non-empty, on a device the kernel runs on."""
-        dtypes, slots = output_slots(self.groups[0].pattern)
-        counts = [sum(1 for q2, _ in slots if q2 == q) for q in range(len(dtypes))]
-        outs, extra, blocks, done = [], [], 0, 0
+        dtypes = [d for _, d in self.groups[0].pattern.outputs]
+        outs, extra, blocks = [], [], 0
         device = args[self.tensor_pos[0]].device
         for group, seg in zip(self.groups, self._segments(args)):
             tensors = [seg[k] for k in group.tensor_pos]
@@ -219,19 +202,13 @@ class MultiTensorModule(torch.nn.Module):
                     t.shape != shape or not t.is_contiguous() or t.is_neg()
                     or t.device != device for t in tensors):
                 return None
-            padded = -(-numel // 16) * 16
-            strides = torch.empty(shape, device="meta").stride()
-            outs.append(tuple((q, shape, strides, counts[q] * done + r * padded)
-                              for q, r in slots))
-            extra += [numel, blocks, done, padded]
+            outs.append(tuple((shape, d) for d in dtypes))
+            extra += [numel, blocks]
             blocks += -(-numel // CHUNK)
-            done += padded
         extra.append(blocks)
-        if device.type != self.device_type or max(counts) * done >= kernels._MAX_ELEMENTS \
-                or self._kernel() is None:
+        if device.type != self.device_type or self._kernel() is None:
             return None
-        buffers = tuple((c * done, d, device) for c, d in zip(counts, dtypes))
-        return _Plan(buffers, tuple(outs), self.kernel, (blocks, 1, 1), tuple(extra))
+        return _Plan(tuple(outs), device, self.kernel, (blocks, 1, 1), tuple(extra))
 
     def _kernel(self):
         if self.kernel is None and not self.broken:
@@ -244,8 +221,15 @@ class MultiTensorModule(torch.nn.Module):
         return self.kernel
 
     def _launch(self, key: tuple, plan: _Plan, args: tuple) -> tuple:
-        bufs = [torch.empty(n, dtype=d, device=dev) for n, d, dev in plan.buffers]
-        kargs = list(args) + bufs
+        # each result its own tensor (one buffer for all of them, several megabytes
+        # for an optimizer step, page-faulted on every call where torch's per-parameter
+        # buffers came back from the heap)
+        device = plan.device
+        results = tuple(tuple([_empty(shape, dtype=d, device=device) for shape, d in seg])
+                        for seg in plan.outs)
+        kargs = list(args)
+        for seg in results:
+            kargs += seg
         kargs += plan.extra
         prepared = plan.prepared
         # a prepared launch stores only data pointers: the tensors as they are
@@ -262,12 +246,10 @@ class MultiTensorModule(torch.nn.Module):
                 plan.tried = True
                 plan.prepared = plan.kernel.prepare(tuple(flat), plan.grid, (1, 1, 1))
         stats["multi_launches"] += 1
-        # the results are views of the buffers (16-element aligned, disjoint)
-        return tuple(tuple([_as_strided(bufs[q], shape, strides, offset)
-                            for q, shape, strides, offset in seg]) for seg in plan.outs)
+        return results
 
 
-_as_strided = torch.as_strided
+_empty = torch.empty
 
 
 def _flat_group(module: kernels.FusedModule) -> bool:
@@ -373,4 +355,4 @@ def _stable_topological_sort(graph: torch.fx.Graph) -> None:
 
 
 __all__ = ["MAX_SEGMENTS", "MultiPattern", "MultiTensorModule", "merge_independent",
-           "multi_kernel_source", "output_slots", "stats"]
+           "multi_kernel_source", "stats"]
