@@ -156,3 +156,14 @@ def test_alternating_scratch_arrays_are_race_free(monkeypatch):
     except SharedMemoryRaceError as e:     # pragma: no cover - the failure's message
         pytest.fail(f"race on the MMA scratch: {e}")
     np.testing.assert_array_equal(C, _expected(A, A2, B, 3, 3))
+
+
+def test_the_same_kernel_compiles_for_gfx942_with_a_call_under_a_runtime_if():
+    """On ROCm a raw call gives its result value as on the CPU: an accumulator that a
+    runtime ``if`` assigns, then ``Vec(acc)``, compile (the call gave the operation, so
+    the ``if`` could not merge ``acc``); each call is its instruction."""
+    A, A2, B, C = _inputs("mfma_f32_32x32x8bf16_1k")
+    prog = flydsl.compile(mfma_calls, A, A2, B, C, 2, "mfma_f32_32x32x8bf16_1k", 2,
+                          backend="rocm", arch="gfx942")
+    # 2 in a row, 1 in the loop, 1 under the if, 1 after
+    assert len(re.findall(r"\bv_mfma_f32_32x32x8_bf16\b", prog.asm["amdgcn"])) == 5

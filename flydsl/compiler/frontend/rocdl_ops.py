@@ -464,7 +464,10 @@ def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
             raise DSLTypeError(f"{what}: not on {target.arch}; it exists on "
                                f"{', '.join(x for s in specs for x in s.arches)}")
         res = c.type if result_type is None else getattr(result_type, "ir_type", result_type)
-        return getattr(rocdl, name)(res, [a, b, c] + [_i32(f) for f in flags])
+        op = getattr(rocdl, name)(res, [a, b, c] + [_i32(f) for f in flags])
+        # the builder gives the operation: the result, as on the CPU (an accumulator a
+        # runtime ``if`` merges, or Vec(acc), needs the value)
+        return op if isinstance(op, ir.Value) else op.result
     # the CPU runs FlyDSL kernels as get_rocm_arch() (gfx942 without FLYDSL_GPU_ARCH): a
     # name two arches read differently (fp8/bf8: gfx942's FNUZ codes, gfx950's OCP ones)
     # is that arch's instruction
