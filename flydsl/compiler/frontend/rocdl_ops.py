@@ -18,6 +18,7 @@ from typing import Optional
 
 import mlir.ir as ir
 from mlir.dialects import arith, llvm, memref, rocdl, scf, vector
+from mlir.dialects._ods_common import get_op_result_or_op_results
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
@@ -385,7 +386,17 @@ def rocdl_raw(name: str, args: tuple, kwargs: dict):
                            f"backend has (this is {target.backend}); flydsl runs these "
                            f"fx.rocdl operations everywhere: {runs}")
     builder = getattr(compat, name, None) or getattr(rocdl, name)
-    return builder(*(_raw_arg(a) for a in args), **{k: _raw_arg(v) for k, v in kwargs.items()})
+    return _results(builder(*(_raw_arg(a) for a in args),
+                            **{k: _raw_arg(v) for k, v in kwargs.items()}))
+
+
+def _results(built):
+    """What a builder call gives, as MLIR's builder functions give it: an operation
+    (where the dialect's op class has the builder's name, ``rocdl.mfma_*``) as its one
+    result, its results, or itself when it has none."""
+    if isinstance(built, ir.OpView):
+        return get_op_result_or_op_results(built)
+    return built
 
 
 # -- FlyDSL's raw MFMA calls -----------------------------------------------------------------
@@ -464,10 +475,9 @@ def rocdl_mfma(name: str, result_type, operands) -> ir.Value:
             raise DSLTypeError(f"{what}: not on {target.arch}; it exists on "
                                f"{', '.join(x for s in specs for x in s.arches)}")
         res = c.type if result_type is None else getattr(result_type, "ir_type", result_type)
-        op = getattr(rocdl, name)(res, [a, b, c] + [_i32(f) for f in flags])
-        # the builder gives the operation: the result, as on the CPU (an accumulator a
-        # runtime ``if`` merges, or Vec(acc), needs the value)
-        return op if isinstance(op, ir.Value) else op.result
+        # the result value, as on the CPU (an accumulator a runtime ``if`` merges, or
+        # Vec(acc), needs the value)
+        return _results(getattr(rocdl, name)(res, [a, b, c] + [_i32(f) for f in flags]))
     # the CPU runs FlyDSL kernels as get_rocm_arch() (gfx942 without FLYDSL_GPU_ARCH): a
     # name two arches read differently (fp8/bf8: gfx942's FNUZ codes, gfx950's OCP ones)
     # is that arch's instruction
