@@ -7,11 +7,14 @@ import os
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
+import numpy as np
+
 from .compiler.kernel_function import JIT_CALLS, CompilationContext, merge_compile_hints
 from .compiler.options import env_flag
 from .errors import DSLTypeError, FlydslError, KernelSelectionError
 from .tracebacks import trim_traceback
 from .expr.dtypes import Stream
+from .expr.host_scalar import HostScalar
 from .kernel import KernelFunction
 from .launch_context import DEFAULT as DEFAULT_CONTEXT, LaunchContext, using
 from .launch_context import current as current_context
@@ -31,6 +34,10 @@ class JitFunction:
       ``A.stride[0]``; other attributes are the tensor's), layout-dynamic unless it
       was wrapped by ``flyc.from_torch_tensor``/``from_dlpack`` already (a tensor the
       body only passes on to kernels is passed as it is: :mod:`flydsl.jit_views`);
+    - a number passed for a parameter annotated with a numeric type (``n: fx.Int32``)
+      is seen as ``fx.Int32(n)``, which the layouts built from it keep as a run-time
+      value, as FlyDSL's dynamic ``Int32`` (one the body only computes with or passes
+      to kernels is passed as it is: the same values, without the wrapping's cost);
     - values of types registered in ``flyc.JitArgumentRegistry`` are converted;
     - ``compile_hints`` (set by ``flyc.compile[{...}](fn)``) and the enclosing
       ``CompilationContext.compile_hints`` apply to the kernels it launches;
@@ -94,16 +101,22 @@ class JitFunction:
             args = tuple(map(convert_registered, args))
             kwargs = {k: convert_registered(v) for k, v in kwargs.items()}
         positions, names = plan.positions, plan.names
-        if positions:
-            n = len(args)
-            if any(i < n for i in positions):
-                args = list(args)
-                for i in positions:
-                    if i < n:
-                        args[i] = host_tensor_view(args[i])
-                args = tuple(args)
+        n = len(args)
+        if any(i < n for i in positions) or any(i < n for i, _ in plan.scalars):
+            args = list(args)
+            for i in positions:
+                if i < n:
+                    args[i] = host_tensor_view(args[i])
+            for i, dtype in plan.scalars:
+                if i < n:
+                    args[i] = host_number(args[i], dtype)
+            args = tuple(args)
         if kwargs and names:
             kwargs = {k: host_tensor_view(v) if k in names else v for k, v in kwargs.items()}
+        if kwargs and plan.scalar_names:
+            typed = plan.scalar_names
+            kwargs = {k: host_number(v, typed[k]) if k in typed else v
+                      for k, v in kwargs.items()}
         return args, kwargs
 
 
@@ -123,6 +136,15 @@ def host_tensor_view(value):
         return TensorArgument(value, dynamic_layout=True)
     except (TypeError, DSLTypeError):
         return value
+
+
+def host_number(value, dtype):
+    """A number argument of a ``@flyc.jit`` parameter annotated ``dtype`` (``fx.Int32``)
+    as its body sees it: ``dtype(value)``, a host number of that type which layouts
+    keep as a run-time value (FlyDSL's dynamic ``Int32``); anything else as it is."""
+    if type(value) in (int, float, bool) or isinstance(value, np.generic):
+        return HostScalar(value, dtype)
+    return value
 
 
 #: CompilationContext's per-thread state: its ``__dict__`` is this thread's (a read of

@@ -1,10 +1,17 @@
-"""Which tensor arguments of a ``@flydsl.jit`` function its body sees as host views.
+"""Which tensor (and number) arguments of a ``@flydsl.jit`` function its body sees as
+host views.
 
 As in FlyDSL, a tensor passed for a parameter annotated ``fx.Tensor`` is seen in the
 body as a :class:`~flydsl.runtime.host_args.TensorArgument` (``A.shape.unpack()``,
 ``fx.get_iter(A)``). Building one costs about 2-3 us per tensor per call, while most
 bodies (the README's ``vadd``) only pass the tensor on to a kernel, which unwraps it
 again: a layout-dynamic view and the tensor itself launch the same specialization.
+Likewise a number passed for a parameter annotated with a numeric type
+(``n: fx.Int32``) is seen as ``fx.Int32(n)`` (a
+:class:`~flydsl.expr.host_scalar.HostScalar`, a run-time value in the layouts built
+from it, as FlyDSL's dynamic ``Int32``), and passed as it is when the body only hands
+it to kernels or computes with it (``(n + 63) // 64``: the typed number would give the
+plain number there).
 
 :func:`view_plan` reads the body once (its source) and leaves a parameter unwrapped
 when every use of it is a positional argument of a call of a ``@flydsl.kernel``
@@ -30,14 +37,18 @@ _INTROSPECTION = frozenset({"locals", "vars", "eval", "exec", "globals", "sys", 
 class ViewPlan:
     """The tensor parameters of a jit function that its body sees as host views:
     ``positions`` (of those passed positionally) and ``names`` (passed by keyword);
-    valid while each ``(namespace, name, kernel)`` of ``guards`` still holds."""
+    its numeric parameters the body sees as typed host numbers: ``scalars`` ((position,
+    dtype) pairs) and ``scalar_names`` (name -> dtype); valid while each ``(namespace,
+    name, kernel)`` of ``guards`` still holds."""
 
-    __slots__ = ("positions", "names", "guards", "views")
+    __slots__ = ("positions", "names", "scalars", "scalar_names", "guards", "views")
 
-    def __init__(self, positions: tuple, names: frozenset, guards: tuple = ()):
+    def __init__(self, positions: tuple, names: frozenset, guards: tuple = (),
+                 scalars: tuple = (), scalar_names: Optional[dict] = None):
         self.positions, self.names, self.guards = positions, names, guards
+        self.scalars, self.scalar_names = scalars, scalar_names or {}
         #: whether any argument gets a view (False: the arguments go to the body as they are)
-        self.views = bool(positions or names)
+        self.views = bool(positions or names or scalars or self.scalar_names)
 
     def holds(self) -> bool:
         """Whether every name the plan relies on still names what it named."""
@@ -56,12 +67,12 @@ def _lookup(space, name: str):
         return None
 
 
-def tensor_parameters(fn: Callable) -> tuple:
-    """``(positions, names)`` of ``fn``'s parameters annotated as tensors (positions:
-    of those that can be passed positionally)."""
-    from .expr.dtypes import TensorAnnotation
+def _annotated(fn: Callable, wanted: Callable[[object], bool]) -> tuple:
+    """``(positions, names)`` of ``fn``'s parameters whose annotation is ``wanted``
+    (positions: of those that can be passed positionally), and the annotations by
+    parameter name."""
     from .kernel import _resolve_string_annotation
-    positions, names = [], []
+    positions, names, annotations = [], [], {}
     for i, p in enumerate(inspect.signature(fn).parameters.values()):
         ann = p.annotation
         if isinstance(ann, str):
@@ -69,24 +80,43 @@ def tensor_parameters(fn: Callable) -> tuple:
                 ann = _resolve_string_annotation(fn, ann)
             except FlydslError:
                 continue
-        if isinstance(ann, TensorAnnotation):
+        if wanted(ann):
+            annotations[p.name] = ann
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 positions.append(i)
             if p.kind != p.POSITIONAL_ONLY:
                 names.append(p.name)
-    return tuple(positions), frozenset(names)
+    return tuple(positions), frozenset(names), annotations
+
+
+def tensor_parameters(fn: Callable) -> tuple:
+    """``(positions, names)`` of ``fn``'s parameters annotated as tensors (positions:
+    of those that can be passed positionally)."""
+    from .expr.dtypes import TensorAnnotation
+    positions, names, _ = _annotated(fn, lambda a: isinstance(a, TensorAnnotation))
+    return positions, names
+
+
+def _is_numeric_type(annotation) -> bool:
+    from .expr.dtypes import DType
+    return isinstance(annotation, DType) and annotation.kind in ("int", "float", "bool")
 
 
 def view_plan(fn: Callable) -> ViewPlan:
     """The :class:`ViewPlan` of ``fn`` (see the module docstring)."""
     positions, names = tensor_parameters(fn)
-    if not names and not positions:
+    s_positions, s_names, s_types = _annotated(fn, _is_numeric_type)
+    if not (names or positions or s_names or s_positions):
         return ViewPlan((), frozenset())
     params = list(inspect.signature(fn).parameters)
-    tensor_names = {params[i] for i in positions} | set(names)
-    free, guards = _passed_on_only(fn, tensor_names)
+    numbers = {params[i] for i in s_positions} | set(s_names)
+    wrapped = {params[i] for i in positions} | set(names) | numbers
+    free, guards = _passed_on_only(fn, wrapped, numbers)
     return ViewPlan(tuple(i for i in positions if params[i] not in free),
-                    frozenset(n for n in names if n not in free), guards)
+                    frozenset(n for n in names if n not in free), guards,
+                    tuple((i, s_types[params[i]]) for i in s_positions
+                          if params[i] not in free),
+                    {n: s_types[n] for n in s_names if n not in free})
 
 
 def _function_node(fn: Callable) -> Optional[ast.AST]:
@@ -102,15 +132,22 @@ def _function_node(fn: Callable) -> Optional[ast.AST]:
     return None
 
 
-def _passed_on_only(fn: Callable, candidates: set) -> tuple:
+def _passed_on_only(fn: Callable, candidates: set, numbers: frozenset = frozenset()) -> tuple:
     """``(names, guards)``: the names of ``candidates`` whose every use in ``fn``'s body
-    is a positional argument of a kernel call, and what the names called with a
-    candidate named when read (the plan is made again when one of them changes)."""
+    is a positional argument of a kernel call (for ``numbers``, also an operand of an
+    arithmetic operator or a comparison: a typed host number gives the plain number
+    there), and what the names called with a candidate named when read (the plan is
+    made again when one of them changes)."""
     node = _function_node(fn)
     if node is None:
         return frozenset(), ()
     spaces = _namespaces(fn, node)
     good: set = set()   # id() of the Name nodes that are kernel-call arguments
+    if numbers:
+        for op in (n for stmt in node.body for n in ast.walk(stmt)):
+            if isinstance(op, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+                good.update(id(x) for x in ast.iter_child_nodes(op)
+                            if isinstance(x, ast.Name) and x.id in numbers)
     guards: dict = {}   # (id(space), name) -> (space, name, object) of each callee given one
     for call in (n for stmt in node.body for n in ast.walk(stmt)):
         if not isinstance(call, ast.Call):

@@ -14,6 +14,7 @@ import pytest
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
+from flydsl.expr.host_scalar import HostScalar
 from flydsl.compiler.kernel_function import CompilationContext, options_overrides
 from flydsl.runtime import device
 from flydsl.expr.host_scalar import call_type
@@ -112,6 +113,40 @@ def test_jit_tensor_parameters_are_host_views():
     seen.clear()
     probe(np.zeros((3, 4), np.float32), np.zeros(1, np.float32), 0)
     assert (seen["M"], seen["N"]) == (3, 4) and seen["dtype"] == np.float32
+
+
+def test_jit_number_parameters_are_typed_host_numbers_with_run_time_layouts():
+    """FlyDSL's test_basis_dynamic_coefficient: a number passed for an ``fx.Int32``
+    parameter is a run-time value in the layouts the body builds from it (FlyDSL traces
+    the body, the parameter being a dynamic Int32); flydsl hands the body fx.Int32(n).
+    A parameter the body only computes with, or hands to kernels, is passed as it is."""
+    seen = {}
+
+    @flyc.jit
+    def build(coeff: fx.Int32, scale: fx.Float32 = 1.0, plain: int = 0):
+        leaf = fx.make_int_tuple(fx.Basis(coeff, [0]))
+        stride = fx.make_stride(fx.Basis(coeff, [0]), fx.E(1))
+        dyn = fx.get_leaves(stride, dynamic_only=True)
+        seen.update(static=leaf.type.is_static, basis=leaf.type.is_leaf_basis,
+                    scalar=fx.get_scalar(leaf).modes, dyn=[d.modes for d in dyn],
+                    coeff=coeff, scale=scale, plain=plain, size=fx.size(fx.make_layout(coeff)))
+
+    build(2, plain=3)
+    assert seen == dict(static=False, basis=True, scalar=[0], dyn=[[0]], coeff=2, scale=1.0,
+                        plain=3, size=2)
+    assert type(seen["coeff"]) is HostScalar and seen["coeff"].dtype is fx.Int32
+    assert type(seen["plain"]) is int and type(seen["scale"]) is float   # default: as is
+    build(coeff=np.int64(5), scale=2)
+    assert type(seen["coeff"]) is HostScalar and seen["coeff"] == 5
+    assert type(seen["scale"]) is HostScalar and seen["scale"].value == 2.0
+
+    @flyc.jit
+    def arithmetic(n: fx.Int32):
+        seen.update(n=n, blocks=(n + 63) // 64, last=-n)
+
+    arithmetic(100)
+    assert type(seen["n"]) is HostScalar and seen["blocks"] == 2 and seen["last"] == -100
+    assert arithmetic._views.scalars == ((0, fx.Int32),)
 
 
 def test_jit_with_tiled_copy_kernel_parameter_like_upstream_example_01():
