@@ -1,10 +1,15 @@
 """Scalar types and parameter annotations of the DSL (no MLIR import here)."""
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any, Optional
 
 import numpy as np
+
+
+#: NarrowFloatFormat._magnitudes' tables, by format.
+_MAGNITUDES: dict = {}
 
 
 class NarrowFloatFormat:
@@ -85,8 +90,12 @@ class NarrowFloatFormat:
             e, m = bits >> 23, bits & 0x7FFFFF
             up = bool(m & 0x400000) and (e != 0 or bool(m & 0x3FFFFF))
             return min(e + up, 0xFF)
-        # the nearest finite magnitude code, ties to the even code
-        best = min(range(self.max_code + 1), key=lambda c: (abs(self.decode(c) - a), c & 1))
+        # the nearest finite magnitude code, ties to the even code (magnitudes grow
+        # with the code: the two codes around ``a`` are the candidates)
+        mags = self._magnitudes()
+        i = bisect.bisect_left(mags, a)
+        best = min((c for c in (i - 1, i) if 0 <= c < len(mags)),
+                   key=lambda c: (abs(mags[c] - a), c & 1))
         top = self.max_value
         half_ulp = (top - self.decode(self.max_code - 1)) / 2
         if math.isinf(a) or a > top + half_ulp or (a == top + half_ulp and self.max_code & 1):
@@ -99,6 +108,15 @@ class NarrowFloatFormat:
         if best == 0 and self.specials == "fnuz":
             return 0
         return (sign_bit if neg else 0) | best
+
+    def _magnitudes(self) -> list:
+        """The values of the magnitude codes ``0 .. max_code``, increasing (cached per
+        format: :meth:`encode` runs per launch for a narrow-float scalar argument)."""
+        key = (self.exp_bits, self.man_bits, self.bias, self.specials)
+        mags = _MAGNITUDES.get(key)
+        if mags is None:
+            mags = _MAGNITUDES[key] = [self.decode(c) for c in range(self.max_code + 1)]
+        return mags
 
     def _nan_code(self, negative: bool) -> int:
         nbits = self.bits
