@@ -7,12 +7,7 @@ torch = pytest.importorskip("torch")
 
 from flydsl.torch import dynamo_backend as db  # noqa: E402
 from flydsl.torch import kernels, multi_tensor as mt  # noqa: E402
-
-
-def _step(p, g, m):
-    m = m * 0.9 + g
-    return p - 0.01 * m.sqrt(), m
-
+from test_torch_multi_tensor import _all_steps  # noqa: E402  (a momentum step per parameter)
 
 SHAPES = [(37,), (3, 7)]
 
@@ -20,13 +15,6 @@ SHAPES = [(37,), (3, 7)]
 def _flat(seed, shapes=SHAPES):
     gen = torch.Generator().manual_seed(seed)
     return [torch.rand(s, generator=gen) for s in shapes for _ in range(3)]
-
-
-def _all_steps(*flat):
-    out = []
-    for k in range(0, len(flat), 3):
-        out += _step(*flat[k:k + 3])
-    return tuple(out)
 
 
 @pytest.fixture(scope="module")
