@@ -39,6 +39,7 @@ from typing import Callable
 
 import mlir.ir as ir
 from mlir.dialects import arith, llvm
+from mlir.dialects import math as mmath
 
 from ...errors import DSLTypeError
 from ...expr import dtypes as dt
@@ -232,7 +233,6 @@ def _hardware_encode(f: ir.Value, to: DType):
         packed = llvm.call_intrinsic(_i32(), f"llvm.amdgcn.cvt.pk.{name}.f32",
                                      [f, f, _c(0), arith.constant(i1, 0)], [], [])
         code = arith.andi(packed, _c(0xFF))
-        from mlir.dialects import math as mmath
         tiny = arith.cmpf(arith.CmpFPredicate.OLT, mmath.absf(f),
                           arith.constant(ir.F32Type.get(), 1.0))
         return arith.select(arith.andi(tiny, _ucmp("eq", code, _c(0x80))), _c(0), code)
