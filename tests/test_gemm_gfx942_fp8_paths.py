@@ -18,26 +18,31 @@ def example():
     return load_script("examples/gemm_gfx942.py")
 
 
+def _code_object(example, K: int, scale_a, scale_b):
+    """``(prog, text, count)`` of the e4m3 GEMM (M = N = 4096, MFMA 32x32x16) compiled
+    for gfx942; ``count(pattern)``: the pattern's matches in the assembly. Checks what
+    every variant must have: no scratch and no VGPR or SGPR spills."""
+    A = torch.zeros(4096, K, dtype=torch.float8_e4m3fnuz)
+    prog = flydsl.compile(example.gemm, A, A, torch.zeros(4096, 4096), 32, True,
+                          scale_a, scale_b, backend="rocm", arch="gfx942")
+    text = prog.asm["amdgcn"]
+    assert "scratch_" not in text
+    for kind in ("vgpr", "sgpr"):
+        assert int(re.search(rf"\.{kind}_spill_count:\s+(\d+)", text).group(1)) == 0
+    return prog, text, lambda pattern: len(re.findall(pattern, text))
+
+
 def test_fp8_gemm_amdgcn_has_lds_dma_ds_read_b128_fp8_mfma_and_no_spills(example):
     """e4m3, MFMA 32x32x16 (the 16x16x32 and bf8 atoms' lowering is
     tests/test_flydsl_rocdl_atoms.py's)."""
-    A = torch.zeros(4096, 4096, dtype=torch.float8_e4m3fnuz)
-    C, s = torch.zeros(4096, 4096), torch.ones(1)
-    prog = flydsl.compile(example.gemm, A, A, C, 32, True, s, s, backend="rocm",
-                          arch="gfx942")
-    text = prog.asm["amdgcn"]
-
-    def count(pattern):
-        return len(re.findall(pattern, text))
+    prog, text, count = _code_object(example, 4096, torch.ones(1), torch.ones(1))
     # per K tile of 64: 2 x 2 MFMA tiles x 4 K steps of 16; the prologue's DMA and the
     # loop's, 8 a wave and operand; 4 row fragments x 2 reads
     assert count(r"v_mfma_f32_32x32x16_fp8_fp8\b") == 16 and count(r"v_mfma") == 16
     assert count(r"buffer_load_dword\s.*\blds\b") == 32
     assert count(r"\bds_read_b128\b") == 8
     assert count(r"\bds_read_(b32|b64|u8|i8)") == 0 and count(r"\bds_write") == 0
-    assert count(r"\bglobal_load") == 0 and "scratch_" not in text
-    for kind in ("vgpr", "sgpr"):
-        assert int(re.search(rf"\.{kind}_spill_count:\s+(\d+)", text).group(1)) == 0
+    assert count(r"\bglobal_load") == 0
     meta = prog.kernels[0].metadata
     assert meta.spill_bytes == 0 and meta.local_bytes == 0
     assert 0 < meta.registers <= 256
@@ -57,22 +62,13 @@ def test_fp8_gemm_rowwise_scales_amdgcn_loads_per_tile(example):
     buffer_load_dwordx4 per run of 4 accumulator rows (2 tiles x 4 runs) and one
     buffer_load_dword per tile along N (2), loaded once before the stores; the same
     two v_mul_f32 per accumulator; no spills, and VGPRs for 3 waves a SIMD (<= 168)."""
-    A = torch.zeros(4096, 4096, dtype=torch.float8_e4m3fnuz)
-    C = torch.zeros(4096, 4096)
-    prog = flydsl.compile(example.gemm, A, A, C, 32, True, torch.ones(4096, 1),
-                          torch.ones(1, 4096), backend="rocm", arch="gfx942")
-    text = prog.asm["amdgcn"]
-
-    def count(pattern):
-        return len(re.findall(pattern, text))
+    prog, text, count = _code_object(example, 4096, torch.ones(4096, 1), torch.ones(1, 4096))
     assert count(r"v_mfma_f32_32x32x16_fp8_fp8\b") == 16
     assert count(r"buffer_load_dword\s.*\blds\b") == 32
     assert count(r"\bbuffer_load_dwordx4\b") == 8
     assert count(r"\bbuffer_load_dword\s") - 32 == 2
     assert count(r"\bv_mul_f32") == 2 * 64
-    assert count(r"\bglobal_load") == 0 and "scratch_" not in text
-    for kind in ("vgpr", "sgpr"):
-        assert int(re.search(rf"\.{kind}_spill_count:\s+(\d+)", text).group(1)) == 0
+    assert count(r"\bglobal_load") == 0
     assert 0 < prog.kernels[0].metadata.registers <= 168
     # every scale load precedes the first store of C
     first_store = text.index("global_store")
@@ -84,21 +80,12 @@ def test_fp8_gemm_odd_k_byte_path_amdgcn_keeps_its_sgprs(example):
     bytes, A and B, prologue and loop), a lane's 4 bytes one address (the byte in the
     instruction offset) and one ds_write_b32, and no SGPR spilled to VGPR lanes (the
     row test's loop-invariant lane masks spilled 29 SGPRs: v_writelane/v_readlane)."""
-    A = torch.zeros(4096, 4095, dtype=torch.float8_e4m3fnuz)
-    C, s = torch.zeros(4096, 4096), torch.ones(1)
-    prog = flydsl.compile(example.gemm, A, A, C, 32, True, s, s, backend="rocm",
-                          arch="gfx942")
-    text = prog.asm["amdgcn"]
-
-    def count(pattern):
-        return len(re.findall(pattern, text))
+    prog, text, count = _code_object(example, 4095, torch.ones(1), torch.ones(1))
     assert count(r"\bbuffer_load_ubyte\b") == 128
     assert count(r"buffer_load_ubyte\s.*offset:67\b") > 0       # value h = 3 of tile 1
     assert count(r"buffer_load_dword\s.*\blds\b") == 0
     assert count(r"\bds_write_b8\b") == 0 and count(r"\bds_write") > 0
-    assert count(r"\bv_(write|read)lane_b32\b") == 0 and "scratch_" not in text
-    for kind in ("vgpr", "sgpr"):
-        assert int(re.search(rf"\.{kind}_spill_count:\s+(\d+)", text).group(1)) == 0
+    assert count(r"\bv_(write|read)lane_b32\b") == 0
     assert 0 < prog.kernels[0].metadata.registers <= 256
 
 
