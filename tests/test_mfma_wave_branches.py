@@ -15,11 +15,11 @@ import pytest
 
 import flydsl
 import flydsl.expr as fx
-from flydsl.compiler.frontend import builder
-from flydsl.errors import DivergentBarrierError, DSLError, UnsupportedConstructError
+from flydsl.errors import DivergentBarrierError, UnsupportedConstructError
 from flydsl.expr import T
 from flydsl.expr.typing import Vector as Vec
 from flydsl.runtime.debug_checks import DeviceAssertError
+from test_mma_raw_calls import traced_ir
 
 WAVES = 4
 #: per-wave flags the loaded condition reads
@@ -134,18 +134,11 @@ def test_the_exchange_barriers_are_wave_scoped_and_no_more_than_before(monkeypat
     """Every barrier of the traced kernel that is not the kernel's own (fx.barrier(): 2 +
     1 per loop trip, traced once) is an MFMA's, marked with its wave's 64 lanes; each
     guarded call keeps its 2 (no call follows it in its block)."""
-    traced = []
-
-    def stop(tctx, func_op):
-        traced.append(str(func_op))
-        raise DSLError("traced")
-    monkeypatch.setattr(builder, "check_trace_size", stop)
-    monkeypatch.setenv("FLYDSL_CACHE_DISABLE", "1")
     wave_roles.cache_clear()        # traced again, not found in memory
     A, A2, B, C = _inputs()
-    with pytest.raises(DSLError, match="traced"):
-        wave_roles[1, 64 * WAVES](A, A2, B, C, FLAGS, TRIPS)
-    barriers = re.findall(r"gpu\.barrier.*", traced[0])
+    ir_text = traced_ir(monkeypatch, lambda: wave_roles[1, 64 * WAVES](A, A2, B, C, FLAGS,
+                                                                         TRIPS))
+    barriers = re.findall(r"gpu\.barrier.*", ir_text)
     wave = [x for x in barriers if "flydsl.wave_exchange = 64" in x]
     assert len(barriers) - len(wave) == 3 and len(wave) == 3 * 2, barriers
 

@@ -113,8 +113,8 @@ def test_a_raw_call_is_a_few_dozen_operations(monkeypatch):
     assert per_call <= 75, per_call
 
 
-def _traced_kernel(monkeypatch, *args) -> str:
-    """The traced kernel's IR (nothing compiles)."""
+def traced_ir(monkeypatch, launch) -> str:
+    """The IR of the kernel ``launch()`` traces (nothing compiles, nothing is cached)."""
     traced = []
 
     def stop(tctx, func_op):
@@ -123,7 +123,7 @@ def _traced_kernel(monkeypatch, *args) -> str:
     monkeypatch.setattr(builder, "check_trace_size", stop)
     monkeypatch.setenv("FLYDSL_CACHE_DISABLE", "1")
     with pytest.raises(DSLError, match="traced"):
-        mfma_calls[1, 128](*args)
+        launch()
     return traced[0]
 
 
@@ -132,7 +132,8 @@ def test_calls_in_a_row_share_their_barriers(monkeypatch):
     call follows in the same block), alternating between two scratch arrays; calls in
     other blocks keep theirs."""
     A, A2, B, C = _inputs("mfma_f32_16x16x16f16")
-    mlir = _traced_kernel(monkeypatch, A, A2, B, C, 1, "mfma_f32_16x16x16f16", 4)
+    mlir = traced_ir(monkeypatch, lambda: mfma_calls[1, 128](A, A2, B, C, 1,
+                                                            "mfma_f32_16x16x16f16", 4))
     # 4 in a row (one group): 1 + 1; the loop's, the if's and the last call: 2 each
     # (was 2 * 7)
     assert mlir.count("gpu.barrier") == 2 + 2 + 2 + 2, mlir.count("gpu.barrier")
