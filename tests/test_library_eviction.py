@@ -87,3 +87,22 @@ def test_threads_launching_more_kernels_than_the_limit_all_get_their_results(mon
             kernels[i][1 << 13, 4](x, 3.0)    # parallel; unloaded by other threads too
             assert (x == 3.0).all()
     assert run_in_threads(work, range(6)) == []
+
+
+def test_a_load_never_unloads_the_library_it_loads(small_limit):
+    """Every loaded library called since the last sweep: the sweep gives each a second
+    chance, and the one being loaded, not yet called, used to be the one it unloaded
+    (so a new kernel was loaded again on each of its launches)."""
+    shared_object._LIVE._sweep(0)     # none loaded: what earlier tests left aside
+    used = [flydsl.kernel(fill) for _ in range(LIMIT)]
+    for kernel in used:
+        for _ in range(3):
+            _launch(kernel, 4.0)      # each called again since its load: all in use
+    new = flydsl.kernel(fill)
+    assert (_launch(new, 4.0) == 4.0).all()
+    [compiled] = flydsl.compile(new, np.zeros(4, np.float32), 4.0).kernels
+    library = compiled.launcher.library
+    assert library.loaded and library.loads == 1
+    for _ in range(3):
+        assert (_launch(new, 4.0) == 4.0).all()
+    assert library.loads == 1

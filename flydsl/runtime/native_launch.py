@@ -356,7 +356,9 @@ def native_fast_launch(bound: BoundLaunch, nargs: int, env: tuple,
             pack(template.values, entry[1])
         args.append(desc)
     env_dict, env_keys = ENV_SOURCE
-    fn, address = library.entry()
+    # built after the first launch, not a second one: a specialization launched once
+    # stays the first to unload (its first native call counts it, through _refresh)
+    fn, address = library.entry(used=False)
     return module.new(nargs, env_dict, env_keys, tuple(env), tuple(consts), tuple(args),
                       tuple((i, j, int(bool(o))) for i, j, o in pairs), dims_at, dims_at,
                       bytes(template.values)[:8 * dims_at], library, fn, address, _refresh,

@@ -136,16 +136,17 @@ class ReloadableLibrary:
     them is gone, never while a launch runs code in it.
 
     Idleness is seen with no cost to launches: a library is loaded with ``call`` set
-    to a probe that swaps the entry function in on the next call; the sweep unloads
-    the first library whose probe is still in place, and puts the probe back on
-    those that have been called since it last passed them (a clock's second
-    chance). A specialization launched once is thus unloaded before those launched
-    again and again.
+    to a hook that puts a probe in its place on the first call (the launch that
+    loaded it), and the probe swaps the entry function in on the next call; the
+    sweep unloads the first library whose hook or probe is still in place, and puts
+    the probe back on those that have been called since it last passed them (a
+    clock's second chance). A specialization launched once is thus unloaded before
+    those launched again and again, and a load never unloads the library it loads.
     ``pinned``: never unloaded (its globals hold state between calls).
     """
 
     __slots__ = ("_data", "tag", "_entry", "_prototype", "_setup", "pinned", "_state",
-                 "call", "_reload", "_probe", "loads", "__weakref__")
+                 "call", "_reload", "_first", "_probe", "loads", "__weakref__")
 
     def __init__(self, data: bytes, tag: str, entry: str, prototype,
                  setup: Callable[[ctypes.CDLL], object] = lambda lib: None,
@@ -154,7 +155,8 @@ class ReloadableLibrary:
         self._prototype, self._setup, self.pinned = prototype, setup, pinned
         self._state: Optional[tuple] = None       # (library, entry function, extra)
         ref = weakref.ref(self)    # no cycle: an unused library goes with its launcher
-        self._reload = partial(_reload_call, ref)
+        self._reload = partial(_first_call, ref)
+        self._first = partial(_first_call, ref)
         self._probe = partial(_probe_call, ref)
         self.call = self._reload
         #: How often it was loaded (for tests and diagnostics).
@@ -173,11 +175,12 @@ class ReloadableLibrary:
             self.call = state[1]
         return state
 
-    def entry(self) -> tuple:
-        """``(entry function, its address)``, loaded and counted as a launch: a caller
-        that calls the address itself keeps the function while it does (it keeps the
-        library mapped) and calls this again once ``call`` is no longer it."""
-        lib, fn, _ = self.acquire(used=True)
+    def entry(self, used: bool = True) -> tuple:
+        """``(entry function, its address)``, loaded and counted as a launch (unless
+        ``used`` is False: a launcher built, not yet called): a caller that calls the
+        address itself keeps the function while it does (it keeps the library mapped)
+        and calls this again once ``call`` is no longer it."""
+        lib, fn, _ = self.acquire(used=used)
         return fn, symbol_address(lib, self._entry)
 
     def _load(self) -> tuple:
@@ -185,7 +188,8 @@ class ReloadableLibrary:
         fn = self._prototype(symbol_address(lib, self._entry))
         fn.library = lib     # mapped while fn is in use
         self._state = (lib, fn, self._setup(lib))
-        self.call = fn if self.pinned else self._probe   # used once it is called again
+        # used once called twice: the launch that loaded it is not yet a use
+        self.call = fn if self.pinned else self._first
         self.loads += 1
         return self._state
 
@@ -194,8 +198,13 @@ class ReloadableLibrary:
         self.call = self._reload
 
 
-def _reload_call(ref, *args):
-    return ref().acquire()[1](*args)     # called once since loaded: not yet "used"
+def _first_call(ref, *args):
+    """The first call since a load (or one that loads): not yet a use."""
+    library = ref()
+    state = library.acquire()
+    if library.call is library._first:
+        library.call = library._probe
+    return state[1](*args)
 
 
 def _probe_call(ref, *args):
@@ -220,9 +229,12 @@ class _LivePool:
                 return state
             state = library._load()
             if not library.pinned:
+                # room first, then the new one: swept with the others, it would be
+                # the one not yet called when all they have been since the last
+                # sweep, unloaded by its own load (and reloaded on every launch)
+                self._sweep(live_library_limit() - 1)
                 key = id(library)
                 self._loaded[key] = weakref.ref(library, partial(self._forget, key))
-                self._sweep(live_library_limit())
             return state
 
     def _forget(self, key: int, _ref) -> None:
@@ -236,7 +248,7 @@ class _LivePool:
             library = ref()
             if library is None:
                 continue
-            if library.call is not library._probe:
+            if library.call is not library._probe and library.call is not library._first:
                 library.call = library._probe    # called since: a second chance
                 loaded[key] = ref
                 continue
