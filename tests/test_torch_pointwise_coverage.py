@@ -145,13 +145,20 @@ def test_fused_pointwise_ops_match_eager_on_edge_values(report, dtype):
                    for g, w, op in zip(fused(a, b), want, ops)
                    if op._schema.name.split("::")[1] not in UNSET_AT_NAN), \
             "a rewritten ATen graph differs"
+        # eager's vectorized and scalar kernels can disagree (on a machine with
+        # AVX-512, torch 2.13's vectorized gelu gives NaN at inf where its scalar
+        # loop, one element at a time, gives inf): either is eager's answer
+        singles = [fn(a[i:i + 1], b[i:i + 1]) for i in range(a.numel())]
+        want_single = [torch.cat(ws) for ws in zip(*singles)]
     wrong = []
-    for op, g, w in zip(ops, got, want):
-        w = _unset_to_nan(op, w, a, b)
+    for op, g, w, w1 in zip(ops, got, want, want_single):
         try:
-            _assert_same(op, g, w)
+            _assert_same(op, g, _unset_to_nan(op, w, a, b))
         except AssertionError as e:
-            wrong.append(str(e)[:300])
+            try:
+                _assert_same(op, g, _unset_to_nan(op, w1, a, b))
+            except AssertionError:
+                wrong.append(str(e)[:300])
     assert not wrong, "\n".join(wrong)
 
 
