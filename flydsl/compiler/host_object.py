@@ -153,9 +153,10 @@ define i1 @flydsl_interrupted() alwaysinline {{
   ret i1 %stop
 }}
 
-; float -> bfloat, rounding to nearest even (a NaN stays a NaN, quieted), as the
-; AVX-512 BF16 and AVX-NE-CONVERT instructions do. LLVM calls this compiler-rt
-; function where the host has neither, and libgcc before GCC 13 lacks it.
+; float -> bfloat, rounding to nearest even (a NaN stays a NaN, quieted; subnormals
+; rounded, where the AVX-512 BF16 and AVX-NE-CONVERT instructions flush them to zero:
+; the CPU backend turns those features off). LLVM calls this compiler-rt function,
+; which libgcc before GCC 13 lacks.
 define hidden bfloat @__truncsfbf2(float %x) {{
   %bits = bitcast float %x to i32
   %high = lshr i32 %bits, 16

@@ -141,6 +141,11 @@ def _host_cpu() -> tuple[str, str]:
     features = llvm.get_host_cpu_features().flatten()
     if "+avx512f" in features.split(","):
         features += ",-prefer-256-bit"
+    # float -> bfloat16 by VCVTNEPS2BF16 (AVX-512 BF16, AVX-NE-CONVERT) flushes
+    # subnormal inputs and results to zero (Intel SDM; so does Zen 4): 1.5 * 2**-130
+    # became 0 where torch and the kernels on other hosts give a bfloat16 subnormal.
+    # Without them LLVM calls __truncsfbf2 (host_object's, rounding every value).
+    features += ",-avx512bf16,-avxneconvert"
     return llvm.get_host_cpu_name(), features
 
 
