@@ -339,14 +339,16 @@ class KernelFunction:
         ranges = {i: range_of(runtime[i]) for i in {k for pair in pairs for k in pair}}
         return tuple((i, j, overlap(ranges[i], ranges[j])) for i, j in pairs)
 
-    def prepare(self, args: tuple, grid, block, smem: int = 0, stream=None):
+    def prepare(self, args: tuple, grid, block, smem: int = 0, stream=None,
+                fresh: Sequence[int] = ()):
         """A prepared launch (:func:`~flydsl.runtime.prepared.prepare_launch`) of the
         specialization a launch of ``args`` takes in the default launch context (found
         in memory or the cache, or compiled, when no launch of such args did yet), or
         None in another context or when an argument is not a torch tensor or a plain
         value. Calling it with new torch tensors of the same shapes, strides, dtypes
         and devices stores only their data pointers and submits (see that module for
-        what it checks)."""
+        what it checks). ``fresh``: positions of tensors that the caller allocates
+        anew for every call (so they overlap no other argument)."""
         from .runtime.prepared import prepare_launch
         if _current_context() is not _DEFAULT:
             return None
@@ -372,7 +374,7 @@ class KernelFunction:
         constexprs = [(i, args[i]) for i in self._constexpr_pos if i < len(args)]
         grid3, block3 = dim3(grid, "grid", self.name), dim3(block, "block", self.name)
         return prepare_launch(bound, args, params, constexprs, (grid3, block3, smem, stream),
-                              fast.flydsl_overlaps)
+                              fast.flydsl_overlaps, fresh)
 
     @staticmethod
     def _variant_for(entry: Optional[Callable], runtime: list) -> Optional[Callable]:

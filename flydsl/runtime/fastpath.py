@@ -43,7 +43,8 @@ from .drivers import get_driver
 from .native_launch import native_fast_launch
 from .dispatch import arg_key, constexpr_token, env_token
 from .packing import BoundLaunch, numpy_data
-from .specialization import ALIGNMENT, DIVISIBILITY, WIDE_ELEMENTS, byte_range, overlap
+from .specialization import (ALIGNMENT, DIVISIBILITY, SWEEP_PAIRS, WIDE_ELEMENTS, PairGuard,
+                             byte_range, overlap)
 from .tensors import (cai_aligned, cai_device, cai_itemsize, contiguous_strides,
                       device_id_attribute, is_torch_tensor, range_of, torch_writable)
 
@@ -251,7 +252,14 @@ def emit_overlap_guards(w: _Writer, pairs: Sequence[tuple]) -> None:
     """Return False unless each ``(i, j, overlapping)`` of ``pairs`` holds of the ranges
     ``lo{i}, hi{i}`` and ``lo{j}, hi{j}`` (by :func:`overlap` of ``r{i}`` and ``r{j}``
     where both are whole ranges: views with gaps, whose hulls may meet while their
-    elements do not)."""
+    elements do not); many pairs by one :class:`~flydsl.runtime.specialization.PairGuard`,
+    which gives the same answer."""
+    if len(pairs) >= SWEEP_PAIRS:
+        guard = PairGuard(pairs)
+        items = ", ".join(f"r{k}" if k in w.ranges else f"(lo{k}, hi{k})"
+                          for k in guard.positions)
+        w.emit(f"if not {w.const('pairs', guard)}(({items},)): return False")
+        return
     for i, j, overlapping in pairs:
         test = f"lo{i} < hi{j} and lo{j} < hi{i}"
         if i in w.ranges and j in w.ranges:

@@ -15,13 +15,14 @@ the call returns False and launches nothing: the caller launches the usual way.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Callable, Optional, Sequence
 
 from .dispatch import env_token
 from .fastpath import _Writer, emit_constexpr_guards
 from .packing import BoundLaunch
-from .specialization import ALIGNMENT, tensor_aligned
+from .specialization import ALIGNMENT, SWEEP_PAIRS, PairGuard, tensor_aligned
 from .tensors import is_torch_tensor, range_of, torch_writable
 
 
@@ -39,7 +40,7 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
     w.lines.append("def launch(args):")
     w.emit(f"if len(args) != {nargs}: return False")
     emit_constexpr_guards(w, constexprs)
-    pointers = []
+    pointers, scalars = [], []
     for (kind, _), off, pos, value in zip(bound.layout, bound.offsets, positions, runtime):
         if pos is None:
             continue                   # a default: packed once for good
@@ -47,20 +48,11 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
             aligned = tensor_aligned(value.data_ptr(),
                                      [s * value.element_size() for s in value.stride()])
             pointers.append((pos, off, aligned, value.numel() > 0))
-            continue
-        c = w.const("v", value)
-        check = f"type(args[{pos}]) is not {w.const('t', type(value))} or args[{pos}] != {c}"
-        if type(value) is float:       # 0.0 == -0.0, but they pack differently
-            check += f" or args[{pos}].hex() != {c}.hex()"
-        w.emit(f"if {check}: return False")
+        else:
+            scalars.append((pos, value))
+    _emit_scalar_guards(w, scalars)
     w.emit("if _env_token() != _env: return False")
-    for pos, off, aligned, filled in pointers:   # the usual launch refuses both:
-        w.emit(f"if args[{pos}].is_neg(): return False")   # torch's negative bit
-        w.emit(f"p{off} = args[{pos}].data_ptr()")
-        if filled:   # same shape as prepared: no memory (a FakeTensor) if 0
-            w.emit(f"if not p{off}: return False")
-        if aligned:
-            w.emit(f"if p{off} % {ALIGNMENT}: return False")
+    _emit_pointers(w, pointers)
     _emit_overlap_guards(w, pairs, runtime, positions, bound.offsets)
     w.emit("try:")
     w.emit("buf = _local.buf", 2)
@@ -68,8 +60,16 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
     w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
     w.emit("buf.values[:] = _template", 2)
     w.emit("v = buf.values")
-    for _, off, _, _ in pointers:
-        w.emit(f"v[{off}] = v[{off + 1}] = p{off}")
+    offs = [off for _, off, _, _ in pointers]
+    step = offs[1] - offs[0] if len(offs) > 2 else 0
+    if step > 1 and offs == list(range(offs[0], offs[-1] + 1, step)):
+        # each tensor's two pointer slots, evenly spaced: two strided stores in C
+        names = ", ".join(f"p{off}" for off in offs)
+        w.emit(f"_ps = ({names},)")
+        w.emit(f"v[{offs[0]}:{offs[-1] + 1}:{step}] = v[{offs[0] + 1}:{offs[-1] + 2}:{step}] = _ps")
+    else:
+        for off in offs:
+            w.emit(f"v[{off}] = v[{off + 1}] = p{off}")
     w.emit("_submit(buf, *_dims)")
     w.emit("return True")
     source = "\n".join(w.lines) + "\n"
@@ -80,12 +80,70 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
     return launch
 
 
+def _emit_scalar_guards(w: _Writer, scalars: Sequence[tuple]) -> None:
+    """Return False unless each ``(position, value)`` of ``scalars`` is passed again,
+    of the same type (``True == 1``) and value (and sign: ``0.0 == -0.0``, but they
+    pack differently); a run of non-floats at consecutive positions is compared as
+    one tuple."""
+    k = 0
+    while k < len(scalars):
+        run = 1
+        while k + run < len(scalars) and scalars[k + run][0] == scalars[k][0] + run \
+                and type(scalars[k + run][1]) is not float:
+            run += 1
+        pos, value = scalars[k]
+        if run >= 4 and type(value) is not float:
+            values = tuple(v for _, v in scalars[k:k + run])
+            w.emit(f"_s = tuple(args[{pos}:{pos + run}])")     # args: a list or a tuple
+            w.emit(f"if _s != {w.const('vs', values)} or tuple(map(type, _s)) != "
+                   f"{w.const('ts', tuple(map(type, values)))}: return False")
+            k += run
+            continue
+        c = w.const("v", value)
+        check = f"type(args[{pos}]) is not {w.const('t', type(value))} or args[{pos}] != {c}"
+        if type(value) is float:
+            check += f" or args[{pos}].hex() != {c}.hex()"
+        w.emit(f"if {check}: return False")
+        k += 1
+
+
+def _emit_pointers(w: _Writer, pointers: Sequence[tuple]) -> None:
+    """``p<slot>``: the data pointer of each ``(position, slot, aligned, filled)`` of
+    ``pointers``, returning False where the usual launch refuses the tensor (torch's
+    negative bit), where a tensor prepared with elements has no memory (a FakeTensor)
+    and where one prepared aligned is not; many tensors are read with C-level maps."""
+    if len(pointers) < 4:
+        for pos, off, aligned, filled in pointers:
+            w.emit(f"if args[{pos}].is_neg(): return False")
+            w.emit(f"p{off} = args[{pos}].data_ptr()")
+            if filled:
+                w.emit(f"if not p{off}: return False")
+            if aligned:
+                w.emit(f"if p{off} % {ALIGNMENT}: return False")
+        return
+    import torch      # imported already: a prepared launch takes only torch tensors
+    w.names.update(_is_neg=torch.Tensor.is_neg, _data_ptr=torch.Tensor.data_ptr,
+                   _misaligned=ALIGNMENT.__rmod__)
+    get = ", ".join(f"args[{pos}]" for pos, _, _, _ in pointers)
+    w.emit(f"_ts = ({get},)")
+    w.emit("if any(map(_is_neg, _ts)): return False")
+    w.emit(f"{', '.join(f'p{off}' for _, off, _, _ in pointers)}, = map(_data_ptr, _ts)")
+    filled = [f"p{off}" for _, off, _, f in pointers if f]
+    if filled:
+        w.emit(f"if not all(({', '.join(filled)},)): return False")
+    aligned = [f"p{off}" for _, off, a, _ in pointers if a]
+    if aligned:
+        w.emit(f"if any(map(_misaligned, ({', '.join(aligned)},))): return False")
+
+
 def _emit_overlap_guards(w: _Writer, pairs: Sequence[tuple], runtime: Sequence,
                          positions: Sequence, offsets: Sequence) -> None:
     """Return False unless each ``(i, j, overlapping)`` of ``pairs`` still holds: the
     tensors' extents are fixed, so each range is its pointer plus constant offsets
     (an empty tensor overlaps nothing, whatever its pointer), and two views with gaps
-    of one step (``x[0::2]``, ``x[1::2]``) overlap where their elements do."""
+    of one step (``x[0::2]``, ``x[1::2]``) overlap where their elements do. Many
+    pairs are checked by one :class:`~flydsl.runtime.specialization.PairGuard`."""
+    @functools.cache
     def bounds(i: int):
         r = range_of(runtime[i])
         if r[0] == r[1]:
@@ -93,10 +151,17 @@ def _emit_overlap_guards(w: _Writer, pairs: Sequence[tuple], runtime: Sequence,
         base = runtime[i].data_ptr()
         p = f"p{offsets[i]}" if positions[i] is not None else str(base)
         return f"{p} + {r[0] - base}", f"{p} + {r[1] - base}", r
+    pairs = [(i, j, o) for i, j, o in pairs if bounds(i) is not None and bounds(j) is not None]
+    if len(pairs) >= SWEEP_PAIRS:
+        guard = PairGuard(pairs)
+        items = []
+        for k in guard.positions:
+            lo, hi, r = bounds(k)
+            items.append(f"({lo}, {hi}{''.join(f', {x}' for x in r[2:])})")
+        w.emit(f"if not {w.const('pairs', guard)}(({', '.join(items)},)): return False")
+        return
     for i, j, overlapping in pairs:
         a, b = bounds(i), bounds(j)
-        if a is None or b is None:
-            continue
         test = f"{a[0]} < {b[1]} and {b[0]} < {a[1]}"
         ra, rb = a[2], b[2]
         if len(ra) == 4 and len(rb) == 4 and ra[2] == rb[2]:   # (specialization.overlap)
@@ -106,8 +171,8 @@ def _emit_overlap_guards(w: _Writer, pairs: Sequence[tuple], runtime: Sequence,
 
 
 def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
-                   constexprs: Sequence, dims: tuple,
-                   pairs: Sequence[tuple] = ()) -> Optional[Callable[[Sequence], bool]]:
+                   constexprs: Sequence, dims: tuple, pairs: Sequence[tuple] = (),
+                   fresh: Sequence[int] = ()) -> Optional[Callable[[Sequence], bool]]:
     """The prepared launch of ``bound`` for positional ``args`` (``params``: the kernel's
     runtime parameters in order, each ``(position or None, default)``; ``constexprs``:
     ``(position, value)`` of the constexpr arguments; ``dims``: ``(grid, block, smem,
@@ -124,7 +189,10 @@ def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
     strides, dtype and device of the one it was prepared with, and that the
     tensors the kernel writes stay writable: those are not checked again (a tensor
     with torch's negative bit is: it returns False, and the usual launch refuses
-    it). It is a function generated for the argument list (its source:
+    it). ``fresh`` lists the positions of tensors the caller allocates anew for
+    every call (``flydsl.torch``'s results): no other argument can overlap them, so
+    their overlaps are not checked (an optimizer step's 30 results and 40 inputs
+    make 1,635 pairs). It is a function generated for the argument list (its source:
     ``__flydsl_source__``).
     """
     runtime, positions = [], []
@@ -137,6 +205,12 @@ def prepare_launch(bound: BoundLaunch, args: Sequence, params: Sequence,
             return None
         if i in bound.written and not torch_writable(value):
             return None
+    if fresh:
+        fresh = set(fresh)
+        # a fresh tensor overlapped nothing when prepared either (were it to, the
+        # caller's claim would be wrong: keep the check)
+        pairs = [(i, j, o) for i, j, o in pairs
+                 if o or (positions[i] not in fresh and positions[j] not in fresh)]
     return _build(bound, runtime, positions, len(args), constexprs, dims, pairs)
 
 
