@@ -29,6 +29,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..errors import FlydslError
+from ..runtime.tensors import contiguous_strides
 from . import kernels
 from .pointwise import fx_dtype
 from .trials import MAX_GROUP_TRIALS, Trial
@@ -99,8 +100,9 @@ def multi_kernel_source(pattern: kernels.FusedPattern, segments: int) -> tuple[s
 class _Plan:
     """A multi-tensor launch for one signature of the groups' inputs."""
 
-    outs: tuple          # per group, per result: (shape, dtype) of its (contiguous) tensor
-    device: Any
+    flat_outs: tuple     # per group, per result: (shape, strides, dtype), contiguous
+    slices: tuple        # each group's results in flat_outs
+    alloc: Any           # kernels.allocator of the device
     kernel: Any
     grid: tuple
     extra: tuple         # (n_0, b_0, n_1, b_1, ..., blocks)
@@ -202,13 +204,17 @@ class MultiTensorModule(torch.nn.Module):
                     t.shape != shape or not t.is_contiguous() or t.is_neg()
                     or t.device != device for t in tensors):
                 return None
-            outs.append(tuple((shape, d) for d in dtypes))
+            strides = contiguous_strides(shape)
+            outs += [(shape, strides, d) for d in dtypes]
             extra += [numel, blocks]
             blocks += -(-numel // CHUNK)
         extra.append(blocks)
         if device.type != self.device_type or self._kernel() is None:
             return None
-        return _Plan(tuple(outs), device, self.kernel, (blocks, 1, 1), tuple(extra))
+        k = len(dtypes)
+        slices = tuple(slice(s * k, (s + 1) * k) for s in range(len(self.groups)))
+        return _Plan(tuple(outs), slices, kernels.allocator(device), self.kernel,
+                     (blocks, 1, 1), tuple(extra))
 
     def _kernel(self):
         if self.kernel is None and not self.broken:
@@ -224,13 +230,10 @@ class MultiTensorModule(torch.nn.Module):
         # each result its own tensor (one buffer for all of them, several megabytes
         # for an optimizer step, page-faulted on every call where torch's per-parameter
         # buffers came back from the heap)
-        device = plan.device
-        results = tuple(tuple([_empty(shape, dtype=d, device=device) for shape, d in seg])
-                        for seg in plan.outs)
-        kargs = list(args)
-        for seg in results:
-            kargs += seg
-        kargs += plan.extra
+        alloc = plan.alloc
+        outs = [alloc(shape, strides, d) for shape, strides, d in plan.flat_outs]
+        kargs = [*args, *outs, *plan.extra]
+        results = tuple([tuple(outs[s]) for s in plan.slices])
         prepared = plan.prepared
         # a prepared launch stores only data pointers: the tensors as they are
         if prepared is None or not prepared(kargs):
@@ -244,12 +247,12 @@ class MultiTensorModule(torch.nn.Module):
                 return self._per_group(args)
             if not plan.tried:
                 plan.tried = True
-                plan.prepared = plan.kernel.prepare(tuple(flat), plan.grid, (1, 1, 1))
+                # the results are new tensors every call: no overlap checks for them
+                fresh = range(len(args), len(args) + len(outs))
+                plan.prepared = plan.kernel.prepare(tuple(flat), plan.grid, (1, 1, 1),
+                                                    fresh=fresh)
         stats["multi_launches"] += 1
         return results
-
-
-_empty = torch.empty
 
 
 def _flat_group(module: kernels.FusedModule) -> bool:
