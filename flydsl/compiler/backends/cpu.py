@@ -65,6 +65,8 @@ class CpuBackend(BaseBackend):
             # f32 exp/log/sin/... as vectorizable code instead of scalar libm calls
             PythonPass("math-approx", "flydsl.passes.math_approx:run"),
             PythonPass("fp-flags", "flydsl.passes.fp_flags:run"),   # contract / fast math
+            # f32 -> bf16 as vector integer code (after fp-flags: its NaN test has none)
+            PythonPass("bf16-round", "flydsl.passes.bf16_round:run"),
             "convert-scf-to-cf,expand-strided-metadata,lower-affine",
             "convert-math-to-llvm,convert-math-to-libm",
             "convert-to-llvm,reconcile-unrealized-casts",
@@ -144,7 +146,8 @@ def _host_cpu() -> tuple[str, str]:
     # float -> bfloat16 by VCVTNEPS2BF16 (AVX-512 BF16, AVX-NE-CONVERT) flushes
     # subnormal inputs and results to zero (Intel SDM; so does Zen 4): 1.5 * 2**-130
     # became 0 where torch and the kernels on other hosts give a bfloat16 subnormal.
-    # Without them LLVM calls __truncsfbf2 (host_object's, rounding every value).
+    # The pipeline rounds f32 -> bf16 itself (passes/bf16_round); what LLVM still
+    # converts calls __truncsfbf2 (host_object's, rounding every value).
     features += ",-avx512bf16,-avxneconvert"
     return llvm.get_host_cpu_name(), features
 
