@@ -194,3 +194,43 @@ def test_fresh_results_are_not_checked_for_overlaps():
     sums[1, N](*overlapping)
     launch = sums.prepare(tuple(overlapping), 1, N, fresh=fresh)
     assert "_pairs" in launch.__flydsl_source__ or " < " in launch.__flydsl_source__
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_prepared_launch_without_overlap_checks_stores_pointers_in_one_call(monkeypatch,
+                                                                            native):
+    """No overlap left to check (fresh results): the native module's store_pointers
+    checks and stores every pointer (FLYDSL_NATIVE_LAUNCH=0: the generated Python);
+    both refuse what the usual launch refuses and launch the same."""
+    from flydsl.runtime import native_launch
+    monkeypatch.setenv("FLYDSL_NATIVE_LAUNCH", native)
+    sums.cache_clear()
+    ins, outs = _inputs(), [torch.zeros(N) for _ in range(N_OUT)]
+    args = _args(ins, outs)
+    sums[1, N](*args)
+    launch = sums.prepare(tuple(args), 1, N, fresh=range(N_IN, N_IN + N_OUT))
+    src = launch.__flydsl_source__
+    module = native_launch.load() if native == "1" else None
+    if module is not None and native_launch.torch_shim(module):
+        assert "_store(args" in src and "data_ptr" not in src
+    else:
+        assert "map(_data_ptr" in src
+    new = [torch.empty(N) for _ in range(N_OUT)]
+    assert launch(_args(ins, new))
+    for got, want in zip(new, _expected(ins, (1, 2, 3, 4))):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    untouched = torch.zeros(N)
+    refused = {
+        "torch's negative bit": _args([*ins[:4], torch._neg_view(torch.ones(N)), *ins[5:]],
+                                      [untouched, *new[1:]]),
+        "a misaligned input": _args([*ins[:4], torch.zeros(N + 1)[1:], *ins[5:]],
+                                    [untouched, *new[1:]]),
+        "a numpy array": _args([*ins[:4], np.zeros(N, np.float32), *ins[5:]],
+                               [untouched, *new[1:]]),
+        "another int": _args(ins, [untouched, *new[1:]], ks=(1, 2, 3, 5)),
+    }
+    for name, bad in refused.items():
+        if name == "a numpy array" and "_store(args" not in src:
+            continue     # the generated Python reads torch tensors only (the contract)
+        assert launch(bad) is False, name
+    assert not untouched.any()

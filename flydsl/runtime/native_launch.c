@@ -691,6 +691,58 @@ static PyObject *numpy_facts(PyObject *mod, PyObject *a) {
                          FIELD(a, np_descr, PyObject *), FIELD(a, np_flags, int));
 }
 
+/* store_pointers(args, spec, address, alignment) -> bool: a prepared launch's
+ * tensors (runtime/prepared.py). spec: int32 triples (position in args, slot, flags:
+ * 1 must have memory, 2 must be aligned). Each args[position] must be a torch tensor
+ * read through the shim, without the negative bit, its data pointer non-NULL and a
+ * multiple of `alignment` where the flags say; it is stored in the slots `slot` and
+ * `slot + 1` of the int64 array at `address`. False as soon as one does not hold
+ * (slots stored before stay: the caller launches nothing and stores them again). */
+static PyObject *store_pointers(PyObject *mod, PyObject *const *a, Py_ssize_t n) {
+    if (n != 4 || !PyBytes_Check(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "store_pointers(args, spec, address, alignment)");
+        return NULL;
+    }
+    if (!shim_ready) Py_RETURN_FALSE;
+    int64_t *v = (int64_t *)PyLong_AsVoidPtr(a[2]);
+    long long alignment = PyLong_AsLongLong(a[3]);
+    if ((!v || alignment <= 0) && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "address and alignment");
+    if (PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(a[0], "args must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    const int32_t *spec = (const int32_t *)PyBytes_AS_STRING(a[1]);
+    Py_ssize_t count = PyBytes_GET_SIZE(a[1]) / (3 * (Py_ssize_t)sizeof(int32_t));
+    int ok = 1;
+    for (Py_ssize_t k = 0; k < count && ok; k++) {
+        int32_t pos = spec[3 * k], off = spec[3 * k + 1], flags = spec[3 * k + 2];
+        if (pos < 0 || pos >= len) { ok = 0; break; }
+        PyObject *t = items[pos];
+        PyObject *x = PyObject_GetAttr(t, s_cdata);
+        if (!x) { PyErr_Clear(); ok = 0; break; }     /* not a torch tensor */
+        void *impl = PyLong_AsVoidPtr(x);
+        Py_DECREF(x);
+        if (!impl) { PyErr_Clear(); ok = 0; break; }
+        Handle h = (Handle)&impl;
+        int32_t layout;
+        if (sh_layout(h, &layout) || layout != sh_strided) { ok = 0; break; }
+        int neg = sh_is_neg ? (int)sh_is_neg(h) : negative(t);
+        if (neg) {
+            if (neg < 0) PyErr_Clear();
+            ok = 0; break;
+        }
+        void *data;
+        if (sh_data_ptr(h, &data)) { ok = 0; break; }
+        uintptr_t p = (uintptr_t)data;
+        if (((flags & 1) && !p) || ((flags & 2) && p % (uintptr_t)alignment)) { ok = 0; break; }
+        v[off] = v[off + 1] = (int64_t)p;
+    }
+    Py_DECREF(seq);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"new", native_new, METH_VARARGS, "Build a native warm launch (see native_launch.py)."},
     {"torch_shim", set_torch_shim, METH_VARARGS, "Use torch's C shim for tensor facts."},
@@ -699,6 +751,8 @@ static PyMethodDef methods[] = {
     {"torch_neg", torch_neg, METH_O, "A tensor's negative bit as read (or None)."},
     {"numpy_layout", numpy_layout, METH_VARARGS, "Use these ndarray field offsets."},
     {"numpy_facts", numpy_facts, METH_O, "An ndarray's fields at those offsets."},
+    {"store_pointers", (PyCFunction)(void (*)(void))store_pointers, METH_FASTCALL,
+     "A prepared launch's tensor pointers, checked and stored into its slots."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,8 @@ the call returns False and launches nothing: the caller launches the usual way.
 """
 from __future__ import annotations
 
+import array
+import ctypes
 import functools
 import threading
 from typing import Callable, Optional, Sequence
@@ -52,24 +54,25 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
             scalars.append((pos, value))
     _emit_scalar_guards(w, scalars)
     w.emit("if _env_token() != _env: return False")
-    _emit_pointers(w, pointers)
-    _emit_overlap_guards(w, pairs, runtime, positions, bound.offsets)
-    w.emit("try:")
-    w.emit("buf = _local.buf", 2)
-    w.emit("except AttributeError:")
-    w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
-    w.emit("buf.values[:] = _template", 2)
-    w.emit("v = buf.values")
-    offs = [off for _, off, _, _ in pointers]
-    step = offs[1] - offs[0] if len(offs) > 2 else 0
-    if step > 1 and offs == list(range(offs[0], offs[-1] + 1, step)):
-        # each tensor's two pointer slots, evenly spaced: two strided stores in C
-        names = ", ".join(f"p{off}" for off in offs)
-        w.emit(f"_ps = ({names},)")
-        w.emit(f"v[{offs[0]}:{offs[-1] + 1}:{step}] = v[{offs[0] + 1}:{offs[-1] + 2}:{step}] = _ps")
+    spans = functools.cache(lambda i: range_of(runtime[i])[0] != range_of(runtime[i])[1])
+    pairs = [(i, j, o) for i, j, o in pairs if spans(i) and spans(j)]   # an empty one: apart
+    store = _native_store() if len(pointers) >= 4 and not pairs else None
+    if store is not None:
+        # every check and store of the pointers in one C call (no overlap to check)
+        spec = array.array("i", [x for pos, off, aligned, full in pointers
+                                 for x in (pos, off, int(full) | 2 * int(aligned))])
+        w.names.update(_store=store, _spec=spec.tobytes(), _addressof=ctypes.addressof)
+        w.emit("try:")
+        w.emit("buf = _local.buf; addr = _local.addr", 2)
+        w.emit("except AttributeError:")
+        w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
+        w.emit("buf.values[:] = _template", 2)
+        w.emit("addr = _local.addr = _addressof(buf.values)", 2)
+        w.emit(f"if not _store(args, _spec, addr, {ALIGNMENT}): return False")
     else:
-        for off in offs:
-            w.emit(f"v[{off}] = v[{off + 1}] = p{off}")
+        _emit_pointers(w, pointers)
+        _emit_overlap_guards(w, pairs, runtime, positions, bound.offsets)
+        _emit_buffer_and_stores(w, [off for _, off, _, _ in pointers])
     w.emit("_submit(buf, *_dims)")
     w.emit("return True")
     source = "\n".join(w.lines) + "\n"
@@ -78,6 +81,39 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
     launch = scope["launch"]
     launch.__flydsl_source__ = source
     return launch
+
+
+def _native_store() -> Optional[Callable]:
+    """The native module's ``store_pointers`` (runtime/native_launch.c), where it builds
+    and reads torch tensors through torch's C shim; None where not (the generated
+    Python reads them)."""
+    from .native_launch import enabled, load, torch_shim
+    if not enabled():
+        return None
+    module = load()
+    if module is None or not torch_shim(module):
+        return None
+    return getattr(module, "store_pointers", None)
+
+
+def _emit_buffer_and_stores(w: _Writer, offs: Sequence[int]) -> None:
+    """``v``: this thread's slot values, with the pointers ``p<slot>`` stored at their
+    slots (``slot`` and ``slot + 1``)."""
+    w.emit("try:")
+    w.emit("buf = _local.buf", 2)
+    w.emit("except AttributeError:")
+    w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
+    w.emit("buf.values[:] = _template", 2)
+    w.emit("v = buf.values")
+    step = offs[1] - offs[0] if len(offs) > 2 else 0
+    if step > 1 and list(offs) == list(range(offs[0], offs[-1] + 1, step)):
+        # each tensor's two pointer slots, evenly spaced: two strided stores in C
+        names = ", ".join(f"p{off}" for off in offs)
+        w.emit(f"_ps = ({names},)")
+        w.emit(f"v[{offs[0]}:{offs[-1] + 1}:{step}] = v[{offs[0] + 1}:{offs[-1] + 2}:{step}] = _ps")
+    else:
+        for off in offs:
+            w.emit(f"v[{off}] = v[{off + 1}] = p{off}")
 
 
 def _emit_scalar_guards(w: _Writer, scalars: Sequence[tuple]) -> None:
@@ -138,20 +174,17 @@ def _emit_pointers(w: _Writer, pointers: Sequence[tuple]) -> None:
 
 def _emit_overlap_guards(w: _Writer, pairs: Sequence[tuple], runtime: Sequence,
                          positions: Sequence, offsets: Sequence) -> None:
-    """Return False unless each ``(i, j, overlapping)`` of ``pairs`` still holds: the
-    tensors' extents are fixed, so each range is its pointer plus constant offsets
-    (an empty tensor overlaps nothing, whatever its pointer), and two views with gaps
+    """Return False unless each ``(i, j, overlapping)`` of ``pairs`` (neither tensor
+    empty) still holds: the tensors' extents are fixed, so each range is its pointer
+    plus constant offsets, and two views with gaps
     of one step (``x[0::2]``, ``x[1::2]``) overlap where their elements do. Many
     pairs are checked by one :class:`~flydsl.runtime.specialization.PairGuard`."""
     @functools.cache
     def bounds(i: int):
         r = range_of(runtime[i])
-        if r[0] == r[1]:
-            return None
         base = runtime[i].data_ptr()
         p = f"p{offsets[i]}" if positions[i] is not None else str(base)
         return f"{p} + {r[0] - base}", f"{p} + {r[1] - base}", r
-    pairs = [(i, j, o) for i, j, o in pairs if bounds(i) is not None and bounds(j) is not None]
     if len(pairs) >= SWEEP_PAIRS:
         guard = PairGuard(pairs)
         items = []
