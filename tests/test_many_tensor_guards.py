@@ -118,6 +118,15 @@ def _args(ins, outs, ks=(1, 2, 3, 4)):
     return [*ins, *outs, N, *ks]
 
 
+def _launch_checked(launch, ins) -> list:
+    """New results of the prepared ``launch`` on ``ins``, checked against the rule."""
+    new = [torch.empty(N) for _ in range(N_OUT)]
+    assert launch(_args(ins, new))
+    for got, want in zip(new, _expected(ins, (1, 2, 3, 4))):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    return new
+
+
 def test_many_pairs_use_one_sweep_in_the_python_warm_launch(monkeypatch):
     monkeypatch.setenv("FLYDSL_NATIVE_LAUNCH", "0")      # the generated Python launch
     sums.cache_clear()
@@ -149,10 +158,7 @@ def test_a_prepared_launch_of_many_tensors_checks_what_the_usual_launch_would():
     launch = sums.prepare(tuple(args), 1, N)
     src = launch.__flydsl_source__
     assert "map(_data_ptr" in src and "_pairs" in src and "tuple(args[14:19])" in src
-    new_outs = [torch.zeros(N) for _ in range(N_OUT)]
-    assert launch(_args(ins, new_outs))
-    for got, want in zip(new_outs, _expected(ins, (1, 2, 3, 4))):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    _launch_checked(launch, ins)
     untouched = torch.zeros(N)
     bad_cases = {
         "an output overlapping an input": _args(ins, [untouched, torch.zeros(N), ins[3],
@@ -182,11 +188,7 @@ def test_fresh_results_are_not_checked_for_overlaps():
     launch = sums.prepare(tuple(args), 1, N, fresh=fresh)
     assert "_pairs" not in launch.__flydsl_source__ and " < " not in launch.__flydsl_source__
     for seed in range(3):
-        ins = _inputs(seed)
-        new = [torch.empty(N) for _ in range(N_OUT)]
-        assert launch(_args(ins, new))
-        for got, want in zip(new, _expected(ins, (1, 2, 3, 4))):
-            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+        _launch_checked(launch, _inputs(seed))
     # the prepared specialization had no overlaps; an overlapping one stays checked
     sums.cache_clear()
     ins = _inputs()
@@ -215,10 +217,7 @@ def test_a_prepared_launch_without_overlap_checks_stores_pointers_in_one_call(mo
         assert "_store(args" in src and "data_ptr" not in src
     else:
         assert "map(_data_ptr" in src
-    new = [torch.empty(N) for _ in range(N_OUT)]
-    assert launch(_args(ins, new))
-    for got, want in zip(new, _expected(ins, (1, 2, 3, 4))):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    new = _launch_checked(launch, ins)
     untouched = torch.zeros(N)
     refused = {
         "torch's negative bit": _args([*ins[:4], torch._neg_view(torch.ones(N)), *ins[5:]],
