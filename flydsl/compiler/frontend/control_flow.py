@@ -64,6 +64,30 @@ def is_dynamic(x) -> bool:
     return isinstance(x, Value)
 
 
+#: Ops whose integer result is >= 1 in every launch: block and grid sizes.
+_SIZE_OPS = frozenset({"gpu.block_dim", "gpu.grid_dim", "gpu.cluster_dim",
+                       "gpu.num_subgroups", "gpu.subgroup_size"})
+
+
+def positive_by_construction(value: ir.Value, depth: int = 8) -> bool:
+    """Whether ``value`` is >= 1 whatever the launch, up to Int overflow: a positive
+    constant, a block or grid size, or sums, products and integer casts of those."""
+    owner = value.owner
+    if depth == 0 or isinstance(owner, ir.Block):     # a block argument: unknown
+        return False
+    op = owner.operation
+    if op.name in _SIZE_OPS:
+        return True
+    if op.name == "arith.constant":
+        attr = op.attributes["value"]
+        return isinstance(attr, ir.IntegerAttr) and attr.value > 0
+    if op.name in ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui"):
+        return positive_by_construction(op.operands[0], depth - 1)
+    if op.name in ("arith.muli", "arith.addi"):
+        return all(positive_by_construction(x, depth - 1) for x in op.operands)
+    return False
+
+
 def assigned_names(stmts) -> set[str]:
     """Names bound anywhere in ``stmts`` (not inside nested function definitions)."""
     out: set[str] = set()
@@ -506,9 +530,21 @@ class ControlFlow:
         if isinstance(step, int) and step == 0:
             raise self.error(node, "range() step must not be zero", DSLTypeError)
         # scf.for only counts up: a negative or runtime step iterates k in [0, trips)
-        # with iv = start + k*step (a runtime step of 0 runs no iteration).
-        normalized = is_dynamic(step) or step < 0
-        if normalized:
+        # with iv = start + k*step (a runtime step of 0 runs no iteration). A runtime
+        # step made of block and grid sizes (the grid-stride loop's
+        # fx.grid_dim.x * fx.block_dim.x) counts up as written, the form the CPU
+        # backend turns into vector code across threads; should its Int32 product
+        # have wrapped to <= 0, the loop runs no iteration.
+        normalized = (is_dynamic(step) and not positive_by_construction(step.v)) \
+            or (not is_dynamic(step) and step < 0)
+        if is_dynamic(step) and not normalized:
+            step_v = V.cast(step, ivt)
+            up = step_v > 0
+            lb = V.cast(V.as_value(start, ivt), ivt)
+            ub = V.select(up, V.cast(V.as_value(stop, ivt), ivt),
+                          V.constant(-(1 << (ivt.bits - 1)), ivt))
+            st = V.select(up, step_v, V.constant(1, ivt))
+        elif normalized:
             start_v = V.cast(V.as_value(start, ivt), ivt)
             step_v = V.cast(V.as_value(step, ivt), ivt)
             towards = V.select(step_v > 0, 1, -1)
