@@ -130,6 +130,26 @@ def test_runtime_steps_of_any_sign_count_as_python_range(n, k):
 
 
 @flydsl.kernel
+def wrapped_stride(out: fx.Tensor, n: fx.Int32):
+    t = fx.thread_idx.x
+    count = 0
+    for _ in range(t, n, fx.block_dim.x * 1073741824):   # 4 * 2**30 wraps to 0 in Int32
+        count += 1
+    out[t] = count
+
+
+def test_a_size_step_that_wrapped_runs_no_iteration_and_debug_mode_reports_it(debug_build_o0,
+                                                                             monkeypatch):
+    from flydsl.runtime.debug_checks import DeviceAssertError
+    out = np.full(4, -1, np.int32)
+    with pytest.raises(DeviceAssertError, match="wrapped to <= 0"):
+        wrapped_stride[1, 4](out, 100)
+    monkeypatch.delenv("FLYDSL_DEBUG")
+    wrapped_stride[1, 4](out, 100)
+    assert list(out) == [0, 0, 0, 0]
+
+
+@flydsl.kernel
 def fib_swap(out: fx.Tensor, n: fx.Int32):
     tid = fx.thread_idx.x
     a = 0

@@ -36,7 +36,7 @@ from ...errors import (CompileTimeValueRequired, DSLError, DSLTypeError,
                        UnsupportedConstructError)
 from ...expr import builtins as fxb
 from ...expr import dtypes as dt
-from . import carried as C, loop_init, ops, values as V
+from . import carried as C, debug_ops, loop_init, ops, values as V
 from .context import current
 from .loop_exits import loop_exits, new_flags, not_broken, rewrite_body
 from .tensors import TensorValue
@@ -534,12 +534,15 @@ class ControlFlow:
         # step made of block and grid sizes (the grid-stride loop's
         # fx.grid_dim.x * fx.block_dim.x) counts up as written, the form the CPU
         # backend turns into vector code across threads; should its Int32 product
-        # have wrapped to <= 0, the loop runs no iteration.
+        # have wrapped to <= 0, the loop runs no iteration (FLYDSL_DEBUG=1 reports it).
         normalized = (is_dynamic(step) and not positive_by_construction(step.v)) \
             or (not is_dynamic(step) and step < 0)
         if is_dynamic(step) and not normalized:
             step_v = V.cast(step, ivt)
             up = step_v > 0
+            debug_ops.device_assert(up, "range() step made of block and grid sizes wrapped "
+                                        "to <= 0 (an Int32 overflow): the loop runs no "
+                                        "iteration")
             lb = V.cast(V.as_value(start, ivt), ivt)
             ub = V.select(up, V.cast(V.as_value(stop, ivt), ivt),
                           V.constant(-(1 << (ivt.bits - 1)), ivt))
