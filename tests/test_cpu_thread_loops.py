@@ -91,6 +91,21 @@ def test_a_grid_stride_loop_with_a_runtime_step_counts_up_as_written():
     assert not re.search(rf"{loops[0]} = arith.constant 0\b", ir_text)
 
 
+@pytest.mark.parametrize("backend,arch", [("cuda", "sm_90"), ("rocm", "gfx942")])
+def test_a_grid_stride_loop_on_gpus_computes_no_trip_count(backend, arch):
+    """The counting-up loop needs no trip count, so no 32-bit division per thread: the
+    normalized loop's ``floordivsi`` was half of the kernel's 120 PTX lines. On gfx942
+    one division is left: ``gpu.grid_dim`` itself (the dispatch packet's grid size
+    over the workgroup size), where there were two."""
+    from conftest import gpu_asm_or_skip
+    x = np.zeros(4096, np.float32)
+    asm = gpu_asm_or_skip(grid_stride_saxpy, (x, x.copy(), 2.5, 4096), backend, arch)
+    if backend == "cuda":
+        assert not re.search(r"\bdiv\.", asm) and re.search(r"\bfma\.rn\.f32\b", asm)
+    else:
+        assert asm.count("v_rcp_iflag_f32") == 1 and re.search(r"v_(fma|fmac)_f32", asm)
+
+
 @flydsl.kernel
 def stride_from_sizes(out: fx.Tensor, n: fx.Int32, k: fx.Int32):
     t = fx.thread_idx.x
