@@ -54,7 +54,10 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
             scalars.append((pos, value))
     _emit_scalar_guards(w, scalars)
     w.emit("if _env_token() != _env: return False")
-    spans = functools.cache(lambda i: range_of(runtime[i])[0] != range_of(runtime[i])[1])
+    @functools.cache
+    def spans(i: int) -> bool:
+        lo, hi = range_of(runtime[i])[:2]
+        return lo != hi
     pairs = [(i, j, o) for i, j, o in pairs if spans(i) and spans(j)]   # an empty one: apart
     store = _native_store() if len(pointers) >= 4 and not pairs else None
     if store is not None:
@@ -62,17 +65,13 @@ def _build(bound: BoundLaunch, runtime: Sequence, positions: Sequence[Optional[i
         spec = array.array("i", [x for pos, off, aligned, full in pointers
                                  for x in (pos, off, int(full) | 2 * int(aligned))])
         w.names.update(_store=store, _spec=spec.tobytes(), _addressof=ctypes.addressof)
-        w.emit("try:")
-        w.emit("buf = _local.buf; addr = _local.addr", 2)
-        w.emit("except AttributeError:")
-        w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
-        w.emit("buf.values[:] = _template", 2)
-        w.emit("addr = _local.addr = _addressof(buf.values)", 2)
+        _emit_buffer(w, address=True)
         w.emit(f"if not _store(args, _spec, addr, {ALIGNMENT}): return False")
     else:
         _emit_pointers(w, pointers)
         _emit_overlap_guards(w, pairs, runtime, positions, bound.offsets)
-        _emit_buffer_and_stores(w, [off for _, off, _, _ in pointers])
+        _emit_buffer(w)
+        _emit_stores(w, [off for _, off, _, _ in pointers])
     w.emit("_submit(buf, *_dims)")
     w.emit("return True")
     source = "\n".join(w.lines) + "\n"
@@ -96,14 +95,22 @@ def _native_store() -> Optional[Callable]:
     return getattr(module, "store_pointers", None)
 
 
-def _emit_buffer_and_stores(w: _Writer, offs: Sequence[int]) -> None:
-    """``v``: this thread's slot values, with the pointers ``p<slot>`` stored at their
-    slots (``slot`` and ``slot + 1``)."""
+def _emit_buffer(w: _Writer, address: bool = False) -> None:
+    """``buf``: this thread's slot table, made from the template on its first launch
+    (launches release the GIL: one per thread); with ``address``, also ``addr``, where
+    its values are."""
     w.emit("try:")
-    w.emit("buf = _local.buf", 2)
+    w.emit("buf = _local.buf; addr = _local.addr" if address else "buf = _local.buf", 2)
     w.emit("except AttributeError:")
-    w.emit("buf = _local.buf = _fresh()", 2)   # launches release the GIL: one per thread
+    w.emit("buf = _local.buf = _fresh()", 2)
     w.emit("buf.values[:] = _template", 2)
+    if address:
+        w.emit("addr = _local.addr = _addressof(buf.values)", 2)
+
+
+def _emit_stores(w: _Writer, offs: Sequence[int]) -> None:
+    """The pointers ``p<slot>`` stored at their slots (``slot`` and ``slot + 1``) of
+    ``buf``'s values."""
     w.emit("v = buf.values")
     step = offs[1] - offs[0] if len(offs) > 2 else 0
     if step > 1 and list(offs) == list(range(offs[0], offs[-1] + 1, step)):
