@@ -537,17 +537,7 @@ class ControlFlow:
         # have wrapped to <= 0, the loop runs no iteration (FLYDSL_DEBUG=1 reports it).
         normalized = (is_dynamic(step) and not positive_by_construction(step.v)) \
             or (not is_dynamic(step) and step < 0)
-        if is_dynamic(step) and not normalized:
-            step_v = V.cast(step, ivt)
-            up = step_v > 0
-            debug_ops.device_assert(up, "range() step made of block and grid sizes wrapped "
-                                        "to <= 0 (an Int32 overflow): the loop runs no "
-                                        "iteration")
-            lb = V.cast(V.as_value(start, ivt), ivt)
-            ub = V.select(up, V.cast(V.as_value(stop, ivt), ivt),
-                          V.constant(-(1 << (ivt.bits - 1)), ivt))
-            st = V.select(up, step_v, V.constant(1, ivt))
-        elif normalized:
+        if normalized:
             start_v = V.cast(V.as_value(start, ivt), ivt)
             step_v = V.cast(V.as_value(step, ivt), ivt)
             towards = V.select(step_v > 0, 1, -1)
@@ -557,6 +547,13 @@ class ControlFlow:
             lb, ub, st = V.constant(0, ivt), V.cast(trips, ivt), V.constant(1, ivt)
         else:
             lb, ub, st = (V.cast(V.as_value(a, ivt), ivt) for a in (start, stop, step))
+            if is_dynamic(step):      # positive by construction, unless it wrapped
+                up = st > 0
+                debug_ops.device_assert(up, "range() step made of block and grid sizes "
+                                            "wrapped to <= 0 (an Int32 overflow): the loop "
+                                            "runs no iteration")
+                ub = V.select(up, ub, V.constant(-(1 << (ivt.bits - 1)), ivt))
+                st = V.select(up, st, V.constant(1, ivt))
         exits = loop_exits(node.body)
         if exits:
             return self._exiting_for(node, exits, lb, ub, st,
