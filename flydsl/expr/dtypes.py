@@ -96,8 +96,8 @@ class NarrowFloatFormat:
         i = bisect.bisect_left(mags, a)
         best = min((c for c in (i - 1, i) if 0 <= c < len(mags)),
                    key=lambda c: (abs(mags[c] - a), c & 1))
-        top = self.max_value
-        half_ulp = (top - self.decode(self.max_code - 1)) / 2
+        top = mags[-1]                     # max_value
+        half_ulp = (top - mags[-2]) / 2
         if math.isinf(a) or a > top + half_ulp or (a == top + half_ulp and self.max_code & 1):
             if self.overflow == "saturate":
                 best = self.max_code
