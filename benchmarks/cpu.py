@@ -175,13 +175,18 @@ def bench_erf(cfg: Config) -> list[Result]:
     y, ref = np.empty_like(x), np.empty_like(x)
     tx, tref = torch.from_numpy(x), torch.from_numpy(ref)
     gelu = torch._C._nn.gelu   # F.gelu with out= (no allocation, as the flydsl kernel)
+    # float64 references: torch's own f32 gelu is off by 1e-3 relative near x = -3.4 on
+    # AVX-512 hosts (its vectorized erf), so it is timed, not used as the answer
+    x64 = tx.double()
+    exact = {"erf": torch.erf(x64).numpy(),
+             "gelu (erf)": (0.5 * x64 * torch.erfc(-x64 * 0.5 ** 0.5)).numpy()}
     out = []
     for name, fly, alt, vs in (
             ("erf", erf_gelu.erf, lambda: torch.erf(tx, out=tref), "torch.erf(out=)"),
             ("gelu (erf)", erf_gelu.gelu, lambda: gelu(tx, out=tref), "torch F.gelu(out=)")):
         fly(x, y, n)
         alt()
-        np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(y, exact[name], rtol=1e-5, atol=1e-7)
         f, t = measure(cfg, lambda: fly(x, y, n), alt)
         out.append(Result(f"{name} 2^{_log2(n)} f32", vs, cfg.threads, f, t, 1.0))
     return out
