@@ -34,6 +34,10 @@ PURE_OPS = frozenset({
     "vector.fma", "vector.reduction", "vector.step",
 })
 
+#: Hints that change no result (a prefetch): at a block level they run once, like a
+#: pure op, when their operands are block-uniform.
+HINT_OPS = frozenset({"memref.prefetch"})
+
 #: Pure ops that may trap (integer division): never executed speculatively.
 TRAPPING_OPS = frozenset({
     "arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.ceildivsi",
@@ -72,6 +76,18 @@ def is_pure(op: ir.Operation) -> bool:
         return False
     name = op.name
     return name in PURE_OPS or name.split(".", 1)[0] in PURE_DIALECTS
+
+
+_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui")
+
+
+def strip_casts(value):
+    """``value`` without the integer casts (index_cast, extsi, ...) it was made by."""
+    op = defining_op(value)
+    while op is not None and op.name in _CASTS:
+        value = op.operands[0]
+        op = defining_op(value)
+    return value
 
 
 # -- types ------------------------------------------------------------------

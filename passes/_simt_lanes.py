@@ -35,22 +35,12 @@ from typing import Callable, NamedTuple, Optional
 import mlir.ir as ir
 from mlir.dialects import arith, llvm, scf
 
-from ._simt_ir import SYNC_OPS, dimension_of, is_pure, may_trap
+from ._simt_ir import SYNC_OPS, dimension_of, is_pure, may_trap, strip_casts
+from ._simt_prefetch import RowPrefetch
 from .ir import ancestor_in_block, block_ops, defining_op, op_of, terminator, walk
 
 #: Marks an ``scf.for`` the thread loops go inside of, like a loop holding a barrier.
 LEVEL_ATTR = "flydsl.thread_level"
-
-_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui")
-
-
-def strip_casts(value):
-    """``value`` without the integer casts (index_cast, extsi, ...) it was made by."""
-    op = defining_op(value)
-    while op is not None and op.name in _CASTS:
-        value = op.operands[0]
-        op = defining_op(value)
-    return value
 
 
 def is_thread_x(value) -> bool:
@@ -178,17 +168,22 @@ class StridedLoopInterchange:
         body = op.regions[0].blocks[0]
         iv, carried = body.arguments[0], list(body.arguments)[1:]
         yld = terminator(body)
+        prefetch = RowPrefetch(op, iv)
         with ir.InsertionPoint(op), op.location:
             if u is None:
                 u = arith.ConstantOp(lb.type, 0).result
             slots = [k.slot(a.type) for a in carried]
             for init, slot in zip(inits, slots):
                 k.store_slot(init, slot)
+            if prefetch.loads:
+                prefetch.plan(k.bdim["x"], step)
             loop = op_of(scf.ForOp(u, ub, step))
             loop.attributes[LEVEL_ATTR] = ir.UnitAttr.get()
         del op.attributes[LEVEL_ATTR]
         new_body = loop.regions[0].blocks[0]
         with ir.InsertionPoint(new_body), op.location:
+            if prefetch.loads:   # rows ahead, while this one is read (._simt_prefetch)
+                prefetch.emit(new_body.arguments[0])
             j = arith.AddIOp(new_body.arguments[0], t, overflowFlags=_nsw()).result
             inside = arith.cmpi(arith.CmpIPredicate.slt, j, ub)
             guard = op_of(scf.IfOp(inside))

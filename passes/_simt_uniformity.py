@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import mlir.ir as ir
 
-from ._simt_ir import SYNC_OPS, is_pure, may_trap
+from ._simt_ir import HINT_OPS, SYNC_OPS, is_pure, may_trap
 from .ir import MEMREF_VIEW_OPS, block_ops, defining_op, terminator, walk
 
 #: Ops that write memory, and which operand is the memref they write.
@@ -144,7 +144,7 @@ def _hoistable(op, U, spec=False) -> bool:
     """
     if spec and may_trap(op):
         return False
-    if is_pure(op):
+    if is_pure(op) or op.name in HINT_OPS:
         return all(v in U for v in op.operands)
     name = op.name
     if name not in ("scf.for", "scf.if"):

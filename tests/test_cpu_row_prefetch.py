@@ -1,0 +1,136 @@
+"""Software prefetch in block-level strided loops (``passes/_simt_prefetch.py``): a
+grid-stride loop's rows lie ``step`` elements apart, so each row step prefetches, once
+per cache line and outside the thread loop, the row some distance ahead. A prefetch
+changes no result: every kernel here is checked against numpy, on sizes where the
+prefetched row runs past the end of the buffer (clamped into it), and in debug mode,
+whose bounds checks must not see a prefetch."""
+from __future__ import annotations
+
+import platform
+import re
+
+import numpy as np
+import pytest
+
+import flydsl
+import flydsl.expr as fx
+from test_cpu_thread_loops import simt_ir
+
+rng = np.random.default_rng(11)
+
+
+@flydsl.kernel
+def strided_partials(x: fx.Tensor, w: fx.Tensor, out: fx.Tensor, n: fx.Int32, k: fx.Int32):
+    """Per-thread sums over a grid-stride loop reading ``x[j]``, ``x[j + 1]`` (a
+    constant offset) and ``w[j + k]`` (an offset from outside the loop)."""
+    t = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    acc = 0.0
+    for j in range(t, n - k - 1, fx.grid_dim.x * fx.block_dim.x):
+        acc += x[j] + x[j + 1] * w[j + k]
+    out[t] = acc
+
+
+def _partials(x, w, n, k, threads):
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    want = np.zeros(threads)
+    for t in range(threads):
+        j = np.arange(t, max(n - k - 1, 0), threads)
+        want[t] = (x64[j] + x64[j + 1] * w64[j + k]).sum()
+    return want
+
+
+@pytest.mark.parametrize("n,k,grid,block", [(0, 0, 2, 8), (3, 1, 2, 8), (1000, 3, 3, 64),
+                                            (70_000, 5, 4, 32), (4099, 0, 1, 128)])
+def test_prefetching_loops_compute_what_numpy_does(n, k, grid, block):
+    x = rng.standard_normal(max(n, 1), dtype=np.float32)[:n]
+    w = rng.standard_normal(max(n, 1), dtype=np.float32)[:n]
+    out = np.full(grid * block, np.nan, np.float32)
+    strided_partials[(grid,), (block,)](x, w, out, n, k)
+    np.testing.assert_allclose(out, _partials(x, w, n, k, grid * block), rtol=1e-4, atol=1e-4)
+
+
+def test_debug_mode_bounds_checks_see_no_prefetch(debug_build_o0):
+    """The last rows' prefetches would run past ``x`` unclamped; debug mode's bounds
+    checks guard the kernel's own accesses only, so a correct kernel reports nothing."""
+    n, k, grid, block = 300, 2, 2, 16
+    x = rng.standard_normal(n, dtype=np.float32)
+    w = rng.standard_normal(n, dtype=np.float32)
+    out = np.zeros(grid * block, np.float32)
+    strided_partials[(grid,), (block,)](x, w, out, n, k)
+    np.testing.assert_allclose(out, _partials(x, w, n, k, grid * block), rtol=1e-4, atol=1e-4)
+
+
+@flydsl.kernel
+def strided_copy(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    t = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    for j in range(t, n, fx.grid_dim.x * fx.block_dim.x):
+        y[j] = x[j]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.int8, np.float16, np.uint16])
+def test_every_element_width_copies_exactly(dtype):
+    """1-, 2- and 8-byte elements: a prefetch per 64, 32 or 8 elements."""
+    n = 5000
+    x = rng.integers(0, 100, n).astype(dtype)
+    y = np.zeros_like(x)
+    strided_copy[(3,), (64,)](x, y, n)
+    np.testing.assert_array_equal(y, x)
+
+
+def _enclosing_fors(lines: list, at: int) -> list:
+    """The ``scf.for`` header lines enclosing line ``at`` of printed MLIR, innermost
+    first (a region opens with ``{`` at the end of its op's line)."""
+    found, depth = [], 0
+    for line in reversed(lines[:at]):
+        depth += line.count("}") - line.count("{")
+        if depth < 0:
+            if "scf.for" in line:
+                found.append(line.strip())
+            depth = 0
+    return found
+
+
+def test_a_grid_stride_row_prefetches_outside_the_thread_loop(monkeypatch, tmp_path):
+    x = np.zeros(4096, np.float32)
+    strided_partials.cache_clear()   # compiled by the tests above: compile it again
+    text = simt_ir(monkeypatch, tmp_path,
+                   lambda: strided_partials[(2,), (64,)](x, x.copy(), x.copy(), 4096, 3))
+    lines = text.splitlines()
+    at = [i for i, line in enumerate(lines) if "memref.prefetch" in line]
+    # three reads (x[j], x[j + 1], w[j + k]): three prefetch loops, one per buffer+offset
+    assert len(at) == 3, text
+    for i in at:
+        assert ", read, locality<3>, data" in lines[i]
+        fors = _enclosing_fors(lines, i)
+        # the line loop, the row loop, the loop over the blocks; no thread loop (the
+        # z, y, x thread loops are a sibling inside the row loop, not around it)
+        assert len(fors) == 3, fors
+        assert re.search(r"step %c16(_\d+)? \{", fors[0]), fors   # 64-byte lines of float32
+        assert re.search(r"step %\d+ +: i32 \{", fors[1]), fors   # the grid stride
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="reads x86 assembly")
+def test_the_prefetch_is_one_instruction_per_line_not_per_lane():
+    x = np.zeros(4096, np.float32)
+    prog = flydsl.compile(strided_copy, x, x.copy(), 4096)
+    asm = prog.backend.assembly(prog.asm)
+    assert len(re.findall(r"^\s*prefetcht0\s", asm, re.M)) == 1, asm
+
+
+@flydsl.kernel
+def unit_stride_rows(x: fx.Tensor, out: fx.Tensor, ncols: fx.Int32, BLOCK: fx.Constexpr[int]):
+    """A block-stride loop: its rows are adjacent, one stream the hardware follows."""
+    acc = 0.0
+    for j in range(fx.thread_idx.x, ncols, BLOCK):
+        acc += x[fx.block_idx.x, j]
+    out[fx.block_idx.x, fx.thread_idx.x] = acc
+
+
+def test_two_dimensional_reads_are_not_prefetched(monkeypatch, tmp_path):
+    """Only 1-D unit-stride buffers: a row of a 2-D tensor has its own stride."""
+    x = np.ones((2, 100), np.float32)
+    out = np.zeros((2, 8), np.float32)
+    unit_stride_rows.cache_clear()
+    text = simt_ir(monkeypatch, tmp_path, lambda: unit_stride_rows[(2,), (8,)](x, out, 100, 8))
+    assert "memref.prefetch" not in text
+    np.testing.assert_allclose(out.sum(axis=1), [100, 100])
