@@ -13,8 +13,8 @@ back-to-back calls as last a few ms). ratio = flydsl time / alternative time: lo
 is better, and the target is met when the median ratio is at most the target.
 
 Rows (``--rows`` takes names or fnmatch patterns, comma separated): vadd,
-vadd_sizes, exp_sin, erf, softmax, layernorm, sum, matmul, axpy4, launch. ``--quick`` shrinks
-the sizes and the repeats (a smoke run).
+vadd_sizes, exp_sin, erf, softmax, layernorm, sum, grid_stride, matmul, axpy4,
+launch. ``--quick`` shrinks the sizes and the repeats (a smoke run).
 """
 from __future__ import annotations
 
@@ -251,6 +251,40 @@ def bench_sum(cfg: Config) -> list[Result]:
                    f, t, 1.5)]
 
 
+def bench_grid_stride(cfg: Config) -> list[Result]:
+    """Issue 33's grid-stride loops, launched ``[64, 256]`` on 2^24 floats (2^20 quick):
+    the sum (stride loop, shared-memory tree, one atomic per block) against torch.sum,
+    and the saxpy against numpy's ``a * x + y`` (two out= calls, as for axpy4)."""
+    import numpy as np
+    import torch
+    from grid_stride import grid_stride_saxpy, grid_stride_sum
+    n = 1 << (20 if cfg.quick else 24)
+    x = _rng().random(n, dtype=np.float32)
+    y = _rng().random(n, dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    tx = torch.from_numpy(x)
+
+    def fly_sum():
+        out[0] = 0.0
+        grid_stride_sum(x, out, n)
+    fly_sum()
+    np.testing.assert_allclose(out[0], x.astype(np.float64).sum(), rtol=1e-4)
+    f, t = measure(cfg, fly_sum, lambda: torch.sum(tx))
+    rows = [Result(f"grid-stride sum 2^{_log2(n)} f32 [64, 256]", "torch.sum", cfg.threads,
+                   f, t, 2.0)]
+    y0, tmp = y.copy(), np.empty_like(x)
+    grid_stride_saxpy(x, y, 2.0, n)
+    np.testing.assert_allclose(y, 2.0 * x + y0, rtol=1e-6)
+
+    def numpy_saxpy():
+        np.add(np.multiply(x, 2.0, out=tmp), y, out=y)
+    # y grows by 2 x per call on both sides: the same work, far from overflow
+    f, t = measure(cfg, lambda: grid_stride_saxpy(x, y, 2.0, n), numpy_saxpy)
+    rows.append(Result(f"grid-stride saxpy 2^{_log2(n)} f32 [64, 256]", "numpy a*x+y (out=)",
+                       cfg.threads, f, t, 1.2))
+    return rows
+
+
 def cpu_mhz() -> float:
     """The clock /proc/cpuinfo reports ("cpu MHz" of the first CPU); 0 when unknown."""
     try:
@@ -336,7 +370,7 @@ def bench_launch(cfg: Config) -> list[Result]:
 ROWS: dict[str, Callable[[Config], list[Result]]] = {
     "vadd": bench_vadd, "vadd_sizes": bench_vadd_sizes, "exp_sin": bench_exp_sin,
     "erf": bench_erf, "softmax": bench_softmax, "layernorm": bench_layernorm,
-    "sum": bench_sum,
+    "sum": bench_sum, "grid_stride": bench_grid_stride,
     "matmul": bench_matmul, "axpy4": bench_axpy4, "launch": bench_launch,
 }
 
