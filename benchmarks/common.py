@@ -66,14 +66,18 @@ def interleaved_min_median(fns: dict, runs: int = 7, calls=1,
     """``{name: (min, median)}`` seconds per call of each ``fns[name]()`` over ``runs``
     timed runs of ``calls`` back-to-back calls (an int, or a dict by name), after
     ``warmup_calls`` untimed calls, timed with ``clock``. The runs of the variants
-    alternate, so that a phase of load on a shared machine hits all of them alike."""
+    alternate, so that a phase of load on a shared machine hits all of them alike, and
+    each round starts one variant later, so that none always runs right after the same
+    other one (eager's temporaries leave the heap and the caches to whatever runs next:
+    an optimizer step after eager's took 1.2x its time after inductor's)."""
     counts = calls if isinstance(calls, dict) else dict.fromkeys(fns, calls)
     for fn in fns.values():
         for _ in range(warmup_calls):
             fn()
     times: dict = {name: [] for name in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for r in range(runs):
+        for name, fn in order[r % len(order):] + order[:r % len(order)]:
             n = counts[name]
             t0 = clock()
             for _ in range(n):

@@ -291,6 +291,23 @@ def breakdown_rows(name: str, fns: dict, runs: int, run_s: float, clock) -> list
         [[name, "floor (matmuls / eager)", "", "", f"{m / e:.2f}", f"{m_med / e_med:.2f}"]]
 
 
+#: Untimed calls of a compiled variant before it is timed (at most WARM_S seconds): on
+#: the CPU, flydsl times its first calls of each fused group and graph against their
+#: eager ops (flydsl.torch.trials: up to about 55 calls, half of them eager), and
+#: timing those calls counted eager's time against flydsl (an optimizer step's first
+#: runs took 0.5-10 ms a call where it settles at 0.4).
+WARM_CALLS, WARM_S = 80, 3.0
+
+
+def warm_up(fn: Callable[[], object]) -> None:
+    """Call ``fn`` :data:`WARM_CALLS` times, or for :data:`WARM_S` seconds if less."""
+    end = time.perf_counter() + WARM_S
+    for _ in range(WARM_CALLS):
+        fn()
+        if time.perf_counter() > end:
+            break
+
+
 def bench_row(name: str, runs: int, run_s: float, clock=time.perf_counter,
               breakdown: Optional[list] = None) -> list:
     title, build = ROWS[name]
@@ -303,6 +320,8 @@ def bench_row(name: str, runs: int, run_s: float, clock=time.perf_counter,
     for backend in ("flydsl", "inductor"):
         _check(run(variants[backend], *inputs), want, f"{name} {backend}")
     fns = {k: (lambda f=f: run(f, *inputs)) for k, f in variants.items()}
+    for backend in ("flydsl", "inductor"):
+        warm_up(fns[backend])
     calls = {k: calls_per_run(fn, run_s, clock) for k, fn in fns.items()}
     stats = interleaved_min_median(fns, runs=runs, calls=calls, clock=clock)
     if breakdown is not None:
