@@ -75,15 +75,16 @@ def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
     return out.astype(np.uint32).view(np.int32).reshape(-1)
 
 
-def _run(m, fa, fb, scaled, opsel_a=0, opsel_b=0, seed=0):
+def _run(m, fa, fb, scaled, opsel_a=0, opsel_b=0, seed=0, bytes_a=(122, 133),
+         bytes_b=(122, 133)):
     rng = np.random.default_rng(seed)
     kern, atom = _kernel(m, fa, fb, scaled, opsel_a, opsel_b)
     spec = atom.spec
     k = spec.k
     ca, va = _codes(rng, fa, (64, 32))      # lane, value (register order)
     cb, vb = _codes(rng, fb, (64, 32))
-    sbytes_a = rng.integers(122, 133, size=(64, 4))
-    sbytes_b = rng.integers(122, 133, size=(64, 4))
+    sbytes_a = rng.integers(*bytes_a, size=(64, 4))
+    sbytes_b = rng.integers(*bytes_b, size=(64, 4))
     sa = (sbytes_a.astype(np.uint32) << (8 * np.arange(4, dtype=np.uint32))).sum(1).astype(np.uint32)
     sb = (sbytes_b.astype(np.uint32) << (8 * np.arange(4, dtype=np.uint32))).sum(1).astype(np.uint32)
     fac_a = 2.0 ** (sbytes_a[:, opsel_a] - 127) if scaled else np.ones(64)
@@ -98,7 +99,7 @@ def _run(m, fa, fb, scaled, opsel_a=0, opsel_b=0, seed=0):
     nc = m * m // 64
     c0 = rng.standard_normal((64, nc)).astype(np.float32)
     want = A @ B.T
-    # the CPU sums in Float32, k in order: allow its rounding, relative to the magnitudes
+    # the CPU sums in Float64 (rounded to Float32 once): allow Float32 rounding
     tol = 4e-7 * (np.abs(A) @ np.abs(B).T) + 1e-6
     out = c0.copy().reshape(-1)
     kern[1, 64](_pack(ca, fa.bits), _pack(cb, fb.bits), sa.view(np.int32),
@@ -112,6 +113,17 @@ def _run(m, fa, fb, scaled, opsel_a=0, opsel_b=0, seed=0):
 
 def test_scaled_mfma_16x16x128_fp4_by_fp6_on_the_cpu_matches_the_lane_layouts():
     _run(16, dt.Float4E2M1FN, dt.Float6E2M3FN, scaled=True, opsel_a=1, opsel_b=2)
+
+
+@pytest.mark.parametrize("fa,fb", [(dt.Float8E4M3FN, dt.Float8E5M2),
+                                   (dt.Float4E2M1FN, dt.Float8E4M3FN)])
+def test_scales_at_the_ends_of_e8m0_scale_the_product_not_each_operand(fa, fb):
+    """``2^127`` on A's side and ``2^-125`` on B's: each scaled operand alone (448 *
+    2^127 for E4M3) is past Float32's range, or near its bottom, but the products are
+    not; the instruction scales the dot product, so the result is finite and exact to
+    Float32 rounding. (Scaling each operand in Float32 gave inf and NaN.)"""
+    _run(16, fa, fb, scaled=True, bytes_a=(250, 255), bytes_b=(0, 5))
+    _run(32, fb, fa, scaled=True, bytes_a=(0, 5), bytes_b=(250, 255), seed=1)
 
 
 def test_scaled_mfma_32x32x64_without_scales_is_the_unscaled_product():

@@ -123,9 +123,10 @@ def _instruction(spec, a_vals: list, b_vals: list, c_vals: list) -> list:
 
 _ELEM = {"f32": dt.Float32, "f16": dt.Float16, "bf16": dt.BFloat16, "tf32": dt.Float32,
          "e4m3fnuz": dt.Float8E4M3FNUZ, "e5m2fnuz": dt.Float8E5M2FNUZ,
-         "e4m3fn": dt.Float8E4M3FN, "e5m2": dt.Float8E5M2, "i8": dt.Int8}
+         "e4m3fn": dt.Float8E4M3FN, "e5m2": dt.Float8E5M2, "i8": dt.Int8,
+         "f64": dt.Float64}   # the block-scaled MFMA's emulation (mma_scale_ops)
 #: The accumulator types of the matrix instructions (``spec.acc_dtype``).
-_ACC = {"f32": dt.Float32, "i32": dt.Int32}
+_ACC = {"f32": dt.Float32, "i32": dt.Int32, "f64": dt.Float64}
 
 
 def _pack(vals: list, regs: tuple, as_int: bool = False) -> list:

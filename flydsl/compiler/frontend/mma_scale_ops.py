@@ -149,20 +149,28 @@ def _instruction(op, spec, words_a, words_b, acc, scales) -> list:
 # -- the CPU: exact decoding, then the MFMA emulation ---------------------------------------
 
 def _emulated(op, spec, words_a, words_b, acc, scales) -> list:
+    """The block-scaled MFMA in Float64: each decoded value times its lane's E8M0 scale
+    is exact there (a scale is a power of two from 2^-127 to 2^127, a value has at most
+    4 significant bits), so are the products, and the K sum rounds far below Float32;
+    the accumulator is rounded to Float32 once. In Float32 the scaled operands alone
+    overflowed (448 * 2^127) where the instruction's result, which scales the dot
+    product, is finite."""
     from .mma_ops import _emulated_gemm
+    f64 = ir.F64Type.get()
     frags = []
     for words, fmt, scale, opsel in ((words_a, op.ab_dtype, scales[0], op.opsel_a),
                                      (words_b, op.b_dtype, scales[1], op.opsel_b)):
-        frag = register_fragment(la.make_layout(32), dt.Float32)
-        factor = None if scale is None else _e8m0(scale, opsel)
+        frag = register_fragment(la.make_layout(32), dt.Float64)
+        factor = None if scale is None else arith.extf(f64, _e8m0(scale, opsel))
         for j, v in enumerate(_decode_all(words, fmt)):
-            frag[j] = Value(v if factor is None else arith.mulf(v, factor), dt.Float32)
+            v = arith.extf(f64, v)
+            frag[j] = Value(v if factor is None else arith.mulf(v, factor), dt.Float64)
         frags.append(frag)
     fc = register_fragment(la.make_layout(len(acc)), dt.Float32)
     for i, x in enumerate(acc):
         fc[i] = x
-    _emulated_gemm(None, dataclasses.replace(spec, ab_dtype="f32"), fc, frags[0], frags[1],
-                   fc, 1, 1, 1)
+    _emulated_gemm(None, dataclasses.replace(spec, ab_dtype="f64", acc_dtype="f64"), fc,
+                   frags[0], frags[1], fc, 1, 1, 1)
     return [fc[i] for i in range(len(acc))]
 
 
