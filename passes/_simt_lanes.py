@@ -168,7 +168,7 @@ class StridedLoopInterchange:
         body = op.regions[0].blocks[0]
         iv, carried = body.arguments[0], list(body.arguments)[1:]
         yld = terminator(body)
-        prefetch = RowPrefetch(op, iv)
+        prefetch = RowPrefetch(op, iv, uni.is_uniform)
         with ir.InsertionPoint(op), op.location:
             if u is None:
                 u = arith.ConstantOp(lb.type, 0).result

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import glob
-from typing import Optional
+from typing import Callable, Optional
 
 import mlir.ir as ir
 from mlir.dialects import arith, memref, scf
@@ -95,19 +95,23 @@ def _row_offset(index, iv, loop):
     return None
 
 
-def row_loads(loop, iv) -> list:
+def row_loads(loop, iv, is_uniform: Callable) -> list:
     """``(buffer, offset)`` for the distinct loads of ``loop``'s body that read a 1-D,
-    unit-stride buffer from outside the loop at ``iv`` plus an offset."""
+    unit-stride, block-uniform buffer from outside the loop at ``iv`` plus an offset
+    (a block-uniform one: the prefetch stays one per row, outside the thread loop)."""
     found = []
     for op in walk(loop, lambda o: o.name == "memref.load"):
         buf = op.operands[0]
         indices = list(op.operands)[1:]
-        if len(indices) != 1 or _inside(buf, loop) or not _unit_stride_1d(buf.type):
+        if (len(indices) != 1 or _inside(buf, loop) or not is_uniform(buf)
+                or not _unit_stride_1d(buf.type)):
             continue
         if _element_bytes(ir.MemRefType(buf.type).element_type) is None:
             continue
         offset = _row_offset(indices[0], iv, loop)
-        if offset is not None and (buf, offset) not in found:
+        if offset is None or not (isinstance(offset, int) or is_uniform(offset)):
+            continue
+        if (buf, offset) not in found:
             found.append((buf, offset))
     return found
 
@@ -124,9 +128,9 @@ class RowPrefetch:
     """The prefetches of one strided loop ``for j = b + t`` over rows ``b`` (module
     docstring): :meth:`plan` before the row loop, :meth:`emit` at the top of its body."""
 
-    def __init__(self, loop, iv):
+    def __init__(self, loop, iv, is_uniform: Callable):
         #: ``(buffer, offset)`` read at ``iv + offset`` (:func:`row_loads`)
-        self.loads = row_loads(loop, iv)
+        self.loads = row_loads(loop, iv, is_uniform)
         self.ahead = self.lanes = self.on = None
 
     def plan(self, lanes, step) -> None:

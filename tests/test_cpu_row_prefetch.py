@@ -91,6 +91,17 @@ def test_every_element_width_copies_exactly(prefetch_always, dtype):
     np.testing.assert_array_equal(y, x)
 
 
+@pytest.mark.parametrize("view", ["offset", "every_other"])
+def test_views_copy_exactly(prefetch_always, view):
+    """A view that starts past its buffer's first element (its size is what the
+    prefetch is clamped to) and a strided one (not prefetched: not unit-stride)."""
+    base = rng.standard_normal(9000).astype(np.float32)
+    x = base[7:] if view == "offset" else base[::2]
+    y = np.zeros(x.size, np.float32)
+    strided_copy[(4,), (32,)](x, y, x.size)
+    np.testing.assert_array_equal(y, x)
+
+
 def _enclosing_fors(lines: list, at: int) -> list:
     """The ``scf.for`` header lines enclosing line ``at`` of printed MLIR, innermost
     first (a region opens with ``{`` at the end of its op's line)."""
