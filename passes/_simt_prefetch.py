@@ -59,7 +59,10 @@ def _unit_stride_1d(t: ir.Type) -> bool:
     mt = ir.MemRefType(t)
     if mt.rank != 1:
         return False
-    strides, _ = mt.get_strides_and_offset()
+    try:
+        strides, _ = mt.get_strides_and_offset()
+    except (RuntimeError, ValueError):   # a layout map that is not strided
+        return False
     return strides == [1]
 
 
@@ -185,9 +188,12 @@ class RowPrefetch:
             nbytes = _element_bytes(ir.MemRefType(buf.type).element_type)
             first = arith.addi(ahead, _const(offset) if isinstance(offset, int)
                                else _index(offset))
-            last = arith.subi(memref.dim(buf, zero), one)
+            size = memref.dim(buf, zero)
+            last = arith.subi(size, one)
             per_line = max(1, LINE_BYTES // nbytes)
             count = arith.addi(self.lanes, _const(per_line - 1))
+            # an empty buffer has no index to clamp to: no prefetch
+            count = arith.select(arith.cmpi(arith.CmpIPredicate.sgt, size, zero), count, zero)
             lines = scf.ForOp(zero, count, _const(per_line))
             with ir.InsertionPoint(lines.body):
                 i = arith.addi(first, lines.induction_variable)

@@ -45,7 +45,8 @@ _WRITE_TARGET = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0,
 #: Ops with regions or effects that write no memory themselves.
 _NO_WRITE = frozenset({"memref.load", "vector.load", "vector.maskedload", "vector.gather",
                        "vector.transfer_read", "memref.alloca", "scf.for", "scf.if",
-                       "scf.while", "scf.yield", "scf.condition", "gpu.thread_id"})
+                       "scf.while", "scf.yield", "scf.condition", "gpu.thread_id",
+                       "memref.prefetch"})
 #: Marks a load of thread 0's element of a per-thread slot, made by simt-to-cpu for a
 #: loop bound or condition that depends on loaded values: a block-level value.
 BROADCAST_ATTR = "flydsl.block_broadcast"

@@ -63,14 +63,17 @@ def test_prefetching_loops_compute_what_numpy_does(prefetch_always, n, k, grid, 
     np.testing.assert_allclose(out, _partials(x, w, n, k, grid * block), rtol=1e-4, atol=1e-4)
 
 
-def test_debug_mode_bounds_checks_see_no_prefetch(prefetch_always, debug_build_o0):
-    """The last rows' prefetches would run past ``x`` unclamped; debug mode's bounds
-    checks guard the kernel's own accesses only, so a correct kernel reports nothing."""
+def test_debug_mode_keeps_the_prefetch_and_reports_nothing(prefetch_always, debug_build_o0,
+                                                          monkeypatch, tmp_path):
+    """Debug mode guards every access of the kernel's own (a report for any out of its
+    tensor); the prefetches are not the kernel's accesses and stay, unguarded."""
     n, k, grid, block = 300, 2, 2, 16
     x = rng.standard_normal(n, dtype=np.float32)
     w = rng.standard_normal(n, dtype=np.float32)
     out = np.zeros(grid * block, np.float32)
-    strided_partials[(grid,), (block,)](x, w, out, n, k)
+    text = simt_ir(monkeypatch, tmp_path,
+                   lambda: strided_partials[(grid,), (block,)](x, w, out, n, k))
+    assert text.count("memref.prefetch") == 3, text
     np.testing.assert_allclose(out, _partials(x, w, n, k, grid * block), rtol=1e-4, atol=1e-4)
 
 
@@ -91,47 +94,106 @@ def test_every_element_width_copies_exactly(prefetch_always, dtype):
     np.testing.assert_array_equal(y, x)
 
 
-@pytest.mark.parametrize("view", ["offset", "every_other"])
+@pytest.mark.parametrize("view", ["offset", "every_other", "empty"])
 def test_views_copy_exactly(prefetch_always, view):
     """A view that starts past its buffer's first element (its size is what the
-    prefetch is clamped to) and a strided one (not prefetched: not unit-stride)."""
+    prefetch is clamped to), a strided one (not prefetched: not unit-stride) and an
+    empty one (no index to clamp to: no prefetch)."""
     base = rng.standard_normal(9000).astype(np.float32)
-    x = base[7:] if view == "offset" else base[::2]
+    x = {"offset": base[7:], "every_other": base[::2], "empty": base[3:3]}[view]
     y = np.zeros(x.size, np.float32)
     strided_copy[(4,), (32,)](x, y, x.size)
     np.testing.assert_array_equal(y, x)
 
 
-def _enclosing_fors(lines: list, at: int) -> list:
-    """The ``scf.for`` header lines enclosing line ``at`` of printed MLIR, innermost
-    first (a region opens with ``{`` at the end of its op's line)."""
+def _enclosing(lines: list, at: int) -> list:
+    """The header lines of the ops whose regions enclose line ``at`` of printed MLIR,
+    innermost first (a region opens with ``{`` at the end of its op's line)."""
     found, depth = [], 0
     for line in reversed(lines[:at]):
         depth += line.count("}") - line.count("{")
         if depth < 0:
-            if "scf.for" in line:
-                found.append(line.strip())
+            found.append(line.strip())
             depth = 0
     return found
 
 
+def _defs(text: str) -> dict:
+    """SSA name -> the line defining it."""
+    return {m.group(1): m.group(0) for m in re.finditer(r"^\s*(%[\w#]+)(?::\d+)? = .*$",
+                                                         text, re.M)}
+
+
+def _prefetch_lines(text: str) -> list:
+    lines = text.splitlines()
+    return lines, [i for i, line in enumerate(lines) if "memref.prefetch" in line]
+
+
 def test_a_grid_stride_row_prefetches_outside_the_thread_loop(monkeypatch, tmp_path):
+    """Where the prefetch sits and what guards it: per row, under the test made once
+    per loop (rows apart, buffers bigger than the cache), a loop over the lines of
+    the row ahead, the index clamped into the buffer."""
+    import flydsl.passes._simt_prefetch as prefetch
     x = np.zeros(4096, np.float32)
     strided_partials.cache_clear()   # compiled by the tests above: compile it again
     text = simt_ir(monkeypatch, tmp_path,
                    lambda: strided_partials[(2,), (64,)](x, x.copy(), x.copy(), 4096, 3))
-    lines = text.splitlines()
-    at = [i for i, line in enumerate(lines) if "memref.prefetch" in line]
+    lines, at = _prefetch_lines(text)
+    defs = _defs(text)
     # three reads (x[j], x[j + 1], w[j + k]): three prefetch loops, one per buffer+offset
     assert len(at) == 3, text
     for i in at:
         assert ", read, locality<3>, data" in lines[i]
-        fors = _enclosing_fors(lines, i)
-        # the line loop, the row loop, the loop over the blocks; no thread loop (the
-        # z, y, x thread loops are a sibling inside the row loop, not around it)
-        assert len(fors) == 3, fors
-        assert re.search(r"step %c16(_\d+)? \{", fors[0]), fors   # 64-byte lines of float32
-        assert re.search(r"step %\d+ +: i32 \{", fors[1]), fors   # the grid stride
+        around = _enclosing(lines, i)
+        # the line loop, the guard, the row loop, the loop over the blocks; no thread
+        # loop (the z, y, x thread loops are a sibling inside the row loop)
+        assert [a.split(" ")[0] for a in around] == ["scf.for", "scf.if", "scf.for",
+                                                     "scf.for", "func.func", "module"], around
+        assert re.search(r"step %c16(_\d+)? \{", around[0]), around   # 64-byte lines
+        assert re.search(r"step %\d+ +: i32 \{", around[2]), around   # the grid stride
+        # the index: max(min(first + i, size - 1), 0), in the line loop's body (SSA
+        # names restart in each region: look there only)
+        body = {m.group(1): m.group(0) for line in lines[i - 3:i]
+                for m in [re.match(r"\s*(%\w+) = .*", line)] if m}
+        index = re.search(r"memref.prefetch %\w+\[(%\w+)\]", lines[i]).group(1)
+        assert "arith.maxsi" in body[index], body
+        inner = re.search(r"arith.maxsi (%\w+),", body[index]).group(1)
+        assert "arith.minsi" in body[inner], body
+        # the guard: (step > block_dim.x) and (bytes read > the host's cache)
+        cond = re.search(r"scf.if (%\w+)", around[1]).group(1)
+        both = re.search(r"arith.andi (%\w+), (%\w+)", defs[cond])
+        assert both, defs[cond]
+        tests = [defs[v] for v in both.groups()]
+        assert all("arith.cmpi sgt" in t for t in tests), tests
+        assert any(re.search(rf"= arith.constant {prefetch.cached_bytes()} : index",
+                             defs.get(re.search(r", (%\w+) :", t).group(1), ""))
+                   for t in tests), tests
+        # the distance, under the same test before the row loop: rows ahead (a
+        # division by the row's bytes) times the step
+        start = next(k for k, line in enumerate(lines) if f"scf.if {cond} -> (index)" in line)
+        then = lines[start + 1:lines.index(next(x for x in lines[start:] if "} else {" in x))]
+        assert any("arith.divui" in x for x in then), then
+        assert re.search(r"scf.yield %\w+", then[-1]) and "arith.muli" in then[-2], then
+
+
+@pytest.mark.parametrize("dtype,line", [(np.int8, 64), (np.float16, 32), (np.float64, 8)])
+def test_one_prefetch_per_64_byte_line_of_each_element_type(monkeypatch, tmp_path, dtype,
+                                                            line):
+    x = np.zeros(4096, dtype)
+    strided_copy.cache_clear()
+    text = simt_ir(monkeypatch, tmp_path, lambda: strided_copy[(2,), (64,)](x, x.copy(), 4096))
+    lines, at = _prefetch_lines(text)
+    assert len(at) == 1, text
+    assert re.search(rf"step %c{line}(_\d+)? \{{", _enclosing(lines, at[0])[0])
+
+
+def test_a_strided_view_is_not_prefetched(monkeypatch, tmp_path):
+    """Its row is not contiguous: a line of it is not 64 / 4 elements."""
+    x = np.zeros(8192, np.float32)[::2]
+    strided_copy.cache_clear()
+    text = simt_ir(monkeypatch, tmp_path,
+                   lambda: strided_copy[(2,), (64,)](x, np.zeros(4096, np.float32), 4096))
+    assert "strided<[?]" in text and "memref.prefetch" not in text
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="reads x86 assembly")
