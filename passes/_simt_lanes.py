@@ -7,9 +7,11 @@ rewritten here:
 * **Per-thread strided loops** (``for j in range(tid, n, BLOCK)``, grid-stride loops):
   left alone, such a loop becomes the innermost loop of the thread loop, scalar and
   strided. :class:`StridedLoopInterchange` turns ``for j = U + t; j < ub; j += s``
-  (``t`` the x thread id, ``U``, ``ub``, ``s`` block-uniform) into a block-level
+  (``t`` the x thread id, ``U``, ``ub``, ``s`` block-uniform; the start may be any
+  sum of ``t`` and uniform terms, ``bid * B + t + 1``) into a block-level
   loop ``for b = U; b < ub; b += s`` whose body runs ``j = b + t`` for the threads
-  with ``j < ub``; the loop's per-thread state lives in per-thread slots. Iteration
+  with ``j < ub``, prefetching rows ahead where that pays (:mod:`._simt_prefetch`);
+  the loop's per-thread state lives in per-thread slots. Iteration
   ``k`` of thread ``t`` is iteration ``k`` of the new loop (``t >= 0``), so every
   thread does the same work in the same order; only the interleaving of threads
   changes, which no race-free kernel can observe (threads of a block between two
@@ -63,6 +65,24 @@ def split_thread_x(value, is_uniform: Callable, is_x: Callable = is_thread_x
         return a, b
     if is_x(b) and is_uniform(a):
         return b, a
+    return None
+
+
+def split_start(value, is_uniform: Callable, depth: int = 0) -> Optional[tuple]:
+    """``(t, terms)`` when ``value`` is a sum (``arith.addi``, nested) of the x thread id
+    ``t`` and block-uniform ``terms``: a strided loop's start such as ``bid * B + tid``
+    or ``bid * B + tid + 1``; else None."""
+    if is_thread_x(value):
+        return value, []
+    op = defining_op(value)
+    if op is None or op.name != "arith.addi" or depth > 8:
+        return None
+    a, b = op.operands
+    for rest, term in ((a, b), (b, a)):
+        if is_uniform(term):
+            found = split_start(rest, is_uniform, depth + 1)
+            if found is not None:
+                return found[0], found[1] + [term]
     return None
 
 
@@ -133,7 +153,7 @@ class StridedLoopInterchange:
 
         def visit(block):
             for op in block_ops(block):
-                if (op.name == "scf.for" and split_thread_x(op.operands[0], _anything)
+                if (op.name == "scf.for" and split_start(op.operands[0], _anything)
                         and "unsignedCmp" not in op.attributes
                         and not walk(op, lambda o: o.name in SYNC_OPS)):
                     found.append(op)
@@ -150,7 +170,7 @@ class StridedLoopInterchange:
         if any(isinstance(a.type, ir.MemRefType) for a in carried):
             return False   # per-thread slots hold scalars
         if not (uni.is_uniform(ub) and uni.is_uniform(step)
-                and split_thread_x(lb, uni.is_uniform) is not None):
+                and split_start(lb, uni.is_uniform) is not None):
             return False
         p = op.parent
         while p is not None and p != self.k.block_loop:
@@ -164,14 +184,17 @@ class StridedLoopInterchange:
         k = self.k
         lb, ub, step = list(op.operands)[:3]
         inits = list(op.operands)[3:]
-        t, u = split_thread_x(lb, uni.is_uniform)
+        t, terms = split_start(lb, uni.is_uniform)
         body = op.regions[0].blocks[0]
         iv, carried = body.arguments[0], list(body.arguments)[1:]
         yld = terminator(body)
         prefetch = RowPrefetch(op, iv, uni.is_uniform)
         with ir.InsertionPoint(op), op.location:
-            if u is None:
-                u = arith.ConstantOp(lb.type, 0).result
+            # the row start: the start's uniform terms (added again: `(a + t) + c` is
+            # `(a + c) + t` in wrapping arithmetic)
+            u = terms[0] if terms else arith.ConstantOp(lb.type, 0).result
+            for term in terms[1:]:
+                u = arith.AddIOp(u, term).result
             slots = [k.slot(a.type) for a in carried]
             for init, slot in zip(inits, slots):
                 k.store_slot(init, slot)

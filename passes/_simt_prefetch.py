@@ -78,31 +78,47 @@ def _inside(value, loop) -> bool:
     return False
 
 
+def _constant(value) -> Optional[int]:
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return None
+    return ir.IntegerAttr(op.attributes["value"]).value
+
+
 def _row_offset(index, iv, loop):
-    """How ``index`` is offset from ``iv``: ``0`` for ``iv`` itself, the constant or
-    loop-invariant value ``c`` for ``iv + c``; None for any other index."""
+    """How ``index`` is offset from ``iv``: ``0`` for ``iv`` itself, the constant
+    ``c`` for ``iv + c`` or ``iv - c``, the loop-invariant value ``c`` for ``iv + c``;
+    None for any other index."""
     index = strip_casts(index)
     if index == iv:
         return 0
     op = defining_op(index)
-    if op is None or op.name != "arith.addi":
+    if op is None or op.name not in ("arith.addi", "arith.subi"):
         return None
-    for a, c in (tuple(op.operands), tuple(op.operands)[::-1]):
+    a, c = op.operands
+    if op.name == "arith.subi":
+        k = _constant(c)
+        return -k if k is not None and strip_casts(a) == iv else None
+    for a, c in ((a, c), (c, a)):
         if strip_casts(a) != iv:
             continue
-        const = defining_op(c)
-        if const is not None and const.name == "arith.constant":
-            return ir.IntegerAttr(const.attributes["value"]).value
+        k = _constant(c)
+        if k is not None:
+            return k
         if not _inside(c, loop):
             return c
     return None
 
 
 def row_loads(loop, iv, is_uniform: Callable) -> list:
-    """``(buffer, offset)`` for the distinct loads of ``loop``'s body that read a 1-D,
+    """``(buffer, offset, span)`` for the loads of ``loop``'s body that read a 1-D,
     unit-stride, block-uniform buffer from outside the loop at ``iv`` plus an offset
-    (a block-uniform one: the prefetch stays one per row, outside the thread loop)."""
-    found = []
+    (a block-uniform one: the prefetch stays one per row, outside the thread loop).
+    The constant offsets of one buffer make one read, from the least offset over
+    ``span`` more elements (``x[j - 1]``, ``x[j]``, ``x[j + 1]``: one row of
+    ``lanes + 2``); each value offset is a read of its own (span 0)."""
+    constant: dict = {}     # buffer -> [least, greatest] constant offset
+    values: list = []
     for op in walk(loop, lambda o: o.name == "memref.load"):
         buf = op.operands[0]
         indices = list(op.operands)[1:]
@@ -112,11 +128,13 @@ def row_loads(loop, iv, is_uniform: Callable) -> list:
         if _element_bytes(ir.MemRefType(buf.type).element_type) is None:
             continue
         offset = _row_offset(indices[0], iv, loop)
-        if offset is None or not (isinstance(offset, int) or is_uniform(offset)):
-            continue
-        if (buf, offset) not in found:
-            found.append((buf, offset))
-    return found
+        if isinstance(offset, int):
+            lo, hi = constant.get(buf, (offset, offset))
+            constant[buf] = (min(lo, offset), max(hi, offset))
+        elif offset is not None and is_uniform(offset) and (buf, offset) not in values:
+            values.append((buf, offset))
+    return ([(buf, lo, hi - lo) for buf, (lo, hi) in constant.items()]
+            + [(buf, offset, 0) for buf, offset in values])
 
 
 def _index(v):
@@ -132,7 +150,7 @@ class RowPrefetch:
     docstring): :meth:`plan` before the row loop, :meth:`emit` at the top of its body."""
 
     def __init__(self, loop, iv, is_uniform: Callable):
-        #: ``(buffer, offset)`` read at ``iv + offset`` (:func:`row_loads`)
+        #: ``(buffer, offset, span)`` read at ``iv + offset`` (:func:`row_loads`)
         self.loads = row_loads(loop, iv, is_uniform)
         self.ahead = self.lanes = self.on = None
 
@@ -147,7 +165,8 @@ class RowPrefetch:
         them, 71 without)."""
         step = _index(step)
         total = _const(0)
-        for buf in dict.fromkeys(b for b, _ in self.loads):
+        buffers = list(dict.fromkeys(b for b, _, _ in self.loads))
+        for buf in buffers:
             nbytes = _element_bytes(ir.MemRefType(buf.type).element_type)
             total = arith.addi(total, arith.muli(memref.dim(buf, _const(0)), _const(nbytes)))
         apart = arith.cmpi(arith.CmpIPredicate.sgt, step, lanes)
@@ -159,7 +178,7 @@ class RowPrefetch:
         distance = scf.IfOp(self.on, [ir.IndexType.get()], has_else=True)
         with ir.InsertionPoint(distance.then_block):
             per_lane = sum(_element_bytes(ir.MemRefType(b.type).element_type)
-                           for b, _ in self.loads)
+                           for b in buffers)
             row_bytes = arith.maxui(arith.muli(lanes, _const(per_lane)), _const(1))
             rows = arith.divui(arith.addi(row_bytes, _const(AHEAD_BYTES - 1)), row_bytes)
             rows = arith.minui(arith.maxui(rows, _const(1)), _const(MAX_ROWS_AHEAD))
@@ -170,12 +189,14 @@ class RowPrefetch:
 
     def emit(self, row) -> None:
         """At the insertion point (the top of the row loop's body, ``row`` its iv), if
-        planned: prefetch ``buf[row + ahead + offset + i]`` for ``i`` in ``[0, lanes)``
+        planned: prefetch ``buf[row + ahead + offset + i]`` for ``i`` in
+        ``[0, lanes + span)``
         and one line more (a row not aligned to the line ends in a line of its own:
         16-byte aligned numpy rows of 256 float32 span 17 lines, and leaving the 17th
         to a demand miss made a grid-stride sum 1.25x slower), one per cache line,
         clamped into ``buf`` (a loop of a fixed trip count, which LLVM unrolls: one
-        bounded by the buffer's end ran 1.1x slower), for each load."""
+        bounded by the buffer's end ran 1.1x slower), for each read (offset and span:
+        :func:`row_loads`)."""
         guard = scf.IfOp(self.on)   # one branch per row, the same every row
         with ir.InsertionPoint(guard.then_block):
             self._emit(row)
@@ -184,14 +205,14 @@ class RowPrefetch:
     def _emit(self, row) -> None:
         zero, one = _const(0), _const(1)
         ahead = arith.addi(_index(row), self.ahead)
-        for buf, offset in self.loads:
+        for buf, offset, span in self.loads:
             nbytes = _element_bytes(ir.MemRefType(buf.type).element_type)
             first = arith.addi(ahead, _const(offset) if isinstance(offset, int)
                                else _index(offset))
             size = memref.dim(buf, zero)
             last = arith.subi(size, one)
             per_line = max(1, LINE_BYTES // nbytes)
-            count = arith.addi(self.lanes, _const(per_line - 1))
+            count = arith.addi(self.lanes, _const(span + per_line - 1))
             # an empty buffer has no index to clamp to: no prefetch
             count = arith.select(arith.cmpi(arith.CmpIPredicate.sgt, size, zero), count, zero)
             lines = scf.ForOp(zero, count, _const(per_line))

@@ -241,6 +241,42 @@ def test_strided_loops_become_block_level_loops(monkeypatch, tmp_path):
     assert not re.search(r"scf\.for %\w+ = %\d+ to %arg2 step %c8_i32", text), text
 
 
+@flydsl.kernel
+def shifted_start(x: fx.Tensor, y: fx.Tensor, n: fx.Int32):
+    t = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    for j in range(t + 3, n, fx.grid_dim.x * fx.block_dim.x):
+        y[j] = x[j] * 2.0
+
+
+@pytest.mark.parametrize("n,grid,block", [(0, 2, 8), (3, 2, 8), (4, 2, 8), (1000, 3, 64)])
+def test_a_start_of_the_thread_id_plus_uniform_terms_is_rewritten(monkeypatch, tmp_path,
+                                                                  n, grid, block):
+    """``bid * B + tid + 3`` (nested sums): the loop runs over rows from
+    ``bid * B + 3`` with the thread loop inside, as ``bid * B + tid`` does; before, it
+    stayed a scalar strided loop in each thread."""
+    x = rng.standard_normal(max(n, 1)).astype(np.float32)[:n]
+    y = np.zeros(n, np.float32)
+    shifted_start.cache_clear()
+    text = simt_ir(monkeypatch, tmp_path, lambda: shifted_start[(grid,), (block,)](x, y, n))
+    want = np.zeros(n, np.float32)
+    want[3:] = x[3:] * 2.0
+    np.testing.assert_array_equal(y, want)
+    # the row loop, from bid * B + 3 by the grid's threads, lies in the loop over the
+    # blocks, not in a thread loop
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines)
+              if re.search(r"scf\.for %\w+ = %\w+ to %\w+ step %\w+ +: i32", line))
+    depth, around = 0, []
+    for line in reversed(lines[:at]):
+        depth += line.count("}") - line.count("{")
+        if depth < 0:
+            around.append(line.split()[0])
+            depth = 0
+    assert around == ["scf.for", "func.func", "module"], around
+    start = re.search(r"scf\.for %\w+ = (%\w+) to", lines[at]).group(1)
+    assert re.search(rf"{start} = arith.addi %\w+, %c3_i32", text), text
+
+
 # -- lane guards ------------------------------------------------------------------------
 
 @flydsl.kernel
