@@ -11,7 +11,10 @@ rewritten here:
   sum of ``t`` and uniform terms, ``bid * B + t + 1``) into a block-level
   loop ``for b = U; b < ub; b += s`` whose body runs ``j = b + t`` for the threads
   with ``j < ub``, prefetching rows ahead where that pays (:mod:`._simt_prefetch`);
-  the loop's per-thread state lives in per-thread slots. Iteration
+  the loop's per-thread state lives in per-thread slots. A 2-D grid-stride nest (a
+  y-strided loop holding only an x-strided loop and pure ops, neither carrying values)
+  becomes a loop over row steps whose row guard moves into the x loop, which then
+  becomes a loop over column steps in turn (:func:`_sink_guard`). Iteration
   ``k`` of thread ``t`` is iteration ``k`` of the new loop (``t >= 0``), so every
   thread does the same work in the same order; only the interleaving of threads
   changes, which no race-free kernel can observe (threads of a block between two
@@ -68,11 +71,12 @@ def split_thread_x(value, is_uniform: Callable, is_x: Callable = is_thread_x
     return None
 
 
-def split_start(value, is_uniform: Callable, depth: int = 0) -> Optional[tuple]:
-    """``(t, terms)`` when ``value`` is a sum (``arith.addi``, nested) of the x thread id
-    ``t`` and block-uniform ``terms``: a strided loop's start such as ``bid * B + tid``
-    or ``bid * B + tid + 1``; else None."""
-    if is_thread_x(value):
+def split_start(value, is_uniform: Callable, dim: str = "x", depth: int = 0
+                ) -> Optional[tuple]:
+    """``(t, terms)`` when ``value`` is a sum (``arith.addi``, nested) of the ``dim``
+    thread id ``t`` and block-uniform ``terms``: a strided loop's start such as
+    ``bid * B + tid`` or ``bid * B + tid + 1``; else None."""
+    if thread_dim(defining_op(strip_casts(value))) == dim:
         return value, []
     op = defining_op(value)
     if op is None or op.name != "arith.addi" or depth > 8:
@@ -80,10 +84,28 @@ def split_start(value, is_uniform: Callable, depth: int = 0) -> Optional[tuple]:
     a, b = op.operands
     for rest, term in ((a, b), (b, a)):
         if is_uniform(term):
-            found = split_start(rest, is_uniform, depth + 1)
+            found = split_start(rest, is_uniform, dim, depth + 1)
             if found is not None:
                 return found[0], found[1] + [term]
     return None
+
+
+def _row_nest(op) -> Optional[ir.Operation]:
+    """The x-strided loop of a y-strided loop ``op`` that holds nothing else but pure
+    ops that cannot trap (a 2-D grid-stride nest ``for i in range(by * BY + ty, m,
+    ...): for j in range(bx * BX + tx, n, ...)``), neither loop carrying values; else
+    None."""
+    if len(op.regions[0].blocks[0].arguments) != 1 or len(op.results):
+        return None
+    inner = None
+    for o in block_ops(op.regions[0].blocks[0]):
+        if o.name == "scf.for" and split_start(o.operands[0], _anything) is not None:
+            if inner is not None or len(o.results):
+                return None
+            inner = o
+        elif not (is_pure(o) or thread_dim(o) is not None) or may_trap(o):
+            return None
+    return inner
 
 
 def thread_dim(op) -> Optional[str]:
@@ -126,13 +148,22 @@ class StridedLoopInterchange:
         self.k = lowering
 
     def run(self) -> None:
+        # Rounds: a 2-D nest's x loop is a candidate once its y loop is a block level.
+        rejected: list = []
+        while self._round(rejected):
+            pass
+
+    def _round(self, rejected: list) -> bool:
+        """Rewrite the outermost candidates; False when none was left."""
         k = self.k
         marked = []
         for op in self._candidates():
+            if op in rejected:
+                continue
             op.attributes[LEVEL_ATTR] = ir.UnitAttr.get()
             marked.append(op)
         if not marked:
-            return
+            return False
         # A marked loop is a block level only if all its ancestors are block-uniform
         # control flow; unmark the others until that holds for every one left.
         while True:
@@ -143,8 +174,10 @@ class StridedLoopInterchange:
             for op in bad:
                 del op.attributes[LEVEL_ATTR]
                 marked.remove(op)
+                rejected.append(op)
         for op in marked:
             self._rewrite(op, uni)
+        return bool(marked)
 
     def _candidates(self) -> list:
         """Outermost ``scf.for``s whose lower bound involves the x thread id and which
@@ -153,8 +186,10 @@ class StridedLoopInterchange:
 
         def visit(block):
             for op in block_ops(block):
-                if (op.name == "scf.for" and split_start(op.operands[0], _anything)
-                        and "unsignedCmp" not in op.attributes
+                if (op.name == "scf.for" and "unsignedCmp" not in op.attributes
+                        and (split_start(op.operands[0], _anything)
+                             or (split_start(op.operands[0], _anything, "y")
+                                 and _row_nest(op) is not None))
                         and not walk(op, lambda o: o.name in SYNC_OPS)):
                     found.append(op)
                     continue
@@ -170,7 +205,8 @@ class StridedLoopInterchange:
         if any(isinstance(a.type, ir.MemRefType) for a in carried):
             return False   # per-thread slots hold scalars
         if not (uni.is_uniform(ub) and uni.is_uniform(step)
-                and split_start(lb, uni.is_uniform) is not None):
+                and (split_start(lb, uni.is_uniform) is not None
+                     or split_start(lb, uni.is_uniform, "y") is not None)):
             return False
         p = op.parent
         while p is not None and p != self.k.block_loop:
@@ -184,11 +220,15 @@ class StridedLoopInterchange:
         k = self.k
         lb, ub, step = list(op.operands)[:3]
         inits = list(op.operands)[3:]
-        t, terms = split_start(lb, uni.is_uniform)
+        split = split_start(lb, uni.is_uniform)
+        nest = None
+        if split is None:    # a y loop over an x loop (_row_nest)
+            split, nest = split_start(lb, uni.is_uniform, "y"), _row_nest(op)
+        t, terms = split
         body = op.regions[0].blocks[0]
         iv, carried = body.arguments[0], list(body.arguments)[1:]
         yld = terminator(body)
-        prefetch = RowPrefetch(op, iv, uni.is_uniform)
+        prefetch = RowPrefetch(op, iv, uni.is_uniform) if nest is None else RowPrefetch.none()
         with ir.InsertionPoint(op), op.location:
             # the row start: the start's uniform terms (added again: `(a + t) + c` is
             # `(a + c) + t` in wrapping arithmetic)
@@ -231,6 +271,27 @@ class StridedLoopInterchange:
         for inner in block_ops(body):
             inner.move_before(guard_end)
         op.erase()
+        if nest is not None:
+            _sink_guard(guard, nest)
+
+
+def _sink_guard(guard, loop) -> None:
+    """``if c: <pure ops>; for ...: body`` (a y row's guard over its x loop) becomes
+    ``<pure ops>; for ...: if c: body``: the x loop is then at the block level, and a
+    thread whose row is out of range runs its iterations doing nothing, as it ran none
+    (the loop carries no values; the pure ops cannot trap)."""
+    for o in block_ops(guard.regions[0].blocks[0]):
+        o.move_before(guard)
+    body = loop.regions[0].blocks[0]
+    end = terminator(body)
+    with ir.InsertionPoint(end), loop.location:
+        inner = op_of(scf.IfOp(guard.operands[0]))
+    with ir.InsertionPoint(inner.regions[0].blocks[0]), loop.location:
+        inner_end = op_of(scf.YieldOp([]))
+    for o in block_ops(body):
+        if o != inner:
+            o.move_before(inner_end)
+    guard.erase()
 
 
 # -- lane guards -------------------------------------------------------------------

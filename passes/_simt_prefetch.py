@@ -151,8 +151,13 @@ class RowPrefetch:
 
     def __init__(self, loop, iv, is_uniform: Callable):
         #: ``(buffer, offset, span)`` read at ``iv + offset`` (:func:`row_loads`)
-        self.loads = row_loads(loop, iv, is_uniform)
+        self.loads = row_loads(loop, iv, is_uniform) if loop is not None else []
         self.ahead = self.lanes = self.on = None
+
+    @classmethod
+    def none(cls) -> "RowPrefetch":
+        """No prefetch (a loop over rows of y threads: its rows are not contiguous)."""
+        return cls(None, None, None)
 
     def plan(self, lanes, step) -> None:
         """At the insertion point (before the row loop): how far ahead to prefetch,

