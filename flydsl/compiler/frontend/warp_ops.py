@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import mlir.ir as ir
-from mlir.dialects import arith, gpu, llvm, nvvm, rocdl
+from mlir.dialects import arith, gpu, llvm, nvvm, rocdl, scf
 
 from ...errors import CompileTimeValueRequired, DSLTypeError, WarpTooNarrowError
 from ...expr import dtypes as dt
@@ -540,19 +540,30 @@ def _block_reduce_tree(v: Value, rop) -> Value:
     """The CPU's block reduction: a tree in shared memory. Step ``s`` (512, 256, ..., 1)
     folds ``red[t + s]`` into ``red[t]`` for ``t < min(s, threads - s)``; from the
     largest ``s`` below the thread count on, ``red[0 .. s)`` holds the whole block.
-    The CPU lowering runs each step over its passing threads only (a lane guard) and
-    reads ``red[0]`` once per block; warp reductions would fold every warp through
-    per-thread exchanges (17x the time at 128 threads)."""
+    Thread 0 runs the steps, each a loop over ``t`` that vectorizes, between one
+    barrier before and one after, instead of the threads with a barrier per step:
+    the same folds in the same order, and a 2^24-float block sum (one reduction per
+    256 threads) 3.6 -> 3.3 ms on one thread (a hand-written tree of constant steps
+    2.4). ``red[0]`` is read once per block; warp reductions would fold every warp
+    through per-thread exchanges (17x the time at 128 threads)."""
     ops, blk = implementation.ops(), _Block()
     red = ops.shared_array(MAX_BLOCK_THREADS, v.dtype)
     red[blk.linear] = v
     ops.barrier()
-    s = MAX_BLOCK_THREADS // 2
-    while s > 0:
-        with when(blk.linear < ops.minimum(blk.threads - s, s)):
-            red[blk.linear] = rop.combine(red[blk.linear], red[blk.linear + s])
-        ops.barrier()
-        s //= 2
+    with when(blk.linear == 0):
+        s = MAX_BLOCK_THREADS // 2
+        while s > 0:
+            count = ops.minimum(blk.threads - s, s)     # <= 0: no fold at this step
+            index = ir.IndexType.get()
+            loop = scf.ForOp(arith.constant(index, 0), arith.index_cast(index, count.v),
+                             arith.constant(index, 1))
+            with ir.InsertionPoint(loop.body):
+                t = Value(arith.index_cast(ir.IntegerType.get_signless(32),
+                                           loop.induction_variable), dt.Int32)
+                red[t] = rop.combine(red[t], red[t + s])
+                scf.YieldOp([])
+            s //= 2
+    ops.barrier()
     total = red[0]
     ops.barrier()    # every thread has read it before a later reduction reuses red
     return total
