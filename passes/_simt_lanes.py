@@ -180,8 +180,9 @@ class StridedLoopInterchange:
         return bool(marked)
 
     def _candidates(self) -> list:
-        """Outermost ``scf.for``s whose lower bound involves the x thread id and which
-        hold no barrier (their bounds are checked once the analysis runs)."""
+        """Outermost ``scf.for``s whose lower bound is a sum of the x thread id and other
+        terms, or of the y thread id when the loop is a 2-D nest's (:func:`_row_nest`),
+        and which hold no barrier (their bounds are checked once the analysis runs)."""
         found = []
 
         def visit(block):
