@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import linecache
 import re
-from typing import Tuple
+from typing import Optional, Tuple
 
 import mlir.ir as ir
 
@@ -88,6 +88,16 @@ def strip_casts(value):
         value = op.operands[0]
         op = defining_op(value)
     return value
+
+
+def int_constant(value) -> Optional[int]:
+    """The value of ``value`` when an ``arith.constant`` of an integer or index type
+    makes it, else None."""
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant" or not isinstance(
+            value.type, (ir.IntegerType, ir.IndexType)):
+        return None
+    return ir.IntegerAttr(op.attributes["value"]).value
 
 
 # -- types ------------------------------------------------------------------

@@ -40,7 +40,7 @@ from typing import Callable, NamedTuple, Optional
 import mlir.ir as ir
 from mlir.dialects import arith, llvm, scf
 
-from ._simt_ir import SYNC_OPS, dimension_of, is_pure, may_trap, strip_casts
+from ._simt_ir import SYNC_OPS, dimension_of, int_constant, is_pure, may_trap, strip_casts
 from ._simt_prefetch import RowPrefetch
 from .ir import ancestor_in_block, block_ops, defining_op, op_of, terminator, walk
 
@@ -518,19 +518,11 @@ def _split_scaled(value, is_uniform: Callable, offset_ok: Callable, is_x: Callab
     if op is None or op.name != "arith.muli":
         return None
     for v, k in (op.operands, reversed(list(op.operands))):
-        scale = _constant(k)
+        scale = int_constant(k)
         side = split_thread_x(v, offset_ok, is_x)
         if scale is not None and scale > 1 and side is not None:
             return side[1], scale, addend
     return None
-
-
-def _constant(value) -> Optional[int]:
-    op = defining_op(value)
-    if op is None or op.name != "arith.constant" or not isinstance(
-            value.type, (ir.IntegerType, ir.IndexType)):
-        return None
-    return ir.IntegerAttr(op.attributes["value"]).value
 
 
 #: pred -> the passing x thread ids as (lo, hi) offsets from ``limit`` (None: 0 or the

@@ -29,7 +29,7 @@ from typing import Callable, Optional
 import mlir.ir as ir
 from mlir.dialects import arith, memref, scf
 
-from ._simt_ir import strip_casts
+from ._simt_ir import int_constant, strip_casts
 from .ir import defining_op, walk
 
 #: How far ahead of the row being read the prefetched row starts, in bytes: enough
@@ -78,13 +78,6 @@ def _inside(value, loop) -> bool:
     return False
 
 
-def _constant(value) -> Optional[int]:
-    op = defining_op(value)
-    if op is None or op.name != "arith.constant":
-        return None
-    return ir.IntegerAttr(op.attributes["value"]).value
-
-
 def _row_offset(index, iv, loop):
     """How ``index`` is offset from ``iv``: ``0`` for ``iv`` itself, the constant
     ``c`` for ``iv + c`` or ``iv - c``, the loop-invariant value ``c`` for ``iv + c``;
@@ -97,12 +90,12 @@ def _row_offset(index, iv, loop):
         return None
     a, c = op.operands
     if op.name == "arith.subi":
-        k = _constant(c)
+        k = int_constant(c)
         return -k if k is not None and strip_casts(a) == iv else None
     for a, c in ((a, c), (c, a)):
         if strip_casts(a) != iv:
             continue
-        k = _constant(c)
+        k = int_constant(c)
         if k is not None:
             return k
         if not _inside(c, loop):
@@ -195,8 +188,8 @@ class RowPrefetch:
     def emit(self, row) -> None:
         """At the insertion point (the top of the row loop's body, ``row`` its iv), if
         planned: prefetch ``buf[row + ahead + offset + i]`` for ``i`` in
-        ``[0, lanes + span)``
-        and one line more (a row not aligned to the line ends in a line of its own:
+        ``[0, lanes + span)`` and one line more (a row not aligned to the line ends in a
+        line of its own:
         16-byte aligned numpy rows of 256 float32 span 17 lines, and leaving the 17th
         to a demand miss made a grid-stride sum 1.25x slower), one per cache line,
         clamped into ``buf`` (a loop of a fixed trip count, which LLVM unrolls: one
