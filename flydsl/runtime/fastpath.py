@@ -248,17 +248,26 @@ def _emit_range(w: _Writer, i: int, a: str, off: int, sample, key) -> None:
     w.ranges.add(i)
 
 
+def emit_pair_guard(w: _Writer, pairs: Sequence[tuple], item: Callable[[int], str]) -> bool:
+    """For :data:`~flydsl.runtime.specialization.SWEEP_PAIRS` pairs or more: return
+    False unless one :class:`~flydsl.runtime.specialization.PairGuard` of ``pairs``
+    accepts the ranges ``item(k)`` (an expression) of its positions; whether it was
+    emitted (fewer pairs: the caller tests each inline)."""
+    if len(pairs) < SWEEP_PAIRS:
+        return False
+    guard = PairGuard(pairs)
+    items = ", ".join(map(item, guard.positions))
+    w.emit(f"if not {w.const('pairs', guard)}(({items},)): return False")
+    return True
+
+
 def emit_overlap_guards(w: _Writer, pairs: Sequence[tuple]) -> None:
     """Return False unless each ``(i, j, overlapping)`` of ``pairs`` holds of the ranges
     ``lo{i}, hi{i}`` and ``lo{j}, hi{j}`` (by :func:`overlap` of ``r{i}`` and ``r{j}``
     where both are whole ranges: views with gaps, whose hulls may meet while their
     elements do not); many pairs by one :class:`~flydsl.runtime.specialization.PairGuard`,
     which gives the same answer."""
-    if len(pairs) >= SWEEP_PAIRS:
-        guard = PairGuard(pairs)
-        items = ", ".join(f"r{k}" if k in w.ranges else f"(lo{k}, hi{k})"
-                          for k in guard.positions)
-        w.emit(f"if not {w.const('pairs', guard)}(({items},)): return False")
+    if emit_pair_guard(w, pairs, lambda k: f"r{k}" if k in w.ranges else f"(lo{k}, hi{k})"):
         return
     for i, j, overlapping in pairs:
         test = f"lo{i} < hi{j} and lo{j} < hi{i}"

@@ -22,9 +22,9 @@ import threading
 from typing import Callable, Optional, Sequence
 
 from .dispatch import env_token
-from .fastpath import _Writer, emit_constexpr_guards
+from .fastpath import _Writer, emit_constexpr_guards, emit_pair_guard
 from .packing import BoundLaunch
-from .specialization import ALIGNMENT, SWEEP_PAIRS, PairGuard, tensor_aligned
+from .specialization import ALIGNMENT, tensor_aligned
 from .tensors import is_torch_tensor, range_of, torch_writable
 
 
@@ -192,13 +192,10 @@ def _emit_overlap_guards(w: _Writer, pairs: Sequence[tuple], runtime: Sequence,
         base = runtime[i].data_ptr()
         p = f"p{offsets[i]}" if positions[i] is not None else str(base)
         return f"{p} + {r[0] - base}", f"{p} + {r[1] - base}", r
-    if len(pairs) >= SWEEP_PAIRS:
-        guard = PairGuard(pairs)
-        items = []
-        for k in guard.positions:
-            lo, hi, r = bounds(k)
-            items.append(f"({lo}, {hi}{''.join(f', {x}' for x in r[2:])})")
-        w.emit(f"if not {w.const('pairs', guard)}(({', '.join(items)},)): return False")
+    def item(k: int) -> str:
+        lo, hi, r = bounds(k)
+        return f"({lo}, {hi}{''.join(f', {x}' for x in r[2:])})"
+    if emit_pair_guard(w, pairs, item):
         return
     for i, j, overlapping in pairs:
         a, b = bounds(i), bounds(j)
