@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")    # brings libgomp into the process
 
 @pytest.fixture
 def teams(monkeypatch):
-    """Every multi-block launch goes parallel (hand-off 1 ns); the list of team
-    launches, one ``(blocks, threads)`` each."""
+    """Every multi-block launch goes parallel (hand-off 1 ns, and no comparison with
+    single-thread launches); the list of team launches, one ``(blocks, threads)`` each."""
     monkeypatch.delenv("FLYDSL_CPU_OPENMP", raising=False)
     if TEAMS.find() is None:
         pytest.skip("no libgomp in this process (torch built without OpenMP)")
@@ -22,6 +22,7 @@ def teams(monkeypatch):
     for attr in ("handoff_ns", "worker_ns", "serial_ns"):
         monkeypatch.setattr(policy, attr, getattr(policy, attr))
     monkeypatch.setattr(policy, "observe", lambda overhead_ns: None)
+    monkeypatch.setattr(policy, "compare_serial", False)
     monkeypatch.setattr(cpu_driver, "QUICK_FRACTION", float("inf"))
     monkeypatch.setattr(TEAMS, "handoff_ns", TEAMS.handoff_ns or 1.0)   # measured elsewhere
     policy.set_handoff(1.0)
@@ -89,6 +90,7 @@ import torch
 sys.path.insert(0, {here!r})
 os.environ["FLYDSL_CPU_THREADS"] = "2"
 from flydsl.runtime.drivers import cpu
+cpu.SPLIT.compare_serial = False        # a tiny kernel: parallel would lose, and be held
 from flydsl.runtime.drivers.openmp import TEAMS
 from test_cpu_work_split import add_one
 x = np.zeros(1 << 16, np.float32)

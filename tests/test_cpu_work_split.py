@@ -78,6 +78,42 @@ def test_observed_overheads_move_the_handoff_cost_slowly_and_within_bounds():
     assert p.handoff_ns == pytest.approx(low)
 
 
+def test_a_parallel_launch_no_faster_than_one_thread_holds_off_splitting():
+    p = SplitPolicy(HANDOFF)
+    e = cpu_driver.WorkEstimate()
+    e.parallel_ran(60_000, 120_000.0, 100, p)     # first launch: parallel, no serial time
+    assert e.hold == 1 and e.block_ns == 1_200.0  # the next one measures one thread
+    e.hold -= 1
+    e.record(50_000, 100, p)                      # that single-thread launch: 500 ns/block
+    assert e.serial_block_ns == 500.0
+    holds = []
+    for _ in range(10):
+        e.parallel_ran(50_000, 100_000.0, 100, p)  # 50 us: no faster than one thread...
+        assert e.hold == 0                         # ...once may be a cold start
+        e.parallel_ran(50_000, 100_000.0, 100, p)  # twice in a row: hold
+        holds.append(e.hold)
+        e.hold = 0                                 # (the held launches ran)
+    first, most = cpu_driver._HOLD_FIRST, cpu_driver._HOLD_MAX
+    assert holds == [min(most, first << i) for i in range(10)]   # doubling, capped
+    e.parallel_ran(50_000, 100_000.0, 100, p)
+    e.parallel_ran(30_000, 60_000.0, 100, p)      # faster than one thread: split again
+    e.parallel_ran(50_000, 100_000.0, 100, p)
+    assert e.hold == 0                            # a loss, a win, a loss: no hold
+    e.parallel_ran(50_000, 100_000.0, 100, p)
+    assert e.hold == first                        # the doubling started over
+
+
+def test_only_a_cheap_first_parallel_launch_is_followed_by_one_on_one_thread():
+    p = SplitPolicy(HANDOFF)
+    e = cpu_driver.WorkEstimate()
+    e.parallel_ran(600_000, 1.2 * cpu_driver._PROBE_MAX_NS, 100, p)
+    assert e.hold == 0 and e.serial_block_ns < 0  # measuring it would cost too much
+    p.compare_serial = False
+    e.record(50_000, 100, p)
+    e.parallel_ran(10**9, 100_000.0, 100, p)      # far slower, but not compared
+    assert e.hold == 0
+
+
 # ---- launches -----------------------------------------------------------------------
 
 @flydsl.kernel
@@ -105,13 +141,16 @@ def split(monkeypatch):
     measuring it and launches from changing it. Unless ``quick``, every launch decides
     afresh (no launch takes the rarely-timed path on an estimate made under another
     setting). Parallel launches use the helper threads, not OpenMP teams (another
-    test module loads torch, and with it libgomp: see test_cpu_openmp_teams.py)."""
+    test module loads torch, and with it libgomp: see test_cpu_openmp_teams.py).
+    Unless ``compare``, parallel launches are not compared with single-thread ones
+    (these tests' tiny kernels would lose, and stay on one thread for a while)."""
     monkeypatch.setenv("FLYDSL_CPU_OPENMP", "0")
 
-    def use(handoff_ns: float, quick: bool = False) -> SplitPolicy:
+    def use(handoff_ns: float, quick: bool = False, compare: bool = False) -> SplitPolicy:
         policy = cpu_driver.SPLIT
         for attr in ("handoff_ns", "worker_ns", "serial_ns"):
             monkeypatch.setattr(policy, attr, getattr(policy, attr))
+        monkeypatch.setattr(policy, "compare_serial", compare)
         monkeypatch.setattr(policy, "observe", lambda overhead_ns: None)
         monkeypatch.setattr(cpu_driver._POOL, "measured", True)
         if not quick:
@@ -228,6 +267,47 @@ def test_a_small_grid_without_estimate_runs_serially_and_is_measured(monkeypatch
         if claims:
             break
     assert len(claims) == 1
+
+
+
+def test_a_kernel_that_splitting_slows_down_stays_on_one_thread(monkeypatch, split, claims):
+    """A grid whose blocks contend (one atomic each) took 4x longer on two threads: the
+    blocks' time measured in the parallel launch grew with the contention, so the work
+    rule kept splitting. Parallel launches are now compared with a single-thread one."""
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+    split(1.0, compare=True)
+    clock = SteppingClock(1_000)        # a parallel launch's wall: 3 reads; one thread: 1
+    monkeypatch.setattr(cpu_driver, "time", clock)
+    x = np.zeros(64 * 256, np.float32)
+    k = fresh(add_one)[64, 256]
+    k(x, x.size)                        # no estimate: parallel, then one on one thread
+    k(x, x.size)
+    assert len(claims) == 1
+    k(x, x.size)                        # parallel again: no faster (3 us against 1)...
+    k(x, x.size)                        # ...twice in a row...
+    assert len(claims) == 3
+    for _ in range(cpu_driver._HOLD_FIRST):
+        k(x, x.size)                    # ...so the next ones stay on one thread
+    assert len(claims) == 3
+    k(x, x.size)                        # then it tries again
+    assert len(claims) == 4
+    assert (x == 5 + cpu_driver._HOLD_FIRST).all()
+
+
+def test_a_kernel_that_splitting_speeds_up_stays_parallel(monkeypatch, split, claims):
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+    split(1.0, compare=True)
+    clock = SteppingClock(1_000)
+    monkeypatch.setattr(cpu_driver, "time", clock)
+    x = np.zeros(64 * 256, np.float32)
+    k = fresh(add_one)[64, 256]
+    k(x, x.size)                        # parallel
+    clock.step = 1_000_000
+    k(x, x.size)                        # one thread: 1 ms
+    clock.step = 1_000
+    for _ in range(5):
+        k(x, x.size)                    # parallel: 3 us
+    assert len(claims) == 6 and (x == 7).all()
 
 
 def test_small_launches_are_timed_now_and_then(monkeypatch, split):
@@ -400,6 +480,7 @@ import numpy as np
 sys.path.insert(0, {here!r})
 os.environ["FLYDSL_CPU_THREADS"] = "2"
 from flydsl.runtime.drivers import cpu
+cpu.SPLIT.compare_serial = False        # a tiny kernel: parallel would lose, and be held
 from test_cpu_work_split import add_one
 cpu.SPLIT.set_handoff(1.0); cpu._POOL.measured = True
 x = np.zeros(1 << 16, np.float32)

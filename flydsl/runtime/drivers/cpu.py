@@ -24,6 +24,10 @@ other cores busy). :class:`SplitPolicy` then gives a launch one host thread per
 (``FLYDSL_CPU_THREADS``, else the CPUs of the affinity mask): small launches stay on
 the launching thread, with no hand-off at all. A launch of one block never goes
 parallel and is not timed (the warm path of tiny launches stays a plain call).
+Blocks timed in a parallel launch include what the other threads cost them (a
+contended atomic's cache line): so a parallel launch's wall time is also compared
+with the latest single-thread launch, and a kernel that splitting does not speed up
+stays on one thread for a while (:meth:`WorkEstimate.parallel_ran`).
 
 A launch with no estimate yet (the first multi-block launch of a specialization)
 goes parallel when its grid has at least ``_PARALLEL_MIN_THREADS`` GPU threads, as
@@ -86,6 +90,13 @@ _OBSERVED_WEIGHT = 0.25
 QUICK_FRACTION = 4
 #: ...once after this many untimed ones.
 UNTIMED_LAUNCHES = 63
+#: A parallel launch no faster than one thread: this many launches stay on one thread...
+_HOLD_FIRST = 8
+#: ...twice as many after each further loss, up to this many.
+_HOLD_MAX = 512
+#: A first parallel launch is followed by a single-thread one (to compare) only when
+#: that costs at most this much (ns): splitting a longer one rarely loses.
+_PROBE_MAX_NS = 1_000_000.0
 
 
 def cpu_workers() -> int:
@@ -118,7 +129,8 @@ def bounded_handoff(ns: float) -> float:
 
 
 class WorkEstimate:
-    """One bound launch's single-thread time per block of its kernel.
+    """One bound launch's single-thread time per block of its kernel, and whether its
+    parallel launches have paid.
 
     ``block_ns`` is the latest measurement (a kernel's cost may change with its
     arguments), negative until the first. A launch of fewer than ``quick_blocks``
@@ -126,30 +138,71 @@ class WorkEstimate:
     of :attr:`SplitPolicy.serial_ns`): it is timed only once every
     ``UNTIMED_LAUNCHES + 1`` launches (``untimed`` counts down), which keeps two clock
     reads off the warm path of small launches while a change of cost is still seen.
+
+    A parallel launch measures its blocks with the other threads running, so time lost
+    to them (a contended atomic's cache line, a saturated memory bus) counts as work
+    and would keep the launch parallel however slow it got. So its wall time is also
+    compared with ``serial_block_ns``, the blocks' time in the latest single-thread
+    launch (:meth:`parallel_ran`): when two parallel launches in a row were no faster
+    (one alone may have woken sleeping threads, or met another library's spinning
+    ones), the next ``hold`` launches that the work rule would split run on one
+    thread, then it tries again (the hold doubles after each loss, up to
+    ``_HOLD_MAX``). With no single-thread time yet, the next launch that would split
+    runs on one thread once to measure it, if that costs at most ``_PROBE_MAX_NS``.
     Threads launching the same kernel share the estimate; a lost update is harmless.
     """
 
-    __slots__ = ("block_ns", "quick_blocks", "untimed")
+    __slots__ = ("block_ns", "quick_blocks", "untimed", "serial_block_ns", "hold",
+                 "next_hold", "lost")
 
     def __init__(self) -> None:
         self.block_ns = -1.0
         self.quick_blocks = 0
         self.untimed = 0
+        self.serial_block_ns = -1.0
+        self.hold = 0
+        self.next_hold = _HOLD_FIRST
+        self.lost = False
 
     def record(self, elapsed_ns: int, blocks: int, policy: "SplitPolicy") -> None:
         """Take ``blocks`` blocks run in ``elapsed_ns`` on one thread as the estimate."""
         block_ns = max(elapsed_ns, 1) / blocks
+        self.block_ns = self.serial_block_ns = block_ns
+        self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
+
+    def parallel_ran(self, wall_ns: int, work_ns: float, blocks: int,
+                     policy: "SplitPolicy") -> None:
+        """A parallel launch of ``blocks`` blocks took ``wall_ns``, and its threads'
+        time adds up to ``work_ns``: the estimate, and whether to hold off splitting."""
+        block_ns = max(work_ns, 1.0) / blocks
         self.block_ns = block_ns
         self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
+        if not policy.compare_serial:
+            return
+        if self.serial_block_ns < 0:
+            if work_ns <= _PROBE_MAX_NS:
+                self.hold = 1                  # measure one thread's time next
+        elif wall_ns >= self.serial_block_ns * blocks:    # no faster than one thread
+            if self.lost:
+                self.hold, self.lost = self.next_hold, False
+                self.next_hold = min(_HOLD_MAX, 2 * self.next_hold)
+            else:       # the first after a pause wakes sleeping threads: once more
+                self.lost = True
+        else:
+            self.lost = False
+            self.next_hold = _HOLD_FIRST
 
 
 class SplitPolicy:
     """How many host threads a launch gets, from its estimated single-thread time and
-    the measured hand-off cost of one more thread."""
+    the measured hand-off cost of one more thread. ``compare_serial``: whether parallel
+    launches are compared with single-thread ones (:meth:`WorkEstimate.parallel_ran`)."""
 
     def __init__(self, handoff_ns: float = _DEFAULT_HANDOFF_NS, payoff: float = PAYOFF,
-                 unmeasured_min_threads: int = _PARALLEL_MIN_THREADS):
+                 unmeasured_min_threads: int = _PARALLEL_MIN_THREADS,
+                 compare_serial: bool = True):
         self.payoff = payoff
+        self.compare_serial = compare_serial
         self.unmeasured_min_threads = unmeasured_min_threads
         self.set_handoff(handoff_ns)
 
@@ -477,10 +530,14 @@ class CpuLauncher:
             else:
                 block_ns = estimate.block_ns
                 if not 0.0 <= block_ns * nblocks < split.serial_ns:   # maybe worth it
-                    workers = split.workers(block_ns, nblocks, slots.threads, cpu_workers())
-                    if workers > 1:
-                        parallel(slots, nblocks, workers, estimate if measure else None)
-                        return
+                    if estimate.hold:        # splitting lost lately: one thread
+                        estimate.hold -= 1
+                    else:
+                        workers = split.workers(block_ns, nblocks, slots.threads,
+                                                cpu_workers())
+                        if workers > 1:
+                            parallel(slots, nblocks, workers, estimate if measure else None)
+                            return
             t0 = clock()
             if library.call(slots.table_ptr):
                 raise interrupted(name)
@@ -591,16 +648,20 @@ class CpuLauncher:
         if stop:
             raise interrupts.interrupted(self.display_name)
         if ran and estimate is not None:
-            estimate.record(own_ns, ran, SPLIT)
-            if helpers and joined == len(helpers):     # what using helpers cost
-                SPLIT.observe(clock() - started - own_ns)
+            if not helpers:                  # none idle: the caller ran it all
+                estimate.record(own_ns, ran, SPLIT)
+                return
+            wall_ns = clock() - started
+            estimate.parallel_ran(wall_ns, own_ns * nblocks / ran, nblocks, SPLIT)
+            if joined == len(helpers):       # what using helpers cost
+                SPLIT.observe(wall_ns - own_ns)
 
     def _run_team(self, first: _Slots, nblocks: int, workers: int,
                   estimate: Optional[WorkEstimate]) -> None:
         """Run the grid as an OpenMP team of ``workers`` threads (:mod:`.openmp`): each
         member claims chunks of blocks until none is left (the policy has the team's
         hand-off cost, measured at :meth:`bind`). The launch's time, times its threads,
-        is the estimate's (the members are not timed apart)."""
+        is the estimate's work (the members are not timed apart)."""
         chunk = max(1, nblocks // (workers * CLAIMS_PER_THREAD))
         team = (ctypes.c_int64 * TEAM_FIELDS)(first.table_ptr, 0, nblocks, chunk, 0)
         clock = time.perf_counter_ns
@@ -612,7 +673,7 @@ class CpuLauncher:
         if team[TEAM_FIELDS - 1]:
             raise interrupts.interrupted(self.display_name)
         if estimate is not None:
-            estimate.record(elapsed * workers, nblocks, SPLIT)
+            estimate.parallel_ran(elapsed, elapsed * workers, nblocks, SPLIT)
 
 
 def guided_chunks(nblocks: int, threads: int) -> list[int]:
