@@ -530,7 +530,7 @@ class CpuLauncher:
             else:
                 block_ns = estimate.block_ns
                 if not 0.0 <= block_ns * nblocks < split.serial_ns:   # maybe worth it
-                    if estimate.hold:        # splitting lost lately: one thread
+                    if estimate.hold and split.compare_serial:   # splitting lost lately
                         estimate.hold -= 1
                     else:
                         workers = split.workers(block_ns, nblocks, slots.threads,
