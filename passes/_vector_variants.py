@@ -7,11 +7,11 @@ long path always. So :func:`outline_math_ops` replaces each scalar op of a table
 call to a function of the module, and gives that function vector versions through
 LLVM's vector-function ABI (the ``vector-function-abi-variant`` attribute): the loop
 vectorizer calls ``name_v16(<16 x float>)`` once per 16 lanes, and that version
-takes the cheap path when every lane allows it.
+takes the cheapest path that every lane allows.
 
 Every lane gets the result the scalar function gives it, whichever path ran: the
-``full`` code must select, per lane, the result ``fast`` computes wherever
-``fast_ok`` holds.
+``full`` code must select, per lane, the result each path computes wherever that
+path's ``ok`` holds.
 """
 from __future__ import annotations
 
@@ -38,12 +38,11 @@ class Outlined:
     """An f32 function computed out of line.
 
     ``full(x)``: the result for any input (what the scalar function computes);
-    ``fast(x)``: the same result where ``fast_ok(x)`` holds, cheaper;
-    ``fast_ok(x)``: an i1 per lane.
+    ``paths``: ``(ok, code)`` pairs, cheapest first: ``code(x)`` gives the same result
+    as ``full(x)`` on every lane where ``ok(x)`` (an i1 per lane) holds, cheaper.
     """
     full: Callable[[V], V]
-    fast: Callable[[V], V]
-    fast_ok: Callable[[V], V]
+    paths: tuple[tuple[Callable[[V], V], Callable[[V], V]], ...]
 
 
 def outline_math_ops(module: ir.Module, table: dict[str, Outlined]) -> None:
@@ -101,15 +100,22 @@ def _function(name: str, ty: ir.Type, body: Callable[[V], V]) -> func.FuncOp:
 
 
 def _branching(x: V, fn: Outlined) -> V:
-    """``fast(x)`` when every lane allows it, else ``full(x)``: one branch per vector."""
-    b = x.b
-    every = vector.reduction(b.i1, vector.CombiningKind.AND, fn.fast_ok(x).v)
+    """The first path whose ``ok`` holds on every lane, else ``full(x)``: one branch
+    per vector and path."""
+    return _first_path(x, fn.paths, fn.full)
+
+
+def _first_path(x: V, paths: tuple, full: Callable[[V], V]) -> V:
+    if not paths:
+        return full(x)
+    (ok, code), rest = paths[0], paths[1:]
+    every = vector.reduction(x.b.i1, vector.CombiningKind.AND, ok(x).v)
     branch = scf.IfOp(every, [x.v.type], has_else=True)
     with ir.InsertionPoint(branch.then_block):
-        scf.YieldOp([fn.fast(x).v])
+        scf.YieldOp([code(x).v])
     with ir.InsertionPoint(branch.else_block):
-        scf.YieldOp([fn.full(x).v])
-    return V(branch.results[0], b)
+        scf.YieldOp([_first_path(x, rest, full).v])
+    return V(branch.results[0], x.b)
 
 
 __all__ = ["Outlined", "outline_math_ops", "PREFIX", "VECTOR_WIDTHS"]

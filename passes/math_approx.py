@@ -12,7 +12,8 @@ The other functions that would be libm calls (:data:`IEEE_OPS`: tan, pow, erfc, 
 are :mod:`._ieee_math`'s, in f64 (f32 through f64), within an ulp.
 Scalar f32 sin, cos and tan (:data:`OUTLINED`) become calls to functions of the module
 whose vector versions skip the long (Payne-Hanek) reduction when every lane is below
-2^20 (:mod:`._vector_variants`); the results are the same either way.
+2^20, and compute sin and cos in f32 alone when every lane is below 6432
+(:mod:`._vector_variants`); the results are the same either way.
 
 The ops carry ``contract`` (the f32 code reuses no product in a sum whose rounding
 matters; the f64 code's bounds are measured with it), so ``fp_flags``, which flags only
@@ -217,12 +218,66 @@ def _sin_cos(x: V, quarter_turns: int, reduce: Callable = _reduce_any) -> V:
     return select(ax < _INF, from_bits(bits(v) ^ sign), _NAN)
 
 
+#: Below this |x| (n < 2^12 quarter turns), sin and cos are computed in f32 alone
+#: (:func:`_sin_cos_small`): on 16 lanes at a time instead of 8, 2-3x faster.
+_SMALL = 6432.0
+#: pi/2 = _PIO2_F32 + _PIO2_D[0] + _PIO2_D[1] + _PIO2_D[2] + 2.7e-24: the first is f32's
+#: pi/2; the next two have 11 significant bits, so their products with n < 2^13 are
+#: exact (and so are the fma forms LLVM may contract them into).
+_PIO2_F32 = 1.5707963705062866
+_PIO2_D = (-4.371395334601402e-08, 2.5632829192545614e-12, 6.123234262925839e-17)
+#: sin(r) = r + r^3 P(r^2), cos(r) = 1 - r^2/2 + r^4 Q(r^2) on |r| <= pi/4: Taylor series
+#: to r^9 and r^10 (truncation error below 0.05 ulp).
+_SIN_P32 = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(4, 0, -1))
+_COS_Q32 = tuple((-1) ** k / math.factorial(2 * k) for k in range(5, 1, -1))
+
+
+def _reduce_small(ax: V) -> tuple[V, V, V]:
+    """(n as i32, t, e) with ax = n pi/2 + t + e, t + e within 2^-60 of the exact
+    remainder, for 0 <= ax < _SMALL, in f32: ax - n _PIO2_F32 is exact (both are
+    multiples of 2^-24 and the difference is below 1), the next part's product is
+    exact and subtracted with its rounding error kept (two-sum), the rest is small."""
+    b = ax.b
+    nf = roundeven(ax * (2 / math.pi))
+    r = fma(nf, -_PIO2_F32, ax)
+    p = nf * _PIO2_D[0]
+    t = r - p
+    # two-sum: e = (r - t) - p exactly, whatever the sizes of r and p
+    rv = t + p
+    e = (r - rv) - ((t - rv) + p)
+    e = fma(nf, -_PIO2_D[2], fma(nf, -_PIO2_D[1], e))
+    return b.convert(nf, b.i32, arith.fptosi), t, e
+
+
+def _sin_cos_small(x: V, quarter_turns: int) -> V:
+    """sin(x + quarter_turns * pi/2) for |x| < _SMALL, in f32 (see _reduce_small):
+    within 1 ulp, the same bound as the f64 code (checked over every f32 below
+    _SMALL, docs/cpu-performance.md)."""
+    ax = fabs(x)
+    n, t, e = _reduce_small(ax)
+    n = n + quarter_turns
+    t2 = t * t
+    # sin(t + e) = t + (t^3 P(t^2) + e (1 - t^2/2)): one rounding of a small correction
+    s = t + fma(t * t2, poly(t2, _SIN_P32), e * fma(t2, -0.5, 1.0))
+    # cos(t + e) = 1 - t^2/2 + (t^4 Q(t^2) - t e): w = 1 - t^2/2 rounded, 1 - w exact
+    # (Sterbenz), lo = what w lost
+    half = t * 0.5
+    w = fma(-half, t, 1.0)
+    lo = fma(-half, t, 1.0 - w)
+    c = w + (lo + fma(t2 * t2, poly(t2, _COS_Q32), -(t * e)))
+    v = select((n & 1).eq(1), c, s)
+    sign = (n & 2) << 30                      # quadrants 2, 3: negated
+    if quarter_turns == 0:                    # sin is odd
+        sign = sign ^ (bits(x) & (1 << 31))
+    return from_bits(bits(v) ^ sign)
+
+
 def _sin(x: V) -> V:
-    return _sin_cos(x, 0)
+    return select(fabs(x) < _SMALL, _sin_cos_small(x, 0), _sin_cos(x, 0))
 
 
 def _cos(x: V) -> V:
-    return _sin_cos(x, 1)
+    return select(fabs(x) < _SMALL, _sin_cos_small(x, 1), _sin_cos(x, 1))
 
 
 # -- tanh, erf -------------------------------------------------------------------------
@@ -310,16 +365,33 @@ IEEE_OPS = ("math.exp2", "math.log2", "math.expm1", "math.log1p", "math.tan", "m
             "math.acos", "math.atan", "math.atan2", "math.sinh", "math.cosh", "math.asinh",
             "math.acosh", "math.atanh", "math.erf", "math.erfc", "math.powf")
 
-def _fast_reduction_ok(x: V) -> V:
+def _small(x: V) -> V:
+    return fabs(x) < _SMALL
+
+
+def _medium(x: V) -> V:
     return fabs(x) < _MEDIUM
 
 
-#: Scalar f32 ops computed out of line, whose vector versions skip the Payne-Hanek
-#: reduction (most of their cost) when every lane is below _MEDIUM.
+def _sin_cos_outlined(quarter_turns: int, full: Callable[[V], V]) -> Outlined:
+    """sin (0) or cos (1): f32 code when every lane is below _SMALL, else the f64
+    short reduction when every lane is below _MEDIUM (the lanes below _SMALL taking
+    the f32 code's results), else ``full``."""
+    def small(x: V) -> V:
+        return _sin_cos_small(x, quarter_turns)
+
+    def medium(x: V) -> V:
+        return select(_small(x), small(x), _sin_cos(x, quarter_turns, _reduce_medium))
+    return Outlined(full, ((_small, small), (_medium, medium)))
+
+
+#: Scalar f32 ops computed out of line, whose vector versions take the f32 code (sin,
+#: cos) when every lane is below _SMALL and skip the Payne-Hanek reduction (most of
+#: the f64 code's cost) when every lane is below _MEDIUM.
 OUTLINED: dict[str, Outlined] = {
-    "math.sin": Outlined(_sin, lambda x: _sin_cos(x, 0, _reduce_medium), _fast_reduction_ok),
-    "math.cos": Outlined(_cos, lambda x: _sin_cos(x, 1, _reduce_medium), _fast_reduction_ok),
-    "math.tan": Outlined(tan_f32, lambda x: tan_f32(x, _reduce_medium), _fast_reduction_ok),
+    "math.sin": _sin_cos_outlined(0, _sin),
+    "math.cos": _sin_cos_outlined(1, _cos),
+    "math.tan": Outlined(tan_f32, ((_medium, lambda x: tan_f32(x, _reduce_medium)),)),
 }
 
 #: Every op the CPU pass rewrites, by (name, float width): :data:`APPROXIMATIONS` on
