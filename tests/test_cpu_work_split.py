@@ -114,6 +114,26 @@ def test_only_a_cheap_first_parallel_launch_is_followed_by_one_on_one_thread():
     assert e.hold == 0
 
 
+def test_flydsl_cpu_threads_is_read_on_every_call(monkeypatch):
+    """cpu_workers reads the environment through the fast reader: a change is seen at
+    once, and a value that is not a positive count falls back to the CPUs."""
+    monkeypatch.setenv("FLYDSL_CPU_OPENMP", "0")          # helper threads: the CPUs
+    for value, want in (("3", 3), ("1", 1), ("0", None), ("two", None), ("", None)):
+        monkeypatch.setenv("FLYDSL_CPU_THREADS", value)
+        assert cpu_driver.cpu_workers() == (want or cpu_driver.usable_cpus()), value
+    monkeypatch.delenv("FLYDSL_CPU_THREADS")
+    assert cpu_driver.cpu_workers() == cpu_driver.usable_cpus()
+
+
+def test_flydsl_cpu_openmp_0_is_read_on_every_call(monkeypatch):
+    from flydsl.runtime.drivers import openmp
+    for value, off in (("0", True), (" 0 ", True), ("1", False), ("", False)):
+        monkeypatch.setenv("FLYDSL_CPU_OPENMP", value)
+        assert openmp._turned_off() is off, value
+    monkeypatch.delenv("FLYDSL_CPU_OPENMP")
+    assert openmp._turned_off() is False
+
+
 # ---- launches -----------------------------------------------------------------------
 
 @flydsl.kernel

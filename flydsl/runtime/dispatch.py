@@ -13,7 +13,8 @@ from __future__ import annotations
 import numbers
 import operator
 import os
-from typing import Optional
+from functools import partial
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -42,6 +43,21 @@ else:  # pragma: no cover - other platforms
     def env_token() -> tuple:
         return tuple(map(os.environ.get, ENV_KEYS))
     ENV_SOURCE = None
+
+
+def env_reader(name: str) -> Callable[[], object]:
+    """A reader of the environment variable ``name`` for hot paths: ``None`` when it is
+    unset, else its value (bytes from CPython's raw dict, ~10x faster than
+    ``os.environ.get``; str elsewhere). Compare it through :func:`env_text`."""
+    if ENV_SOURCE is not None:
+        return partial(_ENV_DATA.get, os.environ.encodekey(name))
+    return partial(os.environ.get, name)
+
+
+def env_text(raw) -> str:
+    """An :func:`env_reader` value (not None) as text."""
+    return raw if isinstance(raw, str) else os.environ.decodevalue(raw)
+
 
 # the unrolled fast form must read every key (a key it skipped would let a warm launch
 # reuse code compiled for another setting)

@@ -50,6 +50,7 @@ OpenMP teams instead, on its threads, with its far cheaper hand-off (:mod:`.open
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import os
 import statistics
@@ -59,6 +60,7 @@ from functools import partial
 from typing import Callable, Optional, Sequence
 
 from .. import interrupts
+from ..dispatch import env_reader, env_text
 from ..debug_checks import check_oob, flushing_stdout, prints
 from ..memory_profile import ProfiledLaunches
 from ..packing import BoundLaunch, SlotTable, make_packers, param_layout
@@ -99,14 +101,27 @@ _HOLD_MAX = 512
 _PROBE_MAX_NS = 1_000_000.0
 
 
+_THREADS_ENV = env_reader("FLYDSL_CPU_THREADS")
+
+
+@functools.lru_cache(maxsize=16)
+def _threads_setting(raw) -> int:
+    """``FLYDSL_CPU_THREADS``'s value as a thread count; 0 when it is not one."""
+    text = env_text(raw)
+    return int(text) if text.isdigit() and int(text) > 0 else 0
+
+
 def cpu_workers() -> int:
     """Host threads a launch may use: ``FLYDSL_CPU_THREADS``, else the CPUs this process
     may run on (its affinity mask, not the machine's count), at most the OpenMP
     threads of the calling thread where launches run as OpenMP teams (what
-    ``torch.set_num_threads`` set: flydsl's kernels then use as many as torch's ops)."""
-    env = os.environ.get("FLYDSL_CPU_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+    ``torch.set_num_threads`` set: flydsl's kernels then use as many as torch's ops).
+    Read on every parallel launch, so its environment reads are the fast ones."""
+    raw = _THREADS_ENV()
+    if raw is not None:
+        threads = _threads_setting(raw)
+        if threads:
+            return threads
     cpus = usable_cpus()
     if TEAMS.find() is not None:
         return max(1, min(cpus, TEAMS.max_threads()))

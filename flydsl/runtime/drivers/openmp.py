@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Optional
 
+from ..dispatch import env_reader, env_text
+
 #: The fields of a team block (int64 each): argument table, next block, block count,
 #: blocks per claim, interrupt flag seen.
 TEAM_FIELDS = 5
@@ -86,8 +88,12 @@ class OpenMPTeams:
         return self.handoff_ns
 
 
+_OPENMP_ENV = env_reader("FLYDSL_CPU_OPENMP")
+
+
 def _turned_off() -> bool:
-    return os.environ.get("FLYDSL_CPU_OPENMP", "1").strip() == "0"
+    raw = _OPENMP_ENV()      # read on every parallel launch: the fast read
+    return raw is not None and env_text(raw).strip() == "0"
 
 
 def _loaded_libgomp() -> Optional[str]:
