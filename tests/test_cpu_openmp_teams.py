@@ -6,7 +6,7 @@ import pytest
 
 from flydsl.runtime.drivers import cpu as cpu_driver
 from flydsl.runtime.drivers.openmp import TEAMS
-from test_cpu_work_split import add_one
+from test_cpu_work_split import SteppingClock, add_one
 
 torch = pytest.importorskip("torch")    # brings libgomp into the process
 
@@ -50,6 +50,43 @@ def test_every_block_of_a_team_launch_runs_once(monkeypatch, teams, n, workers):
         assert teams and all(t == (blocks, min(workers, blocks)) for t in teams)
     else:
         assert teams == []            # one block never goes parallel
+
+
+def test_a_team_launch_no_faster_than_one_thread_is_held(monkeypatch, teams):
+    """The case the comparison exists for (a contended atomic, with torch loaded): team
+    launches that take as long as one thread make the next ones run on one thread."""
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+    monkeypatch.setattr(cpu_driver.SPLIT, "compare_serial", True)
+    monkeypatch.setattr(cpu_driver, "time", SteppingClock(1_000))   # every launch: 1 us
+    x = np.zeros(64 * 256, np.float32)
+    k = add_one.cache_clear() or add_one[64, 256]
+    k(x, x.size)                       # no estimate: a team, then one on one thread
+    k(x, x.size)
+    assert len(teams) == 1
+    k(x, x.size)                       # a team again, no faster (1 us against 1 us)...
+    k(x, x.size)                       # ...twice in a row
+    assert len(teams) == 3
+    for _ in range(cpu_driver._HOLD_FIRST):
+        k(x, x.size)                   # held on one thread
+    assert len(teams) == 3
+    k(x, x.size)
+    assert len(teams) == 4 and (x == 5 + cpu_driver._HOLD_FIRST).all()
+
+
+def test_a_team_launch_faster_than_one_thread_stays_a_team(monkeypatch, teams):
+    monkeypatch.setenv("FLYDSL_CPU_THREADS", "2")
+    monkeypatch.setattr(cpu_driver.SPLIT, "compare_serial", True)
+    clock = SteppingClock(1_000)
+    monkeypatch.setattr(cpu_driver, "time", clock)
+    x = np.zeros(64 * 256, np.float32)
+    k = add_one.cache_clear() or add_one[64, 256]
+    k(x, x.size)                       # a team
+    clock.step = 1_000_000
+    k(x, x.size)                       # one thread: 1 ms
+    clock.step = 1_000
+    for _ in range(5):
+        k(x, x.size)                   # teams: 1 us
+    assert len(teams) == 6 and (x == 7).all()
 
 
 def test_torch_tensors_and_a_grid_of_uneven_chunks(monkeypatch, teams):

@@ -85,7 +85,7 @@ def test_a_parallel_launch_no_faster_than_one_thread_holds_off_splitting():
     assert e.hold == 1 and e.block_ns == 1_200.0  # the next one measures one thread
     e.hold -= 1
     e.record(50_000, 100, p)                      # that single-thread launch: 500 ns/block
-    assert e.serial_block_ns == 500.0
+    assert e.serial_times == {100: 50_000}
     holds = []
     for _ in range(10):
         e.parallel_ran(50_000, 100_000.0, 100, p)  # 50 us: no faster than one thread...
@@ -107,11 +107,47 @@ def test_only_a_cheap_first_parallel_launch_is_followed_by_one_on_one_thread():
     p = SplitPolicy(HANDOFF)
     e = cpu_driver.WorkEstimate()
     e.parallel_ran(600_000, 1.2 * cpu_driver._PROBE_MAX_NS, 100, p)
-    assert e.hold == 0 and e.serial_block_ns < 0  # measuring it would cost too much
+    assert e.hold == 0 and e.serial_times == {}   # measuring it would cost too much
     p.compare_serial = False
     e.record(50_000, 100, p)
     e.parallel_ran(10**9, 100_000.0, 100, p)      # far slower, but not compared
     assert e.hold == 0
+
+
+def test_a_parallel_launch_is_compared_with_one_thread_on_as_many_blocks_only():
+    """Cheap small grids of a kernel, each timed on one thread, said nothing about its
+    big grid: compared with them, a big launch that ran 2x faster on two threads
+    counted as a loss and was held on one thread for most launches."""
+    p = SplitPolicy(HANDOFF)
+    e = cpu_driver.WorkEstimate()
+    e.record(3_200, 32, p)                       # a small grid on one thread: 100 ns/block
+    for _ in range(3):
+        e.parallel_ran(2_000_000, 4e6, 8192, p)  # 8192 blocks: slower than 8192 * 100 ns
+        assert e.hold == 0 and not e.lost        # but none of that size was timed
+    e.parallel_ran(400_000, 8e5, 8192, p)        # a cheap one: measure one thread next
+    assert e.hold == 1
+    e.hold -= 1
+    e.record(800_000, 8192, p)
+    e.record(3_200, 32, p)                       # the small grid again, in between
+    e.parallel_ran(420_000, 8.4e5, 8192, p)      # faster than 800 us: a win
+    e.parallel_ran(420_000, 8.4e5, 8192, p)
+    assert e.hold == 0 and not e.lost
+    e.parallel_ran(900_000, 1.8e6, 8192, p)
+    e.parallel_ran(900_000, 1.8e6, 8192, p)      # two losses against its own size
+    assert e.hold == cpu_driver._HOLD_FIRST
+
+
+def test_an_estimate_keeps_a_few_grid_sizes():
+    p = SplitPolicy(HANDOFF)
+    e = cpu_driver.WorkEstimate()
+    sizes = range(2, 2 + cpu_driver._SERIAL_SIZES)
+    for blocks in sizes:
+        e.record(1_000 * blocks, blocks, p)
+    assert sorted(e.serial_times) == list(sizes)
+    e.record(5_000, sizes[0], p)                 # a size it has: replaced, none dropped
+    assert len(e.serial_times) == cpu_driver._SERIAL_SIZES
+    e.record(7_000, 1000, p)                     # one more size: the others forgotten
+    assert e.serial_times == {1000: 7_000}
 
 
 def test_flydsl_cpu_threads_is_read_on_every_call(monkeypatch):

@@ -54,9 +54,10 @@ def env_reader(name: str) -> Callable[[], object]:
     return partial(os.environ.get, name)
 
 
-def env_text(raw) -> str:
-    """An :func:`env_reader` value (not None) as text."""
-    return raw if isinstance(raw, str) else os.environ.decodevalue(raw)
+def env_text(raw, _decode=getattr(os.environ, "decodevalue", None)) -> str:
+    """An :func:`env_reader` value (not None) as text (decoded as ``os.environ`` did
+    when this module was imported: a test may replace ``os.environ`` by a dict)."""
+    return raw if isinstance(raw, str) else _decode(raw)
 
 
 # the unrolled fast form must read every key (a key it skipped would let a warm launch

@@ -26,8 +26,8 @@ the launching thread, with no hand-off at all. A launch of one block never goes
 parallel and is not timed (the warm path of tiny launches stays a plain call).
 Blocks timed in a parallel launch include what the other threads cost them (a
 contended atomic's cache line): so a parallel launch's wall time is also compared
-with the latest single-thread launch, and a kernel that splitting does not speed up
-stays on one thread for a while (:meth:`WorkEstimate.parallel_ran`).
+with the latest single-thread launch of as many blocks, and a kernel that splitting
+does not speed up stays on one thread for a while (:meth:`WorkEstimate.parallel_ran`).
 
 A launch with no estimate yet (the first multi-block launch of a specialization)
 goes parallel when its grid has at least ``_PARALLEL_MIN_THREADS`` GPU threads, as
@@ -99,6 +99,8 @@ _HOLD_MAX = 512
 #: A first parallel launch is followed by a single-thread one (to compare) only when
 #: that costs at most this much (ns): splitting a longer one rarely loses.
 _PROBE_MAX_NS = 1_000_000.0
+#: Grid sizes whose single-thread time an estimate keeps (forgotten all at once beyond).
+_SERIAL_SIZES = 8
 
 
 _THREADS_ENV = env_reader("FLYDSL_CPU_THREADS")
@@ -157,33 +159,42 @@ class WorkEstimate:
     A parallel launch measures its blocks with the other threads running, so time lost
     to them (a contended atomic's cache line, a saturated memory bus) counts as work
     and would keep the launch parallel however slow it got. So its wall time is also
-    compared with ``serial_block_ns``, the blocks' time in the latest single-thread
-    launch (:meth:`parallel_ran`): when two parallel launches in a row were no faster
-    (one alone may have woken sleeping threads, or met another library's spinning
-    ones), the next ``hold`` launches that the work rule would split run on one
-    thread, then it tries again (the hold doubles after each loss, up to
-    ``_HOLD_MAX``). With no single-thread time yet, the next launch that would split
-    runs on one thread once to measure it, if that costs at most ``_PROBE_MAX_NS``.
+    compared with ``serial_times[blocks]``, the latest single-thread launch of as many
+    blocks (:meth:`parallel_ran`; a grid of another size, often another workload, says
+    nothing about this one): when two parallel launches in a row were no faster (one
+    alone may have woken sleeping threads, or met another library's spinning ones),
+    the next ``hold`` launches that the work rule would split run on one thread, and
+    are timed, then it tries again (the hold doubles after each loss, up to
+    ``_HOLD_MAX``). With no single-thread time for the grid's size, the next launch
+    that would split runs on one thread once to measure it, if that costs at most
+    ``_PROBE_MAX_NS``. Launches of one grid size whose cost changes with their
+    arguments can still be compared with another argument's time: the held launches
+    measure again, so that lasts one hold.
     Threads launching the same kernel share the estimate; a lost update is harmless.
     """
 
-    __slots__ = ("block_ns", "quick_blocks", "untimed", "serial_block_ns", "hold",
+    __slots__ = ("block_ns", "quick_blocks", "untimed", "serial_times", "hold",
                  "next_hold", "lost")
 
     def __init__(self) -> None:
         self.block_ns = -1.0
         self.quick_blocks = 0
         self.untimed = 0
-        self.serial_block_ns = -1.0
+        self.serial_times: dict = {}    # blocks -> their latest single-thread time (ns)
         self.hold = 0
         self.next_hold = _HOLD_FIRST
         self.lost = False
 
     def record(self, elapsed_ns: int, blocks: int, policy: "SplitPolicy") -> None:
         """Take ``blocks`` blocks run in ``elapsed_ns`` on one thread as the estimate."""
-        block_ns = max(elapsed_ns, 1) / blocks
-        self.block_ns = self.serial_block_ns = block_ns
+        elapsed_ns = max(elapsed_ns, 1)
+        block_ns = elapsed_ns / blocks
+        self.block_ns = block_ns
         self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
+        serial = self.serial_times
+        if len(serial) >= _SERIAL_SIZES and blocks not in serial:
+            serial.clear()
+        serial[blocks] = elapsed_ns
 
     def parallel_ran(self, wall_ns: int, work_ns: float, blocks: int,
                      policy: "SplitPolicy") -> None:
@@ -194,10 +205,11 @@ class WorkEstimate:
         self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
         if not policy.compare_serial:
             return
-        if self.serial_block_ns < 0:
+        serial_time = self.serial_times.get(blocks)
+        if serial_time is None:
             if work_ns <= _PROBE_MAX_NS:
                 self.hold = 1                  # measure one thread's time next
-        elif wall_ns >= self.serial_block_ns * blocks:    # no faster than one thread
+        elif wall_ns >= serial_time:           # no faster than one thread
             if self.lost:
                 self.hold, self.lost = self.next_hold, False
                 self.next_hold = min(_HOLD_MAX, 2 * self.next_hold)
@@ -545,7 +557,7 @@ class CpuLauncher:
             else:
                 block_ns = estimate.block_ns
                 if not 0.0 <= block_ns * nblocks < split.serial_ns:   # maybe worth it
-                    if estimate.hold and split.compare_serial:   # splitting lost lately
+                    if estimate.hold > 0 and split.compare_serial:   # splitting lost lately
                         estimate.hold -= 1
                     else:
                         workers = split.workers(block_ns, nblocks, slots.threads,
