@@ -11,7 +11,8 @@ For a kernel ``@k(a0, ..., an)`` the module afterwards holds::
 which runs the blocks with linear id ``bx + grid_x * (by + grid_y * bz)`` in
 ``[block_begin, block_end)`` one after the other and, inside each block, all
 ``block_x * block_y * block_z`` threads as loop nests (``tz``/``ty``/``tx``,
-``tx`` innermost).  The ``gpu.module``s and the ``gpu.container_module``
+``tx`` innermost; ``ty`` innermost in a kernel whose rows run along it, which also
+walks its blocks ``by`` first: :mod:`._simt_thread_order`).  The ``gpu.module``s and the ``gpu.container_module``
 attribute are removed; no ``gpu`` op is left.  The host may call ``@k``
 concurrently on disjoint block ranges: all scratch memory (workgroup memory,
 per-thread slots, shuffle buffers) is ``memref.alloca``'d at function entry,
@@ -87,6 +88,7 @@ from ._simt_lanes import (LEVEL_ATTR, StridedLoopInterchange, inline_regions, la
                           lane_range, thread_dim)
 from ._simt_spill import SPILL_ATTR, SlotCodec, codec_for
 from ._simt_split import split_thread_loops
+from ._simt_thread_order import prefers_y_inner, swap_x_y
 from ._simt_ir import (SYNC_OPS, dimension_of, is_pure, may_trap, source_location,
                        strip_memory_space)
 from ._simt_uniformity import BROADCAST_ATTR, Uniformity
@@ -333,6 +335,16 @@ class _KernelLowering:
         gx, gy, gz, bx, by, bz, begin, end, dynamic_shared = args[n:]
         self.seeds.update(args)
         self.known_block = self._known_block_size(gfunc)
+        # ty innermost where the kernel's rows run along it (._simt_thread_order); not
+        # where a report names threads (debug, race checks, the memory profile)
+        self.swapped_xy = (self.checks is None and self.recorder is None
+                           and prefers_y_inner(gfunc))
+        if self.swapped_xy:
+            swap_x_y(gfunc)
+            bx, by = by, bx
+            if self.known_block:
+                kx, ky, kz = self.known_block
+                self.known_block = [ky, kx, kz]
         loc = gfunc.location
         with ir.InsertionPoint(entry), loc:
             c1 = arith.ConstantOp(idx, 1).result
@@ -349,14 +361,21 @@ class _KernelLowering:
             t = arith.muli(self.bdim["x"], self.bdim["y"])
             self.nthreads = arith.muli(t, self.bdim["z"])
         self.seeds.update([t, self.nthreads])
-        # block loop: linear block id -> (bx, by, bz)
+        # block loop: linear block id -> (bx, by, bz), bx fastest (by where swapped)
         loop_body = self.block_loop.regions[0].blocks[0]
         lin = loop_body.arguments[0]
         with ir.InsertionPoint(loop_body), loc:
-            bid_x = arith.remui(lin, gx)
-            q = arith.divui(lin, gx)
-            bid_y = arith.remui(q, gy)
-            bid_z = arith.divui(q, gy)
+            if self.swapped_xy:
+                # by fastest, as ty: the blocks then walk the kernel's rows as well
+                bid_y = arith.remui(lin, gy)
+                q = arith.divui(lin, gy)
+                bid_x = arith.remui(q, gx)
+                bid_z = arith.divui(q, gx)
+            else:
+                bid_x = arith.remui(lin, gx)
+                q = arith.divui(lin, gx)
+                bid_y = arith.remui(q, gy)
+                bid_z = arith.divui(q, gy)
             self.block_yield = op_of(scf.YieldOp([]))
         self.seeds.update([lin, bid_x, q, bid_y, bid_z])
         self.bid = {"x": bid_x, "y": bid_y, "z": bid_z}
