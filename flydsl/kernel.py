@@ -70,8 +70,6 @@ class KernelFunction:
         self.known_block_size = _known_block_size(known_block_size, fn.__name__)
         self._known_block_size = (None if self.known_block_size is None
                                   else list(self.known_block_size))
-        if self.known_block_size is not None:   # what the tracer reads
-            fn.__flydsl_known_block_size__ = self.known_block_size
         if name is not None and not (isinstance(name, str) and name.isidentifier()):
             raise DSLTypeError(f"kernel {fn.__name__!r}: name must be an identifier, got "
                                f"{name!r}", kernel=fn.__name__)
@@ -538,7 +536,8 @@ class KernelFunction:
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None or not _same_environ(hit):
-                with launch_block(None if self.known_block_size else block3) as state:
+                with launch_block(None if self.known_block_size else block3,
+                                  self.known_block_size) as state:
                     hit = compile_specialization(self.fn, self.name, specs, backend, options)
                 hit.environ_read = _environ_read(hit)
                 if reads_launch_block(state, hit) and not self._reads_launch_block:

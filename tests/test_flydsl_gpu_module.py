@@ -117,6 +117,32 @@ def test_known_block_size_from_the_launch_is_in_the_cache_key():
     assert (out == 802).all() and len(kernel_compiler.compiled_keys) == before + 1
 
 
+def _fill_2d(y: fx.Tensor, rows: fx.Int32, cols: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    j = fx.block_idx.y * fx.block_dim.y + fx.thread_idx.y
+    if i < rows and j < cols:
+        y[i, j] = 3.0
+
+
+def test_kernels_of_one_function_that_declare_two_block_sizes_compile_apart():
+    """Two ``flydsl.kernel(known_block_size=...)`` of one function shared compiled code,
+    in a process and through the disk cache (the declaration was an attribute of the
+    function and not in the key): the second ran with the first's block size and
+    wrote 64 of 4096 elements, silently."""
+    from flydsl.kernel import KernelFunction
+    wide = flydsl.kernel(known_block_size=[64, 1, 1])(_fill_2d)
+    tall = flydsl.kernel(known_block_size=[1, 64, 1])(_fill_2d)   # declared before any launch
+    for k, block in ((wide, (64, 1)), (tall, (1, 64)), (wide, (64, 1))):
+        y = np.zeros((64, 64), np.float32)
+        k[(64 // block[0], 64 // block[1]), block](y, 64, 64)
+        assert (y == 3.0).all(), block
+    # a new process's kernel: from the disk cache, each its own entry
+    again = KernelFunction(_fill_2d, known_block_size=[1, 64, 1])
+    y = np.zeros((64, 64), np.float32)
+    again[(64, 1), (1, 64)](y, 64, 64)
+    assert (y == 3.0).all()
+
+
 def test_known_block_size_without_any_block_is_an_error():
     with pytest.raises(Exception, match="no compile-time block size"):
         _no_size.prepare((np.zeros(1, np.float32),), grid=1, block=1)

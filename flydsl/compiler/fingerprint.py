@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .. import version
 from .content_hash import Unhashable, content_hash, traced_function_hash
@@ -71,14 +71,19 @@ def specialization_text(specs: Sequence) -> str:
     return ";".join(parts)
 
 
-def base_key(fn, specs: Sequence, backend, options) -> str:
-    """Everything in the key that is known before tracing (see the module docstring).
-    Not the interpreter's version: the tracer reads the kernel's source, not its
-    bytecode, so a bundle built with one Python loads under another."""
+def base_key(fn, specs: Sequence, backend, options,
+             known_block_size: Optional[tuple] = None) -> str:
+    """Everything in the key that is known before tracing (see the module docstring),
+    with the block size the kernel declares (``known_block_size``: two kernels of one
+    function may declare two). Not the interpreter's version: the tracer reads the
+    kernel's source, not its bytecode, so a bundle built with one Python loads under
+    another."""
     h = hashlib.sha256()
     parts = (f"flydsl {version.__version__}", flydsl_sources_hash(),
              traced_function_hash(fn), specialization_text(specs), backend.name,
              backend.hash(options, toolchain=False))
+    if known_block_size is not None:
+        parts += (f"known_block_size {list(known_block_size)}",)
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")

@@ -136,9 +136,10 @@ def compile_specialization(fn, name: str, specs: tuple, backend, options) -> Com
     if not store.usable():
         deploy.before_compile(name, specs, backend.target, ())
         return _compile(fn, name, specs, backend, options)
-    base = base_key(fn, specs, backend, options)
-    constexprs = {s.name: s.value for s in specs if s.kind == "constexpr"}
     launch = current_launch_block()
+    base = base_key(fn, specs, backend, options,
+                    launch.declared if launch is not None else None)
+    constexprs = {s.name: s.value for s in specs if s.kind == "constexpr"}
     if launch is not None and launch.block is not None:   # what P:@launch_block resolves to
         constexprs[LAUNCH_BLOCK] = launch.block
     hit = _lookup(store, base, fn, constexprs, specs, backend)

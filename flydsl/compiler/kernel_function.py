@@ -198,21 +198,26 @@ _launch = threading.local()
 
 class LaunchBlock:
     """The block of the launch being compiled (``block``: ``(x, y, z)``, None when
-    unknown) and whether the trace read it (``read``)."""
+    unknown), whether the trace read it (``read``), and the block size the kernel
+    declares (``declared``: ``@flydsl.kernel(known_block_size=...)``, or None)."""
 
-    __slots__ = ("block", "read")
+    __slots__ = ("block", "read", "declared")
 
-    def __init__(self, block: Optional[tuple]):
+    def __init__(self, block: Optional[tuple], declared: Optional[tuple] = None):
         self.block = tuple(block) if block is not None else None
         self.read = False
+        self.declared = tuple(declared) if declared is not None else None
 
 
 @contextlib.contextmanager
-def launch_block(block: Optional[tuple]) -> Iterator[LaunchBlock]:
+def launch_block(block: Optional[tuple],
+                 declared: Optional[tuple] = None) -> Iterator[LaunchBlock]:
     """While the block runs on this thread, kernels compiled for a launch of ``block``
-    threads may read it (``fx.known_block_size()`` without a declaration)."""
+    threads may read it (``fx.known_block_size()`` without a declaration); the kernel
+    compiled declares the block size ``declared`` (part of its cache key: two kernels
+    of one function may declare two sizes)."""
     previous = getattr(_launch, "state", None)
-    state = _launch.state = LaunchBlock(block)
+    state = _launch.state = LaunchBlock(block, declared)
     try:
         yield state
     finally:

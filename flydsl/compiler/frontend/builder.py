@@ -10,6 +10,7 @@ from mlir.dialects import gpu
 
 from ...passes.ir import CHECKED_ARGS, MEMREF_VIEW_OPS
 from ..function_attrs import attach_function_attrs
+from ..kernel_function import current_launch_block
 from ...runtime.specialization import ALIGNMENT
 from .codegen import Codegen
 from .context import TraceContext, tracing
@@ -59,7 +60,8 @@ def trace_kernel(fn, name: str, params: tuple, target, options) -> TracedKernel:
                             filename=src.filename)
         if target.backend == "rocm":   # FlyDSL's value_attrs; other backends have none
             attach_function_attrs(func_op, options.function_attrs)
-        block_size = getattr(fn, "__flydsl_known_block_size__", None)
+        launch = current_launch_block()   # the compiled kernel's own declaration
+        block_size = launch.declared if launch is not None else None
         if block_size is not None:   # @flydsl.kernel(known_block_size=...): a backend hint
             tctx.extra["known_block_size"] = block_size
             func_op.attributes["known_block_size"] = ir.DenseI32ArrayAttr.get(list(block_size))
