@@ -12,10 +12,12 @@ by ``tx``. :func:`swap_x_y` then swaps the kernel's ``x`` and ``y`` thread ids a
 block sizes; the lowering reads the block's ``y`` size where it read ``x``, and the
 other way round, so every thread computes what it computed, with ``ty`` innermost.
 The order threads run in within a barrier-free block is the CPU backend's choice (a
-GPU runs them at once), so only kernels where nothing can tell are swapped: no
-barrier, warp collective, atomic, call (``printf``), lane or global id, nor any op
-this module does not know. Debug, race-check and memory-profile builds, which report
-thread ids, keep the order.
+GPU runs them at once), so only kernels where a race-free program cannot tell are
+swapped: no barrier, warp collective, atomic, call (``printf``), lane or global id,
+nor any op this module does not know. (Which of two racing stores lands last, or
+what a read of memory no thread wrote finds, may change, as it may from one GPU run
+to the next.) Debug, race-check and memory-profile builds, which report thread ids,
+keep the order.
 """
 from __future__ import annotations
 
@@ -61,15 +63,19 @@ def prefers_y_inner(gfunc) -> bool:
 
 def _access_vote(op, name: str) -> Optional[str]:
     """"y" for an access whose contiguous last index depends on ``ty`` only and another
-    index on ``tx``; "x" for one whose last index depends on ``tx``; else None."""
+    index on ``tx``; "x" for one whose last index depends on ``tx`` (a flattened
+    ``a[j * m + i]`` too: which of its terms is contiguous is not looked into); else
+    None."""
     operands = list(op.operands)
     mem, indices = (operands[1], operands[2:]) if name == "memref.store" else \
         (operands[0], operands[1:])
-    if len(indices) < 2 or not _last_contiguous(mem.type):
+    if not indices or not _last_contiguous(mem.type):
         return None
     last = _thread_dims(indices[-1])
     if "x" in last:
         return "x"
+    if len(indices) < 2:
+        return None
     if "y" in last and any("x" in _thread_dims(i) for i in indices[:-1]):
         return "y"
     return None

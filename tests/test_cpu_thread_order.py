@@ -24,13 +24,14 @@ def numba_2d(x: fx.Tensor, y: fx.Tensor, rows: fx.Int32, cols: fx.Int32):
 
 @flydsl.kernel
 def numba_2d_ids(out: fx.Tensor, rows: fx.Int32, cols: fx.Int32):
-    """Every id a thread can see, written where its rows run along ty."""
+    """Every id a thread can see, written where its rows run along ty (swapped)."""
     i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
     j = fx.block_idx.y * fx.block_dim.y + fx.thread_idx.y
     if i < rows and j < cols:
-        out[i, j, 0] = fx.thread_idx.y * fx.block_dim.x + fx.thread_idx.x   # linear id
-        out[i, j, 1] = fx.block_idx.y * fx.grid_dim.x + fx.block_idx.x      # linear block
-        out[i, j, 2] = fx.block_dim.x * 1000 + fx.block_dim.y
+        out[0, i, j] = fx.thread_idx.y * fx.block_dim.x + fx.thread_idx.x   # linear id
+        out[1, i, j] = fx.block_idx.y * fx.grid_dim.x + fx.block_idx.x      # linear block
+        out[2, i, j] = fx.block_dim.x * 1000 + fx.block_dim.y
+        out[3, i, j] = fx.grid_dim.x * 1000 + fx.grid_dim.y
 
 
 @flydsl.kernel
@@ -40,6 +41,32 @@ def numba_grid_stride_2d(x: fx.Tensor, y: fx.Tensor, rows: fx.Int32, cols: fx.In
         for j in range(fx.block_idx.y * fx.block_dim.y + fx.thread_idx.y, cols,
                        fx.block_dim.y * fx.grid_dim.y):
             y[i, j] = x[i, j] * 2.0 + i
+
+
+@flydsl.kernel
+def numba_2d_flat_mixed(x: fx.Tensor, w: fx.Tensor, y: fx.Tensor, rows: fx.Int32):
+    """Rows along tx in flat memory, a small table along ty: the flat traffic wins."""
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    j = fx.block_idx.y * fx.block_dim.y + fx.thread_idx.y
+    y[j * rows + i] = x[j * rows + i] * w[fx.thread_idx.x, fx.thread_idx.y]
+
+
+@flydsl.kernel
+def numba_2d_barrier(x: fx.Tensor, y: fx.Tensor, rows: fx.Int32, cols: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    j = fx.block_idx.y * fx.block_dim.y + fx.thread_idx.y
+    v = x[i, j]
+    fx.barrier()
+    y[i, j] = v
+
+
+@flydsl.kernel
+def numba_2d_printf(x: fx.Tensor, y: fx.Tensor, rows: fx.Int32, cols: fx.Int32):
+    i = fx.block_idx.x * fx.block_dim.x + fx.thread_idx.x
+    j = fx.block_idx.y * fx.block_dim.y + fx.thread_idx.y
+    if i == 0 and j == 0:
+        fx.printf("%d\n", i)
+    y[i, j] = x[i, j]
 
 
 @flydsl.kernel
@@ -65,16 +92,22 @@ def test_the_numba_form_computes_what_numpy_does(rows, cols, block):
     np.testing.assert_array_equal(y, x * 2.0 + i - j)
 
 
-@pytest.mark.parametrize("block,grid", [((16, 4), (3, 5)), ((4, 16), (5, 3)), ((8, 8), (2, 2))])
-def test_every_thread_sees_its_own_ids(block, grid):
+@pytest.mark.parametrize("block,grid", [((16, 4), (3, 5)), ((4, 16), (5, 3)), ((8, 8), (2, 2)),
+                                        ((1, 32), (4, 1)), ((32, 1), (1, 4))])
+def test_every_thread_sees_its_own_ids(monkeypatch, tmp_path, block, grid):
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path))
+    seen = _decisions(monkeypatch)
+    numba_2d_ids.cache_clear()
     rows, cols = block[0] * grid[0], block[1] * grid[1]
-    out = np.full((rows, cols, 3), -1, np.int32)
+    out = np.full((4, rows, cols), -1, np.int32)
     numba_2d_ids[grid, block](out, rows, cols)
+    assert seen == [True]
     i, j = np.indices((rows, cols))
     tx, ty, bx, by = i % block[0], j % block[1], i // block[0], j // block[1]
-    np.testing.assert_array_equal(out[..., 0], ty * block[0] + tx)
-    np.testing.assert_array_equal(out[..., 1], by * grid[0] + bx)
-    assert (out[..., 2] == block[0] * 1000 + block[1]).all()
+    np.testing.assert_array_equal(out[0], ty * block[0] + tx)
+    np.testing.assert_array_equal(out[1], by * grid[0] + bx)
+    assert (out[2] == block[0] * 1000 + block[1]).all()
+    assert (out[3] == grid[0] * 1000 + grid[1]).all()
 
 
 @pytest.mark.parametrize("rows,cols,grid,block", [(64, 64, (2, 2), (8, 8)),
@@ -110,16 +143,48 @@ def _decisions(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("kernel,swapped", [(numba_2d, True), (numba_grid_stride_2d, True),
-                                            (numba_2d_atomic, False)])
-def test_which_kernels_run_ty_innermost(monkeypatch, tmp_path, kernel, swapped):
-    """Rows along ty: swapped; an atomic (whose float sums depend on the order):
-    not."""
+                                            (numba_2d_atomic, False),
+                                            (numba_2d_barrier, False),
+                                            (numba_2d_printf, False)])
+def test_which_kernels_run_ty_innermost(monkeypatch, tmp_path, capfd, kernel, swapped):
+    """Rows along ty: swapped; an atomic (whose float sums depend on the order), a
+    barrier, a printf (its lines' order): not."""
     monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path))
     seen = _decisions(monkeypatch)
     kernel.cache_clear()
-    x = np.ones((8, 8), np.float32)
-    kernel[(1, 1), (8, 8)](x, np.zeros_like(x), 8, 8)
+    x = rng.standard_normal((8, 8)).astype(np.float32)
+    y = np.zeros_like(x)
+    kernel[(1, 1), (8, 8)](x, y, 8, 8)
     assert seen == [swapped]
+    if kernel in (numba_2d_barrier, numba_2d_printf):
+        np.testing.assert_array_equal(y, x)
+
+
+def test_flat_rows_along_tx_outvote_a_table_along_ty(monkeypatch, tmp_path):
+    """One small 2-D table read along ty swapped a kernel whose flat traffic runs
+    along tx: 2.0 ms became 16.3 ms (2048 x 2048, one thread)."""
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path))
+    seen = _decisions(monkeypatch)
+    numba_2d_flat_mixed.cache_clear()
+    rows, cols = 32, 16
+    x = rng.standard_normal(rows * cols).astype(np.float32)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    y = np.zeros_like(x)
+    numba_2d_flat_mixed[(rows // 8, cols // 8), (8, 8)](x, w, y, rows)
+    assert seen == [False]
+    i, j = np.indices((rows, cols))
+    np.testing.assert_allclose(y, (x.reshape(cols, rows).T * w[i % 8, j % 8]).T.ravel(),
+                               rtol=1e-6)
+
+
+def test_a_race_check_build_keeps_tx_innermost(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FLYDSL_RACECHECK", "1")
+    seen = _decisions(monkeypatch)
+    numba_2d.cache_clear()
+    x = np.ones((8, 8), np.float32)
+    numba_2d[(1, 1), (8, 8)](x, x.copy(), 8, 8)
+    assert seen == []
 
 
 def test_a_row_major_kernel_and_a_debug_build_keep_tx_innermost(monkeypatch, tmp_path):
