@@ -13,8 +13,8 @@ back-to-back calls as last a few ms). ratio = flydsl time / alternative time: lo
 is better, and the target is met when the median ratio is at most the target.
 
 Rows (``--rows`` takes names or fnmatch patterns, comma separated): vadd,
-vadd_sizes, exp_sin, erf, softmax, layernorm, sum, grid_stride, matmul, axpy4,
-launch. ``--quick`` shrinks the sizes and the repeats (a smoke run).
+vadd_sizes, exp_sin, erf, softmax, layernorm, sum, grid_stride, grid2d, matmul,
+axpy4, launch. ``--quick`` shrinks the sizes and the repeats (a smoke run).
 """
 from __future__ import annotations
 
@@ -285,6 +285,27 @@ def bench_grid_stride(cfg: Config) -> list[Result]:
     return rows
 
 
+def bench_grid2d(cfg: Config) -> list[Result]:
+    """2-D kernels (blocks of 16 x 16) on a 2048 x 2048 float32 array (512 x 512 quick),
+    ``y = x * 2``: row-major, and numba's order (``tx`` walks the rows) one element per
+    thread and as a grid-stride nest, against numpy ``np.multiply(out=)``."""
+    import numpy as np
+    from grid2d import launches
+    n = 512 if cfg.quick else 2048
+    x = _rng().random((n, n), dtype=np.float32)
+    y, ref = np.empty_like(x), np.empty_like(x)
+    np.multiply(x, 2.0, out=ref)
+    rows = []
+    for name, launch in launches(n, n).items():
+        y.fill(np.nan)
+        launch(x, y, n, n)
+        np.testing.assert_array_equal(y, ref)
+        f, t = measure(cfg, lambda: launch(x, y, n, n), lambda: np.multiply(x, 2.0, out=ref))
+        rows.append(Result(f"2-D {name} {n}^2 f32", "numpy np.multiply(out=)", cfg.threads,
+                           f, t))
+    return rows
+
+
 def cpu_mhz() -> float:
     """The clock /proc/cpuinfo reports ("cpu MHz" of the first CPU); 0 when unknown."""
     try:
@@ -370,7 +391,7 @@ def bench_launch(cfg: Config) -> list[Result]:
 ROWS: dict[str, Callable[[Config], list[Result]]] = {
     "vadd": bench_vadd, "vadd_sizes": bench_vadd_sizes, "exp_sin": bench_exp_sin,
     "erf": bench_erf, "softmax": bench_softmax, "layernorm": bench_layernorm,
-    "sum": bench_sum, "grid_stride": bench_grid_stride,
+    "sum": bench_sum, "grid_stride": bench_grid_stride, "grid2d": bench_grid2d,
     "matmul": bench_matmul, "axpy4": bench_axpy4, "launch": bench_launch,
 }
 
