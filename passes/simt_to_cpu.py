@@ -12,8 +12,8 @@ which runs the blocks with linear id ``bx + grid_x * (by + grid_y * bz)`` in
 ``[block_begin, block_end)`` one after the other and, inside each block, all
 ``block_x * block_y * block_z`` threads as loop nests (``tz``/``ty``/``tx``,
 ``tx`` innermost; ``ty`` innermost in a kernel whose rows run along it, which also
-walks its blocks ``by`` first: :mod:`._simt_thread_order`).  The ``gpu.module``s and the ``gpu.container_module``
-attribute are removed; no ``gpu`` op is left.  The host may call ``@k``
+walks its blocks ``by`` first: :mod:`._simt_thread_order`).  The ``gpu.module``s and
+the ``gpu.container_module`` attribute are removed; no ``gpu`` op is left.  The host may call ``@k``
 concurrently on disjoint block ranges: all scratch memory (workgroup memory,
 per-thread slots, shuffle buffers) is ``memref.alloca``'d at function entry,
 once per call, in the default memory space.
@@ -337,9 +337,9 @@ class _KernelLowering:
         self.known_block = self._known_block_size(gfunc)
         # ty innermost where the kernel's rows run along it (._simt_thread_order); not
         # where a report names threads (debug, race checks, the memory profile)
-        self.swapped_xy = (self.checks is None and self.recorder is None
-                           and prefers_y_inner(gfunc))
-        if self.swapped_xy:
+        swapped = (self.checks is None and self.recorder is None
+                   and prefers_y_inner(gfunc))
+        if swapped:
             swap_x_y(gfunc)
             bx, by = by, bx
             if self.known_block:
@@ -361,24 +361,19 @@ class _KernelLowering:
             t = arith.muli(self.bdim["x"], self.bdim["y"])
             self.nthreads = arith.muli(t, self.bdim["z"])
         self.seeds.update([t, self.nthreads])
-        # block loop: linear block id -> (bx, by, bz), bx fastest (by where swapped)
+        # block loop: linear block id -> (bx, by, bz), bx fastest (by where swapped, as
+        # ty: the blocks then walk the kernel's rows as well)
         loop_body = self.block_loop.regions[0].blocks[0]
         lin = loop_body.arguments[0]
+        fast, slow = ("y", "x") if swapped else ("x", "y")
+        self.bid = {}
         with ir.InsertionPoint(loop_body), loc:
-            if self.swapped_xy:
-                # by fastest, as ty: the blocks then walk the kernel's rows as well
-                bid_y = arith.remui(lin, gy)
-                q = arith.divui(lin, gy)
-                bid_x = arith.remui(q, gx)
-                bid_z = arith.divui(q, gx)
-            else:
-                bid_x = arith.remui(lin, gx)
-                q = arith.divui(lin, gx)
-                bid_y = arith.remui(q, gy)
-                bid_z = arith.divui(q, gy)
+            self.bid[fast] = arith.remui(lin, self.grid[fast])
+            q = arith.divui(lin, self.grid[fast])
+            self.bid[slow] = arith.remui(q, self.grid[slow])
+            self.bid["z"] = arith.divui(q, self.grid[slow])
             self.block_yield = op_of(scf.YieldOp([]))
-        self.seeds.update([lin, bid_x, q, bid_y, bid_z])
-        self.bid = {"x": bid_x, "y": bid_y, "z": bid_z}
+        self.seeds.update([lin, q, *self.bid.values()])
         self.body = loop_body
 
         # kernel arguments, workgroup and private attributions
