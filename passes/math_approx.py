@@ -275,12 +275,22 @@ def _sin_cos_small(x: V, quarter_turns: int) -> V:
     return from_bits(bits(v) ^ sign)
 
 
+def _small(x: V) -> V:
+    return fabs(x) < _SMALL
+
+
+def _sin_cos_any(x: V, quarter_turns: int, reduce: Callable = _reduce_any) -> V:
+    """:func:`_sin_cos` where the f32 code (:func:`_sin_cos_small`) does not apply."""
+    return select(_small(x), _sin_cos_small(x, quarter_turns),
+                  _sin_cos(x, quarter_turns, reduce))
+
+
 def _sin(x: V) -> V:
-    return select(fabs(x) < _SMALL, _sin_cos_small(x, 0), _sin_cos(x, 0))
+    return _sin_cos_any(x, 0)
 
 
 def _cos(x: V) -> V:
-    return select(fabs(x) < _SMALL, _sin_cos_small(x, 1), _sin_cos(x, 1))
+    return _sin_cos_any(x, 1)
 
 
 # -- tanh, erf -------------------------------------------------------------------------
@@ -368,32 +378,25 @@ IEEE_OPS = ("math.exp2", "math.log2", "math.expm1", "math.log1p", "math.tan", "m
             "math.acos", "math.atan", "math.atan2", "math.sinh", "math.cosh", "math.asinh",
             "math.acosh", "math.atanh", "math.erf", "math.erfc", "math.powf")
 
-def _small(x: V) -> V:
-    return fabs(x) < _SMALL
-
-
 def _medium(x: V) -> V:
     return fabs(x) < _MEDIUM
 
 
-def _sin_cos_outlined(quarter_turns: int, full: Callable[[V], V]) -> Outlined:
+def _sin_cos_outlined(quarter_turns: int) -> Outlined:
     """sin (0) or cos (1): f32 code when every lane is below _SMALL, else the f64
     short reduction when every lane is below _MEDIUM (the lanes below _SMALL taking
-    the f32 code's results), else ``full``."""
-    def small(x: V) -> V:
-        return _sin_cos_small(x, quarter_turns)
-
-    def medium(x: V) -> V:
-        return select(_small(x), small(x), _sin_cos(x, quarter_turns, _reduce_medium))
-    return Outlined(full, ((_small, small), (_medium, medium)))
+    the f32 code's results), else everything (:func:`_sin_cos_any`)."""
+    return Outlined(lambda x: _sin_cos_any(x, quarter_turns),
+                    ((_small, lambda x: _sin_cos_small(x, quarter_turns)),
+                     (_medium, lambda x: _sin_cos_any(x, quarter_turns, _reduce_medium))))
 
 
 #: Scalar f32 ops computed out of line, whose vector versions take the f32 code (sin,
 #: cos) when every lane is below _SMALL and skip the Payne-Hanek reduction (most of
 #: the f64 code's cost) when every lane is below _MEDIUM.
 OUTLINED: dict[str, Outlined] = {
-    "math.sin": _sin_cos_outlined(0, _sin),
-    "math.cos": _sin_cos_outlined(1, _cos),
+    "math.sin": _sin_cos_outlined(0),
+    "math.cos": _sin_cos_outlined(1),
     "math.tan": Outlined(tan_f32, ((_medium, lambda x: tan_f32(x, _reduce_medium)),)),
 }
 
