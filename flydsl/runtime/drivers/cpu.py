@@ -185,12 +185,14 @@ class WorkEstimate:
         self.next_hold = _HOLD_FIRST
         self.lost = False
 
+    def _estimate(self, block_ns: float, policy: "SplitPolicy") -> None:
+        self.block_ns = block_ns
+        self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
+
     def record(self, elapsed_ns: int, blocks: int, policy: "SplitPolicy") -> None:
         """Take ``blocks`` blocks run in ``elapsed_ns`` on one thread as the estimate."""
         elapsed_ns = max(elapsed_ns, 1)
-        block_ns = elapsed_ns / blocks
-        self.block_ns = block_ns
-        self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
+        self._estimate(elapsed_ns / blocks, policy)
         serial = self.serial_times
         if len(serial) >= _SERIAL_SIZES and blocks not in serial:
             serial.clear()
@@ -200,9 +202,7 @@ class WorkEstimate:
                      policy: "SplitPolicy") -> None:
         """A parallel launch of ``blocks`` blocks took ``wall_ns``, and its threads'
         time adds up to ``work_ns``: the estimate, and whether to hold off splitting."""
-        block_ns = max(work_ns, 1.0) / blocks
-        self.block_ns = block_ns
-        self.quick_blocks = int(policy.serial_ns / QUICK_FRACTION / block_ns)
+        self._estimate(max(work_ns, 1.0) / blocks, policy)
         if not policy.compare_serial:
             return
         serial_time = self.serial_times.get(blocks)
